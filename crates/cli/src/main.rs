@@ -1,6 +1,11 @@
 //! The `cairn` binary: a thin clap front end over the library crates.
 
-use clap::{Parser, Subcommand};
+mod demo;
+mod pool_cmds;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
 
 /// cairn: ZFS-style RAID-Z, mirrors and stripes in user space.
 #[derive(Parser, Debug)]
@@ -12,6 +17,26 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Create a pool: `cairn create [-f] [-n] [-o ashift=N] POOL VDEV…`
+    /// (VDEV: DEVICE | mirror DEVICE… | raidz[1|2|3] DEVICE…).
+    Create(CreateArgs),
+    /// Show the health of pools, like `zpool status`.
+    Status(StatusArgs),
+    /// List pools with their size and space, like `zpool list` (+ AVAIL as `zfs list`).
+    List(ListArgs),
+    /// Import a pool by scanning devices; without POOL, list the pools that can be imported.
+    Import(ImportArgs),
+    /// Export a pool (mark it exported on its devices and forget it here).
+    Export(PoolName),
+    /// Destroy a pool (mark its devices free for reuse).
+    Destroy(PoolName),
+    /// Reset the error counters of a pool.
+    Clear(PoolName),
+    /// Dump the four labels of a device, like `zdb -l`.
+    Labels(LabelsArgs),
+    /// Run the embedded demo: a raidz2 pool over six files in a temp folder, data written,
+    /// two disks lost, every byte read back.
+    Demo(demo::DemoArgs),
     /// Plan a pool: capacity, data-loss risk, speed and rebuild time of every layout.
     Plan(cairn_plan::PlanArgs),
     /// Benchmarks (parity kernels, …).
@@ -19,11 +44,97 @@ enum Command {
     Bench(cairn_bench::BenchCommand),
 }
 
+#[derive(Args, Debug)]
+struct CreateArgs {
+    /// Force: allow mismatched replication levels and devices that hold another pool.
+    #[arg(short = 'f')]
+    force: bool,
+    /// Dry run: print the layout and its capacity without writing anything.
+    #[arg(short = 'n')]
+    dry_run: bool,
+    /// Pool property, e.g. `-o ashift=12`.
+    #[arg(short = 'o', value_name = "PROP=VALUE")]
+    options: Vec<String>,
+    /// Open devices with O_DIRECT (bypass the page cache).
+    #[arg(long)]
+    direct: bool,
+    /// Pool name.
+    pool: String,
+    /// Vdev specification.
+    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    vdevs: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Verbose: also print space details.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    pool: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    /// Scripted mode: no header, tab-separated.
+    #[arg(short = 'H')]
+    scripted: bool,
+    /// Exact numbers (bytes).
+    #[arg(short = 'p')]
+    parsable: bool,
+    /// Print JSON: {"pools": [{name, size, alloc, free, avail, health}]}.
+    #[arg(long)]
+    json: bool,
+    pool: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ImportArgs {
+    /// Directory to scan for devices (repeatable). Default: /dev/disk/by-id, else /dev.
+    #[arg(short = 'd', value_name = "DIR")]
+    dirs: Vec<PathBuf>,
+    /// Import even if the pool looks in use by another importer.
+    #[arg(short = 'f')]
+    force: bool,
+    /// Include destroyed pools.
+    #[arg(short = 'D')]
+    destroyed: bool,
+    /// Pool name or numeric GUID.
+    pool: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct PoolName {
+    /// Accepted for zpool compatibility (export/destroy always proceed).
+    #[arg(short = 'f')]
+    force: bool,
+    pool: String,
+}
+
+#[derive(Args, Debug)]
+struct LabelsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    device: PathBuf,
+}
+
 fn main() {
     let cli = Cli::parse();
-    let result: Result<(), String> = match &cli.command {
-        Command::Plan(args) => cairn_plan::run(args).map_err(|e| e.to_string()),
-        Command::Bench(cmd) => cairn_bench::run(cmd).map_err(|e| e.to_string()),
+    let result: Result<(), String> = match cli.command {
+        Command::Create(a) => pool_cmds::create(a),
+        Command::Status(a) => pool_cmds::status(a),
+        Command::List(a) => pool_cmds::list(a),
+        Command::Import(a) => pool_cmds::import(a),
+        Command::Export(a) => pool_cmds::export(a),
+        Command::Destroy(a) => pool_cmds::destroy(a),
+        Command::Clear(a) => pool_cmds::clear(a),
+        Command::Labels(a) => pool_cmds::labels(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
+        Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),
     };
     if let Err(msg) = result {
         eprintln!("cairn: {msg}");

@@ -1,1 +1,12 @@
-//! placeholder
+//! The pool layer: lifecycle (create, import, export, destroy), configuration, health and
+//! space accounting over the vdev layer. The copy-on-write object store builds on this.
+
+pub mod error;
+pub mod home;
+pub mod pool;
+pub mod spec;
+pub mod status;
+
+pub use error::PoolError;
+pub use home::Home;
+pub use pool::{config_space, CreateOptions, CreateOutcome, FoundPool, Health, Pool};

@@ -1,1 +1,28 @@
-//! placeholder
+//! The vdev layer: leaf devices, labels, and top-level vdevs (disk, mirror, raidz) with
+//! block I/O that generates parity, reads only data columns, and rebuilds around failures.
+//!
+//! Layering (DESIGN.md §2): the pool crate builds a `TopVdev` per top-level vdev from the
+//! config in the labels and calls `write_block` / `read_block`; this crate calls the
+//! `cairn-parity` kernels and the `cairn-geometry` map, and nothing above it.
+
+pub mod config;
+pub mod error;
+pub mod label;
+pub mod leaf;
+pub mod top;
+
+pub use config::{LeafConfig, Owner, PoolConfig, TopConfig};
+pub use error::VdevError;
+pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
+pub use leaf::{FileLeaf, Leaf, LeafOptions};
+pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, TopVdev};
+
+/// A new random 64-bit GUID (never 0).
+pub fn new_guid() -> u64 {
+    loop {
+        let g: u64 = rand::random();
+        if g != 0 {
+            return g;
+        }
+    }
+}

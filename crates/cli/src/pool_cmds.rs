@@ -1,0 +1,241 @@
+//! Pool lifecycle commands: create, status, list, import, export, destroy, clear, labels.
+
+use std::path::PathBuf;
+
+use cairn_geometry::format_zfs_size;
+use cairn_pool::status::{render_list, render_status, status_json, ListRow};
+use cairn_pool::{CreateOptions, Home, Pool};
+use cairn_vdev::label::read_leaf_labels;
+use cairn_vdev::{FileLeaf, LeafOptions};
+
+use crate::{CreateArgs, ImportArgs, LabelsArgs, ListArgs, PoolName, StatusArgs};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn parse_create_options(a: &CreateArgs) -> Result<CreateOptions, String> {
+    let mut opts = CreateOptions {
+        ashift: None,
+        force: a.force,
+        dry_run: a.dry_run,
+        direct: a.direct,
+    };
+    for o in &a.options {
+        match o.split_once('=') {
+            Some(("ashift", v)) => {
+                let n: u32 = v
+                    .parse()
+                    .map_err(|_| format!("ashift must be a number from 9 to 16, got '{v}'"))?;
+                opts.ashift = Some(n);
+            }
+            _ => {
+                return Err(format!(
+                    "unknown pool property '{o}'; supported: -o ashift=9..16"
+                ))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+pub fn create(a: CreateArgs) -> Result<(), String> {
+    let opts = parse_create_options(&a)?;
+    let home = Home::from_env();
+    let outcome = Pool::create(&home, &a.pool, &a.vdevs, opts).map_err(err)?;
+    for note in &outcome.notes {
+        eprintln!("{note}");
+    }
+    let sp = &outcome.space;
+    if a.dry_run {
+        println!("would create '{}' with the following layout:\n", a.pool);
+        println!("\t{}", a.pool);
+        for top in &outcome.config.vdevs {
+            match cairn_vdev::config::top_display_name(top.shape, top.id) {
+                Some(name) => {
+                    println!(
+                        "\t  {}",
+                        name.rsplit_once('-').map(|x| x.0).unwrap_or(&name)
+                    );
+                    for l in &top.leaves {
+                        println!("\t    {}", l.path);
+                    }
+                }
+                None => println!("\t  {}", top.leaves[0].path),
+            }
+        }
+        println!();
+    }
+    println!(
+        "ashift {}  size {} ({} B)  avail {} ({} B)",
+        outcome.config.vdevs[0].ashift,
+        format_zfs_size(sp.size),
+        sp.size,
+        format_zfs_size(sp.avail),
+        sp.avail
+    );
+    Ok(())
+}
+
+fn pools_to_show(home: &Home, name: Option<&str>) -> Result<Vec<Pool>, String> {
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => home.pool_names().map_err(err)?,
+    };
+    names
+        .iter()
+        .map(|n| Pool::open(home, n).map_err(err))
+        .collect()
+}
+
+pub fn status(a: StatusArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let pools = pools_to_show(&home, a.pool.as_deref())?;
+    if a.json {
+        let list: Vec<_> = pools.iter().map(status_json).collect();
+        println!("{}", serde_json::json!({ "pools": list }));
+        return Ok(());
+    }
+    if pools.is_empty() {
+        println!("no pools available");
+    }
+    let texts: Vec<String> = pools.iter().map(|p| render_status(p, a.verbose)).collect();
+    print!("{}", texts.join("\n"));
+    Ok(())
+}
+
+pub fn list(a: ListArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let pools = pools_to_show(&home, a.pool.as_deref())?;
+    let rows: Vec<ListRow> = pools.iter().map(ListRow::of).collect();
+    if a.json {
+        println!("{}", serde_json::json!({ "pools": rows }));
+    } else if rows.is_empty() {
+        println!("no pools available");
+    } else {
+        print!("{}", render_list(&rows, a.scripted, a.parsable));
+    }
+    Ok(())
+}
+
+fn default_scan_dirs() -> Vec<PathBuf> {
+    let by_id = PathBuf::from("/dev/disk/by-id");
+    if by_id.is_dir() {
+        vec![by_id]
+    } else {
+        vec![PathBuf::from("/dev")]
+    }
+}
+
+pub fn import(a: ImportArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let dirs = if a.dirs.is_empty() {
+        default_scan_dirs()
+    } else {
+        a.dirs.clone()
+    };
+    let Some(name) = a.pool else {
+        let found = Pool::scan(&dirs, a.destroyed).map_err(err)?;
+        if found.is_empty() {
+            println!("no pools available to import");
+        }
+        for fp in found {
+            let state = if fp.importable() { "ONLINE" } else { "UNAVAIL" };
+            println!(
+                "   pool: {}\n     id: {}\n  state: {state}\n config:\n",
+                fp.config.name, fp.config.guid
+            );
+            for top in &fp.config.vdevs {
+                let name = cairn_vdev::config::top_display_name(top.shape, top.id);
+                if let Some(n) = &name {
+                    println!("\t  {n}");
+                }
+                for l in &top.leaves {
+                    let (path, st) = match fp.found.get(&l.guid) {
+                        Some(p) => (p.display().to_string(), "ONLINE"),
+                        None => (l.path.clone(), "UNAVAIL"),
+                    };
+                    let indent = if name.is_some() { "    " } else { "  " };
+                    println!("\t{indent}{path}  {st}");
+                }
+            }
+            println!();
+        }
+        return Ok(());
+    };
+    let pool = Pool::import(&home, &dirs, &name, a.force, a.destroyed).map_err(err)?;
+    println!("imported pool '{}' ({})", pool.name(), pool.health());
+    Ok(())
+}
+
+pub fn export(a: PoolName) -> Result<(), String> {
+    let home = Home::from_env();
+    Pool::open(&home, &a.pool)
+        .and_then(|p| p.export())
+        .map_err(err)
+}
+
+pub fn destroy(a: PoolName) -> Result<(), String> {
+    let home = Home::from_env();
+    Pool::open(&home, &a.pool)
+        .and_then(|p| p.destroy())
+        .map_err(err)
+}
+
+pub fn clear(a: PoolName) -> Result<(), String> {
+    let home = Home::from_env();
+    Pool::open(&home, &a.pool)
+        .and_then(|p| p.clear_errors())
+        .map_err(err)
+}
+
+pub fn labels(a: LabelsArgs) -> Result<(), String> {
+    let opts = LeafOptions {
+        read_only: true,
+        no_lock: true,
+        ..LeafOptions::default()
+    };
+    let leaf = FileLeaf::open(&a.device, opts).map_err(err)?;
+    let labels = read_leaf_labels(&leaf);
+    if a.json {
+        let configs: Vec<serde_json::Value> = labels
+            .configs
+            .iter()
+            .map(|c| match c {
+                Ok(c) => serde_json::to_value(c).unwrap_or_default(),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            })
+            .collect();
+        let ubs: Vec<serde_json::Value> = labels
+            .uberblocks
+            .iter()
+            .map(|(i, u)| serde_json::json!({"label": i, "txg": u.txg, "guid_sum": u.guid_sum, "timestamp": u.timestamp}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"labels": configs, "uberblocks": ubs})
+        );
+        return Ok(());
+    }
+    for (i, c) in labels.configs.iter().enumerate() {
+        println!(
+            "------------------------------------\nLABEL {i}\n------------------------------------"
+        );
+        match c {
+            Ok(c) => {
+                let text = serde_json::to_string_pretty(c).unwrap_or_default();
+                println!("{text}");
+            }
+            Err(e) => println!("    failed to unpack label {i}: {e}"),
+        }
+    }
+    let mut ubs: Vec<_> = labels.uberblocks.iter().collect();
+    ubs.sort_by_key(|(i, u)| (u.txg, *i));
+    for (i, u) in ubs {
+        println!(
+            "    Uberblock[label {i}] txg = {} guid_sum = {} timestamp = {}",
+            u.txg, u.guid_sum, u.timestamp
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Errors of pool lifecycle commands; each says what to do next.
+
+use cairn_vdev::VdevError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Vdev(#[from] VdevError),
+    #[error("invalid pool name '{name}': {why}")]
+    BadName { name: String, why: String },
+    #[error("invalid vdev specification: {0}")]
+    BadSpec(String),
+    #[error("invalid vdev specification: {0}\nuse '-f' to override the following errors")]
+    MismatchedReplication(String),
+    #[error("pool '{0}' already exists; pick another name or export/destroy it first")]
+    PoolExists(String),
+    #[error("no such pool '{0}'; see `cairn list`, or import it with `cairn import -d DIR {0}`")]
+    NoSuchPool(String),
+    #[error(
+        "'{path}' is part of {state} pool '{pool}'; use -f to overwrite it (its data will be lost)"
+    )]
+    DeviceInUse {
+        path: String,
+        pool: String,
+        state: String,
+    },
+    #[error("cannot import '{pool}': {why}")]
+    Import { pool: String, why: String },
+    #[error("invalid option: {0}")]
+    BadOption(String),
+    #[error("pool '{pool}' cannot serve data: {why}")]
+    Unavailable { pool: String, why: String },
+    #[error("state directory {path}: {source}")]
+    State {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("state file {path} is corrupt ({why}); remove it and run `cairn import -d DIR`")]
+    CorruptState { path: String, why: String },
+}

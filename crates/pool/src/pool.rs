@@ -1,0 +1,773 @@
+//! An open pool: its config, its top-level vdevs, and the lifecycle operations
+//! (create, open by name, import by scanning, export, destroy).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
+use cairn_vdev::label::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
+use cairn_vdev::{
+    new_guid, Child, FileLeaf, IoReport, LabelConfig, Leaf, LeafConfig, LeafOptions, Owner,
+    PoolConfig, PoolState, TopConfig, TopVdev, Uberblock, VdevError,
+};
+
+use crate::error::PoolError;
+use crate::home::{Home, LeafCounters, PoolRecord};
+use crate::spec::{check_replication, parse_vdevs, TopSpec};
+
+/// Txg of a freshly created pool's first config and uberblock.
+const INITIAL_TXG: u64 = 4;
+
+/// Options of `cairn create`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateOptions {
+    /// Sector size exponent; probed from the devices when `None`.
+    pub ashift: Option<u32>,
+    /// Override replication-mismatch and device-in-use checks.
+    pub force: bool,
+    /// Compute and print only; write nothing.
+    pub dry_run: bool,
+    /// Open leaves with O_DIRECT.
+    pub direct: bool,
+}
+
+/// Health of a leaf, a top-level vdev or the pool, as `zpool status` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Health {
+    Online,
+    Degraded,
+    Faulted,
+    Offline,
+    Unavail,
+}
+
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Health::Online => "ONLINE",
+            Health::Degraded => "DEGRADED",
+            Health::Faulted => "FAULTED",
+            Health::Offline => "OFFLINE",
+            Health::Unavail => "UNAVAIL",
+        })
+    }
+}
+
+/// An imported, open pool. Its leaves stay locked while this value lives.
+#[derive(Debug)]
+pub struct Pool {
+    pub config: PoolConfig,
+    pub tops: Vec<TopVdev>,
+    /// Warnings and notes gathered while creating or opening (printed by the CLI).
+    pub notes: Vec<String>,
+    home: Home,
+}
+
+/// Result of `create` (also of `create -n`, which returns no pool).
+#[derive(Debug)]
+pub struct CreateOutcome {
+    pub config: PoolConfig,
+    pub space: PoolSpace,
+    pub notes: Vec<String>,
+    pub pool: Option<Pool>,
+}
+
+/// A pool found by scanning devices.
+#[derive(Clone, Debug)]
+pub struct FoundPool {
+    pub config: PoolConfig,
+    /// Leaf GUID → path where it was found now.
+    pub found: BTreeMap<u64, PathBuf>,
+}
+
+impl FoundPool {
+    /// Leaves of the config that were not found.
+    pub fn missing(&self) -> Vec<&LeafConfig> {
+        self.config
+            .vdevs
+            .iter()
+            .flat_map(|t| t.leaves.iter())
+            .filter(|l| !self.found.contains_key(&l.guid))
+            .collect()
+    }
+    /// Whether every top-level vdev has enough leaves to serve data.
+    pub fn importable(&self) -> bool {
+        self.config.vdevs.iter().all(|t| {
+            let missing = t
+                .leaves
+                .iter()
+                .filter(|l| !self.found.contains_key(&l.guid))
+                .count();
+            missing <= t.shape.redundancy()
+        })
+    }
+}
+
+/// Checks a pool name against zpool's rules.
+pub fn validate_pool_name(name: &str) -> Result<(), PoolError> {
+    let bad = |why: &str| {
+        Err(PoolError::BadName {
+            name: name.to_string(),
+            why: why.to_string(),
+        })
+    };
+    if name.is_empty() || name.len() > 200 {
+        return bad("must be 1 to 200 characters");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return bad("must begin with a letter");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+    {
+        return bad("may contain only letters, digits, '_', '-', '.' and ':'");
+    }
+    if [
+        "mirror", "raidz", "raidz1", "raidz2", "raidz3", "draid", "spare", "log", "cache",
+    ]
+    .contains(&name)
+        || name.starts_with("raidz")
+        || name.starts_with("mirror")
+    {
+        return bad("is a reserved vdev keyword");
+    }
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn owner_of(home: &Home) -> Result<Owner, PoolError> {
+    Ok(Owner {
+        hostname: hostname(),
+        home_id: home.id()?,
+    })
+}
+
+/// Space inputs for the geometry module: one entry per top-level vdev.
+pub fn space_inputs(config: &PoolConfig) -> Vec<VdevSpaceInput> {
+    config
+        .vdevs
+        .iter()
+        .map(|t| VdevSpaceInput {
+            shape: t.shape,
+            min_leaf_asize: t.leaves.iter().map(|l| l.asize).min().unwrap_or(0),
+            ashift: t.ashift,
+        })
+        .collect()
+}
+
+/// Capacity of a pool config under cairn's rules (the same function the planner calls).
+pub fn config_space(config: &PoolConfig) -> PoolSpace {
+    pool_space(&space_inputs(config), ZfsEra::Cairn)
+}
+
+fn ashift_for(leaves: &[Arc<FileLeaf>], requested: Option<u32>) -> Result<u32, PoolError> {
+    let probed = leaves
+        .iter()
+        .map(|l| l.physical_sector_size().max(512).trailing_zeros())
+        .max()
+        .unwrap_or(12);
+    match requested {
+        None => Ok(probed.clamp(cairn_geometry::MIN_ASHIFT, cairn_geometry::MAX_ASHIFT)),
+        Some(a) if (cairn_geometry::MIN_ASHIFT..=cairn_geometry::MAX_ASHIFT).contains(&a) => Ok(a),
+        Some(a) => Err(PoolError::BadOption(format!(
+            "ashift={a} is out of range; use 9 (512 B) to 16 (64 KiB), usually 12"
+        ))),
+    }
+}
+
+fn open_new_leaves(
+    specs: &[TopSpec],
+    opts: &CreateOptions,
+) -> Result<Vec<Vec<Arc<FileLeaf>>>, PoolError> {
+    let leaf_opts = LeafOptions {
+        direct: opts.direct,
+        ..LeafOptions::default()
+    };
+    let mut tops = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let mut leaves = Vec::with_capacity(spec.devices.len());
+        for dev in &spec.devices {
+            let leaf = FileLeaf::open(dev, leaf_opts)?;
+            if !opts.force {
+                refuse_if_in_use(&leaf)?;
+            }
+            leaves.push(Arc::new(leaf));
+        }
+        tops.push(leaves);
+    }
+    Ok(tops)
+}
+
+fn refuse_if_in_use(leaf: &FileLeaf) -> Result<(), PoolError> {
+    let labels = read_leaf_labels(leaf);
+    if let Some(cfg) = labels.best_config() {
+        let state = match cfg.pool.state {
+            PoolState::Destroyed => return Ok(()),
+            PoolState::Active => "active",
+            PoolState::Exported => "exported",
+        };
+        return Err(PoolError::DeviceInUse {
+            path: leaf.path().to_string(),
+            pool: cfg.pool.name.clone(),
+            state: state.to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl Pool {
+    /// `cairn create`: validates the layout, opens and checks the devices, and (unless
+    /// `dry_run`) writes labels and records the pool in `home`.
+    pub fn create(
+        home: &Home,
+        name: &str,
+        vdev_tokens: &[String],
+        opts: CreateOptions,
+    ) -> Result<CreateOutcome, PoolError> {
+        validate_pool_name(name)?;
+        let specs = parse_vdevs(vdev_tokens)?;
+        if !opts.force {
+            check_replication(&specs)?;
+        }
+        if !opts.dry_run && home.exists(name) {
+            return Err(PoolError::PoolExists(name.to_string()));
+        }
+        let leaves = open_new_leaves(&specs, &opts)?;
+        let all: Vec<Arc<FileLeaf>> = leaves.iter().flatten().cloned().collect();
+        let ashift = ashift_for(&all, opts.ashift)?;
+        let mut notes = sector_warnings(&all, ashift);
+        let mut vdevs = Vec::with_capacity(specs.len());
+        for (id, (spec, tleaves)) in specs.iter().zip(&leaves).enumerate() {
+            let shape = spec.shape();
+            let sizes: Vec<u64> = tleaves.iter().map(|l| leaf_asize(l.size())).collect();
+            let min = *sizes.iter().min().expect("groups are non-empty");
+            let lost: u64 = sizes.iter().map(|s| s - min).sum();
+            let top = TopConfig {
+                id: id as u32,
+                guid: new_guid(),
+                shape,
+                ashift,
+                asize: shape.vdev_asize(min),
+                leaves: tleaves
+                    .iter()
+                    .map(|l| LeafConfig {
+                        guid: new_guid(),
+                        path: l.path().to_string(),
+                        asize: leaf_asize(l.size()),
+                        offline: false,
+                    })
+                    .collect(),
+            };
+            if lost > 0 {
+                notes.push(format!(
+                    "note: the devices of {} differ in size; each is used only up to the smallest ({} bytes usable), {} bytes are left unused",
+                    cairn_vdev::config::top_display_name(shape, id as u32)
+                        .unwrap_or_else(|| tleaves[0].path().to_string()),
+                    min,
+                    lost
+                ));
+            }
+            vdevs.push(top);
+        }
+        let config = PoolConfig {
+            name: name.to_string(),
+            guid: new_guid(),
+            txg: INITIAL_TXG,
+            state: PoolState::Active,
+            owner: Some(owner_of(home)?),
+            vdevs,
+        };
+        config.validate().map_err(PoolError::BadSpec)?;
+        let space = config_space(&config);
+        if opts.dry_run {
+            return Ok(CreateOutcome {
+                config,
+                space,
+                notes,
+                pool: None,
+            });
+        }
+        let tops = build_tops(&config, |guid| {
+            all.iter()
+                .zip(config.vdevs.iter().flat_map(|t| t.leaves.iter()))
+                .find(|(_, lc)| lc.guid == guid)
+                .map(|(l, _)| Ok(l.clone() as Arc<dyn Leaf>))
+                .unwrap_or_else(|| Err("not opened".to_string()))
+        });
+        let pool = Pool {
+            config: config.clone(),
+            tops,
+            notes: notes.clone(),
+            home: home.clone(),
+        };
+        pool.write_labels(true)?;
+        pool.save_record()?;
+        Ok(CreateOutcome {
+            config,
+            space,
+            notes,
+            pool: Some(pool),
+        })
+    }
+
+    /// Opens an imported pool by name (from `home`), locking its leaves. Leaves that are
+    /// missing or carry another label are reported UNAVAIL; the pool still opens if every
+    /// top-level vdev can serve data.
+    pub fn open(home: &Home, name: &str) -> Result<Pool, PoolError> {
+        let record = home.load(name)?;
+        let mut opened: BTreeMap<u64, Result<Member, String>> = BTreeMap::new();
+        for (&guid, path) in &record.leaves {
+            opened.insert(guid, open_member(Path::new(path), record.guid, guid));
+        }
+        let config = opened
+            .values()
+            .filter_map(|r| r.as_ref().ok())
+            .map(|(_, c)| &c.pool)
+            .max_by_key(|c| c.txg)
+            .cloned()
+            .ok_or_else(|| PoolError::Unavailable {
+                pool: name.to_string(),
+                why: format!(
+                    "none of its devices could be opened ({})",
+                    opened
+                        .values()
+                        .filter_map(|r| r.as_ref().err())
+                        .next()
+                        .cloned()
+                        .unwrap_or_default()
+                ),
+            })?;
+        let tops = build_tops(&config, |guid| match opened.get(&guid) {
+            Some(Ok((leaf, _))) => Ok(leaf.clone()),
+            Some(Err(why)) => Err(why.clone()),
+            None => Err("not in this host's record of the pool".into()),
+        });
+        let pool = Pool {
+            config,
+            tops,
+            notes: Vec::new(),
+            home: home.clone(),
+        };
+        pool.apply_counters(&record.counters);
+        Ok(pool)
+    }
+
+    /// Scans `dirs` for devices with cairn labels; returns the pools found.
+    pub fn scan(dirs: &[PathBuf], include_destroyed: bool) -> Result<Vec<FoundPool>, PoolError> {
+        let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
+        for dir in dirs {
+            let entries = std::fs::read_dir(dir).map_err(|e| PoolError::State {
+                path: dir.display().to_string(),
+                source: e,
+            })?;
+            let mut paths: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+            paths.sort();
+            for path in paths {
+                let opts = LeafOptions {
+                    read_only: true,
+                    no_lock: true,
+                    ..LeafOptions::default()
+                };
+                let Ok(leaf) = FileLeaf::open(&path, opts) else {
+                    continue;
+                };
+                let labels = read_leaf_labels(&leaf);
+                let Some(cfg) = labels.best_config() else {
+                    continue;
+                };
+                if cfg.pool.state == PoolState::Destroyed && !include_destroyed {
+                    continue;
+                }
+                let entry = pools.entry(cfg.pool.guid).or_insert_with(|| FoundPool {
+                    config: cfg.pool.clone(),
+                    found: BTreeMap::new(),
+                });
+                if cfg.pool.txg > entry.config.txg {
+                    entry.config = cfg.pool.clone();
+                }
+                entry.found.insert(cfg.leaf_guid, path.clone());
+            }
+        }
+        Ok(pools.into_values().collect())
+    }
+
+    /// `cairn import -d DIR… POOL`: finds the pool by name or GUID among scanned devices,
+    /// refuses one that another importer holds (unless `force`), and takes it over.
+    pub fn import(
+        home: &Home,
+        dirs: &[PathBuf],
+        name_or_guid: &str,
+        force: bool,
+        include_destroyed: bool,
+    ) -> Result<Pool, PoolError> {
+        let import_err = |why: String| PoolError::Import {
+            pool: name_or_guid.to_string(),
+            why,
+        };
+        let found = Pool::scan(dirs, include_destroyed)?;
+        let mut matches: Vec<FoundPool> = found
+            .into_iter()
+            .filter(|p| p.config.name == name_or_guid || p.config.guid.to_string() == name_or_guid)
+            .collect();
+        let fp = match matches.len() {
+            0 => return Err(import_err(format!(
+                "no such pool among the devices in {}; `cairn import -d DIR` lists what is there",
+                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+            ))),
+            1 => matches.remove(0),
+            _ => return Err(import_err(
+                "more than one pool has this name; import by numeric GUID (see `cairn import -d DIR`)".into(),
+            )),
+        };
+        let name = fp.config.name.clone();
+        if home.exists(&name) {
+            return Err(import_err(format!(
+                "a pool named '{name}' is already imported; export it first"
+            )));
+        }
+        let me = owner_of(home)?;
+        if fp.config.state == PoolState::Active && !force {
+            if let Some(owner) = &fp.config.owner {
+                if owner != &me {
+                    return Err(import_err(format!(
+                        "the pool is in use: imported by host '{}' (state directory id {}) and not exported; \
+                         export it there, or use -f if you are sure nothing uses it",
+                        owner.hostname, owner.home_id
+                    )));
+                }
+            }
+        }
+        if !fp.importable() {
+            let missing: Vec<String> = fp.missing().iter().map(|l| l.path.clone()).collect();
+            return Err(import_err(format!(
+                "too many devices are missing ({}); add their directories with -d",
+                missing.join(", ")
+            )));
+        }
+        let mut config = fp.config.clone();
+        let mut opened: BTreeMap<u64, Result<Arc<dyn Leaf>, String>> = BTreeMap::new();
+        for (&guid, path) in &fp.found {
+            match FileLeaf::open(path, LeafOptions::default()) {
+                Ok(leaf) => {
+                    opened.insert(guid, Ok(Arc::new(leaf) as Arc<dyn Leaf>));
+                }
+                Err(VdevError::Locked { path }) => {
+                    return Err(import_err(format!(
+                        "device '{path}' is held by another process; the pool is in use"
+                    )))
+                }
+                Err(e) => {
+                    opened.insert(guid, Err(e.to_string()));
+                }
+            }
+        }
+        for leaf in config.vdevs.iter_mut().flat_map(|t| t.leaves.iter_mut()) {
+            if let Some(path) = fp.found.get(&leaf.guid) {
+                leaf.path = path.display().to_string();
+            }
+        }
+        config.state = PoolState::Active;
+        config.owner = Some(me);
+        let tops = build_tops(&config, |guid| {
+            opened
+                .get(&guid)
+                .cloned()
+                .unwrap_or_else(|| Err("not found by the device scan".into()))
+        });
+        let mut pool = Pool {
+            config,
+            tops,
+            notes: Vec::new(),
+            home: home.clone(),
+        };
+        pool.bump_config()?;
+        pool.save_record()?;
+        Ok(pool)
+    }
+
+    /// `cairn export`: marks the pool exported on every leaf and forgets it here.
+    pub fn export(mut self) -> Result<(), PoolError> {
+        self.config.state = PoolState::Exported;
+        self.config.owner = None;
+        self.bump_config()?;
+        self.home.remove(&self.config.name)
+    }
+
+    /// `cairn destroy`: marks the pool destroyed on every leaf and forgets it here.
+    pub fn destroy(mut self) -> Result<(), PoolError> {
+        self.config.state = PoolState::Destroyed;
+        self.config.owner = None;
+        self.bump_config()?;
+        self.home.remove(&self.config.name)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Capacity (SIZE, usable, slop, AVAIL) under cairn's rules.
+    pub fn space(&self) -> PoolSpace {
+        config_space(&self.config)
+    }
+
+    /// Health of one leaf.
+    pub fn leaf_health(child: &Child) -> Health {
+        if child.offline.load(Ordering::Relaxed) {
+            Health::Offline
+        } else if child.leaf.is_none() {
+            Health::Unavail
+        } else {
+            Health::Online
+        }
+    }
+
+    /// Health of a top-level vdev.
+    pub fn top_health(top: &TopVdev) -> Health {
+        match top.unusable_children() {
+            0 => Health::Online,
+            n if n <= top.shape().redundancy() => Health::Degraded,
+            _ => Health::Unavail,
+        }
+    }
+
+    /// Health of the pool.
+    pub fn health(&self) -> Health {
+        let tops: Vec<Health> = self.tops.iter().map(Pool::top_health).collect();
+        if tops.contains(&Health::Unavail) {
+            Health::Unavail
+        } else if tops.contains(&Health::Degraded) {
+            Health::Degraded
+        } else {
+            Health::Online
+        }
+    }
+
+    /// Writes a block to a top-level vdev (the object store's allocator picks offsets).
+    pub fn write_block(
+        &self,
+        vdev: usize,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<IoReport, PoolError> {
+        Ok(self.top(vdev)?.write_block(offset, data)?)
+    }
+
+    /// Reads a block from a top-level vdev.
+    pub fn read_block(
+        &self,
+        vdev: usize,
+        offset: u64,
+        out: &mut [u8],
+        verify: Option<cairn_vdev::top::Verifier<'_>>,
+    ) -> Result<IoReport, PoolError> {
+        Ok(self.top(vdev)?.read_block(offset, out, verify)?)
+    }
+
+    fn top(&self, vdev: usize) -> Result<&TopVdev, PoolError> {
+        self.tops.get(vdev).ok_or_else(|| {
+            PoolError::BadOption(format!(
+                "pool '{}' has no top-level vdev {vdev}",
+                self.name()
+            ))
+        })
+    }
+
+    /// Flushes every leaf.
+    pub fn flush(&self) -> Result<(), PoolError> {
+        for top in &self.tops {
+            top.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Persists error counters (and current leaf paths) in the state directory.
+    pub fn save_record(&self) -> Result<(), PoolError> {
+        let mut leaves = BTreeMap::new();
+        let mut counters = BTreeMap::new();
+        for top in &self.tops {
+            for child in &top.children {
+                leaves.insert(child.guid, child.path.clone());
+                let (read, write, checksum) = child.stats.snapshot();
+                counters.insert(
+                    child.guid,
+                    LeafCounters {
+                        read,
+                        write,
+                        checksum,
+                    },
+                );
+            }
+        }
+        self.home.save(&PoolRecord {
+            name: self.config.name.clone(),
+            guid: self.config.guid,
+            leaves,
+            counters,
+        })
+    }
+
+    /// `cairn clear`: resets error counters.
+    pub fn clear_errors(&self) -> Result<(), PoolError> {
+        self.apply_counters(&BTreeMap::new());
+        self.save_record()
+    }
+
+    fn apply_counters(&self, counters: &BTreeMap<u64, LeafCounters>) {
+        for child in self.tops.iter().flat_map(|t| t.children.iter()) {
+            let c = counters.get(&child.guid).copied().unwrap_or_default();
+            child.stats.read_errors.store(c.read, Ordering::Relaxed);
+            child.stats.write_errors.store(c.write, Ordering::Relaxed);
+            child
+                .stats
+                .checksum_errors
+                .store(c.checksum, Ordering::Relaxed);
+        }
+    }
+
+    /// Increments the config txg and writes config + uberblock to every usable leaf.
+    fn bump_config(&mut self) -> Result<(), PoolError> {
+        self.config.txg += 1;
+        self.write_labels(false)
+    }
+
+    /// Writes the current config (and an uberblock at its txg) to every usable leaf.
+    fn write_labels(&self, fresh: bool) -> Result<(), PoolError> {
+        let root = if fresh { None } else { self.newest_root() };
+        let ub = Uberblock {
+            txg: self.config.txg,
+            guid_sum: self.config.guid_sum(),
+            timestamp: unix_now(),
+            root: root.unwrap_or([0u8; cairn_vdev::label::ROOT_POINTER_SIZE]),
+        };
+        let mut written = 0;
+        for top in &self.tops {
+            for child in &top.children {
+                let Some(leaf) = &child.leaf else { continue };
+                let label = LabelConfig {
+                    pool: self.config.clone(),
+                    leaf_guid: child.guid,
+                    top_guid: top.config.guid,
+                };
+                write_leaf_config(leaf.as_ref(), &label)?;
+                write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift())?;
+                leaf.flush().map_err(|e| VdevError::Io {
+                    path: child.path.clone(),
+                    source: e,
+                })?;
+                written += 1;
+            }
+        }
+        if written == 0 {
+            return Err(PoolError::Unavailable {
+                pool: self.config.name.clone(),
+                why: "no device could be written".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Root pointer of the newest uberblock on any leaf (kept across config updates).
+    fn newest_root(&self) -> Option<[u8; cairn_vdev::label::ROOT_POINTER_SIZE]> {
+        self.tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .filter_map(|c| c.leaf.as_ref())
+            .filter_map(|l| read_leaf_labels(l.as_ref()).best_uberblock().cloned())
+            .max_by_key(|u| u.txg)
+            .map(|u| u.root)
+    }
+}
+
+/// An opened leaf of a pool with the config from its labels.
+type Member = (Arc<dyn Leaf>, LabelConfig);
+
+/// Opens a leaf of an imported pool and checks its label says it belongs there.
+fn open_member(path: &Path, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
+    let leaf = FileLeaf::open(path, LeafOptions::default()).map_err(|e| match e {
+        VdevError::Missing { .. } => "cannot open: device is missing".to_string(),
+        VdevError::Locked { .. } => "cannot open: in use by another process".to_string(),
+        other => other.to_string(),
+    })?;
+    let labels = read_leaf_labels(&leaf);
+    let Some(cfg) = labels.best_config().cloned() else {
+        let why = labels
+            .first_error()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "no label".into());
+        return Err(format!("corrupt or missing label: {why}"));
+    };
+    if cfg.pool.guid != pool_guid || cfg.leaf_guid != leaf_guid {
+        return Err(format!(
+            "the device now belongs to another pool ('{}') or is another leaf",
+            cfg.pool.name
+        ));
+    }
+    Ok((Arc::new(leaf), cfg))
+}
+
+/// Builds top-level vdevs from a config, asking `open` for each leaf by GUID.
+fn build_tops(
+    config: &PoolConfig,
+    open: impl Fn(u64) -> Result<Arc<dyn Leaf>, String>,
+) -> Vec<TopVdev> {
+    config
+        .vdevs
+        .iter()
+        .map(|tc| {
+            let children = tc
+                .leaves
+                .iter()
+                .map(|lc| {
+                    let (leaf, why) = match open(lc.guid) {
+                        Ok(l) => (Some(l), None),
+                        Err(why) => (None, Some(why)),
+                    };
+                    let path = leaf
+                        .as_ref()
+                        .map(|l| l.path().to_string())
+                        .unwrap_or(lc.path.clone());
+                    let mut child = Child::new(lc.guid, path, leaf);
+                    child.unavailable_reason = why;
+                    child.offline.store(lc.offline, Ordering::Relaxed);
+                    child
+                })
+                .collect();
+            TopVdev::new(tc.clone(), children)
+        })
+        .collect()
+}
+
+/// The "ashift 9 on a 4K disk" warning.
+fn sector_warnings(leaves: &[Arc<FileLeaf>], ashift: u32) -> Vec<String> {
+    leaves
+        .iter()
+        .filter(|l| u64::from(l.physical_sector_size()) > 1u64 << ashift)
+        .map(|l| {
+            format!(
+                "warning: '{}' has {}-byte physical sectors but ashift={ashift} ({} bytes) was chosen; \
+                 writes smaller than a sector make the disk read-modify-write (much slower). Use -o ashift={}",
+                l.path(),
+                l.physical_sector_size(),
+                1u64 << ashift,
+                l.physical_sector_size().trailing_zeros()
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! Parsing of the zpool-style vdev grammar: `[DEV…] [mirror|raidz[1-3] DEV…]…`.
+
+use std::path::{Path, PathBuf};
+
+use cairn_geometry::VdevShape;
+
+use crate::error::PoolError;
+
+/// Kind of top-level vdev a group keyword asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopKind {
+    Disk,
+    Mirror,
+    Raidz(usize),
+}
+
+/// One top-level vdev as written on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopSpec {
+    pub kind: TopKind,
+    pub devices: Vec<PathBuf>,
+}
+
+impl TopSpec {
+    pub fn shape(&self) -> VdevShape {
+        let n = self.devices.len();
+        match self.kind {
+            TopKind::Disk => VdevShape::Disk,
+            TopKind::Mirror => VdevShape::Mirror { children: n },
+            TopKind::Raidz(parity) => VdevShape::Raidz { width: n, parity },
+        }
+    }
+}
+
+fn keyword(token: &str) -> Option<TopKind> {
+    match token {
+        "mirror" => Some(TopKind::Mirror),
+        "raidz" | "raidz1" => Some(TopKind::Raidz(1)),
+        "raidz2" => Some(TopKind::Raidz(2)),
+        "raidz3" => Some(TopKind::Raidz(3)),
+        _ => None,
+    }
+}
+
+/// Words zpool knows that cairn does not support yet.
+const UNSUPPORTED_KEYWORDS: &[&str] = &["spare", "log", "cache", "special", "dedup", "draid"];
+
+/// Looks like a vdev keyword (not a path) but is none we know.
+fn looks_like_keyword(token: &str) -> bool {
+    !token.contains('/')
+        && !Path::new(token).exists()
+        && [
+            "mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup",
+        ]
+        .iter()
+        .any(|k| token.starts_with(k))
+}
+
+/// Parses vdev tokens into top-level vdev specs, checking group sizes and duplicates.
+pub fn parse_vdevs(tokens: &[String]) -> Result<Vec<TopSpec>, PoolError> {
+    let mut tops: Vec<TopSpec> = Vec::new();
+    let mut group: Option<TopSpec> = None;
+    for token in tokens {
+        if let Some(kind) = keyword(token) {
+            tops.extend(group.take());
+            group = Some(TopSpec {
+                kind,
+                devices: Vec::new(),
+            });
+        } else if UNSUPPORTED_KEYWORDS.contains(&token.as_str()) {
+            return Err(PoolError::BadSpec(format!(
+                "'{token}' vdevs are not supported yet; use disks, mirror or raidz1/2/3"
+            )));
+        } else if looks_like_keyword(token) {
+            return Err(PoolError::BadSpec(format!(
+                "unknown vdev type '{token}': use mirror, raidz (= raidz1), raidz2 or raidz3, or give a device path"
+            )));
+        } else {
+            let dev = absolute(Path::new(token));
+            match group.as_mut() {
+                Some(g) => g.devices.push(dev),
+                None => tops.push(TopSpec {
+                    kind: TopKind::Disk,
+                    devices: vec![dev],
+                }),
+            }
+        }
+    }
+    tops.extend(group.take());
+    if tops.is_empty() {
+        return Err(PoolError::BadSpec(
+            "no devices given; e.g. `cairn create tank raidz2 d0 d1 d2 d3 d4 d5`".into(),
+        ));
+    }
+    for top in &tops {
+        check_group_size(top)?;
+    }
+    check_duplicates(&tops)?;
+    Ok(tops)
+}
+
+fn check_group_size(top: &TopSpec) -> Result<(), PoolError> {
+    let n = top.devices.len();
+    match top.kind {
+        TopKind::Disk => Ok(()),
+        TopKind::Mirror if n < 2 => Err(PoolError::BadSpec(format!(
+            "a mirror needs at least 2 devices, got {n}"
+        ))),
+        TopKind::Raidz(p) if n < p + 1 => Err(PoolError::BadSpec(format!(
+            "raidz{p} needs at least {} devices (parity + 1), got {n}",
+            p + 1
+        ))),
+        TopKind::Raidz(p) if n > 255 => Err(PoolError::BadSpec(format!(
+            "raidz{p} supports at most 255 devices, got {n}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn check_duplicates(tops: &[TopSpec]) -> Result<(), PoolError> {
+    let mut seen = std::collections::HashSet::new();
+    for dev in tops.iter().flat_map(|t| t.devices.iter()) {
+        let key = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.clone());
+        if !seen.insert(key) {
+            return Err(PoolError::BadSpec(format!(
+                "device '{}' is given more than once",
+                dev.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    std::env::current_dir()
+        .map(|d| d.join(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Replication level of a top-level vdev, as zpool compares them.
+fn replication(top: &TopSpec) -> (String, usize) {
+    let n = top.devices.len();
+    match top.kind {
+        TopKind::Disk => ("disk".into(), 1),
+        TopKind::Mirror => ("mirror".into(), n),
+        TopKind::Raidz(p) => (format!("raidz{p}"), n),
+    }
+}
+
+/// zpool refuses pools whose top-level vdevs differ in redundancy (type, parity or
+/// width) unless forced; so does cairn.
+pub fn check_replication(tops: &[TopSpec]) -> Result<(), PoolError> {
+    let (kind0, n0) = replication(&tops[0]);
+    for top in &tops[1..] {
+        let (kind, n) = replication(top);
+        if kind != kind0 {
+            return Err(PoolError::MismatchedReplication(format!(
+                "mismatched replication level: both {kind0} and {kind} vdevs are present"
+            )));
+        }
+        if n != n0 && kind != "disk" {
+            return Err(PoolError::MismatchedReplication(format!(
+                "mismatched replication level: both {n0}-way and {n}-way {kind} vdevs are present"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_groups_and_disks() {
+        let t = parse_vdevs(&toks("/a /b raidz2 /c /d /e /f mirror /g /h")).unwrap();
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[0].kind, TopKind::Disk);
+        assert_eq!(
+            t[2].shape(),
+            VdevShape::Raidz {
+                width: 4,
+                parity: 2
+            }
+        );
+        assert_eq!(t[3].shape(), VdevShape::Mirror { children: 2 });
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        assert!(parse_vdevs(&toks("raidz2 /a /b")).is_err());
+        assert!(parse_vdevs(&toks("mirror /a")).is_err());
+        assert!(parse_vdevs(&toks("raidz4 /a /b")).is_err());
+        assert!(parse_vdevs(&toks("/a /a")).is_err());
+        assert!(parse_vdevs(&toks("")).is_err());
+        let e = parse_vdevs(&toks("mirrror /a /b")).unwrap_err().to_string();
+        assert!(e.contains("unknown vdev type"), "{e}");
+    }
+
+    #[test]
+    fn replication_mismatch() {
+        let t = parse_vdevs(&toks("mirror /a /b raidz /c /d /e")).unwrap();
+        assert!(check_replication(&t).is_err());
+        let t = parse_vdevs(&toks("raidz1 /a /b /c raidz2 /d /e /f")).unwrap();
+        assert!(check_replication(&t).is_err());
+        let t = parse_vdevs(&toks("mirror /a /b mirror /c /d")).unwrap();
+        assert!(check_replication(&t).is_ok());
+        let t = parse_vdevs(&toks("/a /b /c")).unwrap();
+        assert!(check_replication(&t).is_ok());
+    }
+}

@@ -1,0 +1,278 @@
+//! `cairn status` and `cairn list` output, in zpool's layout, plus JSON forms.
+
+use std::fmt::Write;
+
+use cairn_geometry::format_zfs_size;
+use serde::Serialize;
+
+use crate::pool::{Health, Pool};
+
+/// One row of `cairn list` (sizes in bytes).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ListRow {
+    pub name: String,
+    pub size: u64,
+    pub alloc: u64,
+    pub free: u64,
+    /// AVAIL as `zfs list` shows it for the pool's root dataset.
+    pub avail: u64,
+    pub health: Health,
+}
+
+impl ListRow {
+    pub fn of(pool: &Pool) -> ListRow {
+        let space = pool.space();
+        let alloc = 0; // nothing is allocated until the object store writes (next layer)
+        ListRow {
+            name: pool.name().to_string(),
+            size: space.size,
+            alloc,
+            free: space.size - alloc,
+            avail: space.avail,
+            health: pool.health(),
+        }
+    }
+    pub fn capacity_percent(&self) -> u64 {
+        (self.alloc * 100).checked_div(self.size).unwrap_or(0)
+    }
+}
+
+/// Renders `cairn list`; `scripted` = `-H` (no header, tabs), `parsable` = `-p` (bytes).
+pub fn render_list(rows: &[ListRow], scripted: bool, parsable: bool) -> String {
+    let size = |b: u64| {
+        if parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let mut lines: Vec<[String; 7]> = Vec::new();
+    if !scripted {
+        lines.push(["NAME", "SIZE", "ALLOC", "FREE", "CAP", "HEALTH", "AVAIL"].map(String::from));
+    }
+    for r in rows {
+        let cap = if parsable {
+            r.capacity_percent().to_string()
+        } else {
+            format!("{}%", r.capacity_percent())
+        };
+        lines.push([
+            r.name.clone(),
+            size(r.size),
+            size(r.alloc),
+            size(r.free),
+            cap,
+            r.health.to_string(),
+            size(r.avail),
+        ]);
+    }
+    let mut out = String::new();
+    if scripted {
+        for l in &lines {
+            out.push_str(&l.join("\t"));
+            out.push('\n');
+        }
+        return out;
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
+        .collect();
+    for l in &lines {
+        let mut line = String::new();
+        for (i, cell) in l.iter().enumerate() {
+            if i == 0 {
+                let _ = write!(line, "{cell:<w$}", w = widths[0]);
+            } else {
+                let _ = write!(line, "  {cell:>w$}", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// JSON form of `cairn status` for one pool.
+#[derive(Clone, Debug, Serialize)]
+pub struct StatusJson {
+    pub name: String,
+    pub guid: u64,
+    pub state: Health,
+    pub txg: u64,
+    pub vdevs: Vec<TopStatusJson>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopStatusJson {
+    pub name: String,
+    pub kind: String,
+    pub state: Health,
+    pub ashift: u32,
+    pub leaves: Vec<LeafStatusJson>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LeafStatusJson {
+    pub path: String,
+    pub guid: u64,
+    pub state: Health,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+pub fn status_json(pool: &Pool) -> StatusJson {
+    StatusJson {
+        name: pool.name().to_string(),
+        guid: pool.config.guid,
+        state: pool.health(),
+        txg: pool.config.txg,
+        vdevs: pool
+            .tops
+            .iter()
+            .map(|t| TopStatusJson {
+                name: t.display_name(),
+                kind: shape_kind(t.shape()),
+                state: Pool::top_health(t),
+                ashift: t.ashift(),
+                leaves: t
+                    .children
+                    .iter()
+                    .map(|c| {
+                        let (r, w, k) = c.stats.snapshot();
+                        LeafStatusJson {
+                            path: c.path.clone(),
+                            guid: c.guid,
+                            state: Pool::leaf_health(c),
+                            read_errors: r,
+                            write_errors: w,
+                            checksum_errors: k,
+                            reason: c.unavailable_reason.clone(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+fn shape_kind(shape: cairn_geometry::VdevShape) -> String {
+    match shape {
+        cairn_geometry::VdevShape::Disk => "disk".into(),
+        cairn_geometry::VdevShape::Mirror { .. } => "mirror".into(),
+        cairn_geometry::VdevShape::Raidz { parity, .. } => format!("raidz{parity}"),
+    }
+}
+
+/// Renders `cairn status` like `zpool status`.
+pub fn render_status(pool: &Pool, verbose: bool) -> String {
+    let s = status_json(pool);
+    let mut out = String::new();
+    let _ = writeln!(out, "  pool: {}", s.name);
+    let _ = writeln!(out, " state: {}", s.state);
+    if let Some((status, action)) = advice(pool) {
+        let _ = writeln!(out, "status: {status}");
+        let _ = writeln!(out, "action: {action}");
+    }
+    let _ = writeln!(out, "config:\n");
+    let mut rows: Vec<(String, String, u64, u64, u64, Option<String>)> = Vec::new();
+    let total =
+        |f: fn(&LeafStatusJson) -> u64| s.vdevs.iter().flat_map(|t| &t.leaves).map(f).sum::<u64>();
+    rows.push((
+        s.name.clone(),
+        s.state.to_string(),
+        total(|l| l.read_errors),
+        total(|l| l.write_errors),
+        total(|l| l.checksum_errors),
+        None,
+    ));
+    for top in &s.vdevs {
+        let indent = if top.kind == "disk" { "  " } else { "    " };
+        if top.kind != "disk" {
+            let sum = |f: fn(&LeafStatusJson) -> u64| top.leaves.iter().map(f).sum::<u64>();
+            rows.push((
+                format!("  {}", top.name),
+                top.state.to_string(),
+                sum(|l| l.read_errors),
+                sum(|l| l.write_errors),
+                sum(|l| l.checksum_errors),
+                None,
+            ));
+        }
+        for leaf in &top.leaves {
+            rows.push((
+                format!("{indent}{}", leaf.path),
+                leaf.state.to_string(),
+                leaf.read_errors,
+                leaf.write_errors,
+                leaf.checksum_errors,
+                leaf.reason.clone(),
+            ));
+        }
+    }
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(
+        out,
+        "\t{:<w$}  {:<8}  {:>5} {:>5} {:>5}",
+        "NAME", "STATE", "READ", "WRITE", "CKSUM"
+    );
+    for (name, state, r, wr, c, reason) in rows {
+        let mut line = format!("\t{name:<w$}  {state:<8}  {r:>5} {wr:>5} {c:>5}");
+        if let Some(reason) = reason {
+            let _ = write!(line, "  {reason}");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "errors: No known data errors");
+    if verbose {
+        let space = pool.space();
+        let _ = writeln!(
+            out,
+            "\nspace: size {} ({} B), usable {} ({} B), avail {} ({} B), slop {} B",
+            format_zfs_size(space.size),
+            space.size,
+            format_zfs_size(space.dspace),
+            space.dspace,
+            format_zfs_size(space.avail),
+            space.avail,
+            space.slop
+        );
+    }
+    out
+}
+
+/// zpool-style "status:" and "action:" lines for a pool that is not healthy.
+fn advice(pool: &Pool) -> Option<(String, String)> {
+    let unavail = pool
+        .tops
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .any(|c| Pool::leaf_health(c) == Health::Unavail);
+    match pool.health() {
+        Health::Online => None,
+        Health::Degraded if unavail => Some((
+            "One or more devices could not be opened or have a missing or invalid label.\n\
+             \tSufficient replicas exist for the pool to continue functioning in a\n\
+             \tdegraded state."
+                .into(),
+            "Attach the missing device and re-open the pool (any cairn command does),\n\
+             \tor replace it (`cairn replace`, coming with resilver support)."
+                .into(),
+        )),
+        Health::Degraded => Some((
+            "One or more devices has been taken offline.  Sufficient replicas exist\n\
+             \tfor the pool to continue functioning in a degraded state."
+                .into(),
+            "Online the device using 'cairn online' or replace it.".into(),
+        )),
+        _ => Some((
+            "One or more devices could not be used and there are insufficient replicas\n\
+             \tfor the pool to continue functioning."
+                .into(),
+            "Attach the missing devices (or point `cairn import -d DIR` at them) and retry.".into(),
+        )),
+    }
+}

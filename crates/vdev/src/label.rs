@@ -1,0 +1,354 @@
+//! Vdev labels: four copies per leaf of the pool's configuration and an uberblock ring.
+//!
+//! ```text
+//!  leaf:  | L0 256K | L1 256K | reserved 3.5M | data area ........... | L2 256K | L3 256K |
+//!         0        256K      512K            4M              (aligned size − 512K)
+//!
+//!  one label (256 KiB):
+//!  +---------------+-------------------------------+------------------------------------+
+//!  | blank 16 KiB  | config 112 KiB                | uberblock ring 128 KiB             |
+//!  |               | header(64 B) + JSON payload   | slots of max(1 KiB, 2^ashift) ≤ 8K |
+//!  +---------------+-------------------------------+------------------------------------+
+//!  config header: magic "CAIRNCFG" | version u32 | payload length u32 | blake3(payload) 32 B | 16 B zero
+//! ```
+//! All integers are little-endian. Every decoder checks magic, version, bounds and checksum
+//! and returns a `LabelError`; nothing read from a disk can make it panic.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::PoolConfig;
+use crate::error::VdevError;
+use crate::leaf::Leaf;
+
+use cairn_geometry::label_offset;
+pub use cairn_geometry::LABEL_SIZE;
+
+/// Offset of the config region inside a label.
+pub const CONFIG_OFFSET: usize = 16 << 10;
+/// Size of the config region (header + payload).
+pub const CONFIG_SIZE: usize = 112 << 10;
+/// Offset of the uberblock ring inside a label.
+pub const UBERBLOCK_RING_OFFSET: usize = 128 << 10;
+/// Size of the uberblock ring.
+pub const UBERBLOCK_RING_SIZE: usize = 128 << 10;
+
+const CONFIG_MAGIC: &[u8; 8] = b"CAIRNCFG";
+const CONFIG_HEADER_SIZE: usize = 64;
+/// Current version of the label config encoding.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// What can be wrong with a label or uberblock read from disk.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LabelError {
+    #[error("no cairn label (bad magic); the device is not part of a cairn pool")]
+    BadMagic,
+    #[error(
+        "label version {0} is newer than this cairn understands ({CONFIG_VERSION}); upgrade cairn"
+    )]
+    UnsupportedVersion(u32),
+    #[error("label payload length {0} exceeds the config area")]
+    BadLength(usize),
+    #[error("label checksum mismatch (the label is damaged)")]
+    BadChecksum,
+    #[error("label config is not valid: {0}")]
+    BadConfig(String),
+    #[error("buffer too short: {0} bytes")]
+    Truncated(usize),
+    #[error("config too large for the label ({0} bytes; at most {max})", max = CONFIG_SIZE - CONFIG_HEADER_SIZE)]
+    TooLarge(usize),
+}
+
+/// Pool state recorded in labels (like ZFS's POOL_STATE_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    /// Imported by some process (maybe this host, maybe not).
+    Active,
+    /// Cleanly exported; anyone may import.
+    Exported,
+    /// Destroyed; `import -D` could bring it back.
+    Destroyed,
+}
+
+/// The config stored in every label of a leaf: the pool's whole tree plus who this leaf is.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LabelConfig {
+    pub pool: PoolConfig,
+    /// GUID of the leaf holding this label.
+    pub leaf_guid: u64,
+    /// GUID of the top-level vdev that leaf belongs to.
+    pub top_guid: u64,
+}
+
+/// Encodes a config into a buffer of exactly `CONFIG_SIZE` bytes.
+pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, LabelError> {
+    let payload = serde_json::to_vec(cfg).map_err(|e| LabelError::BadConfig(e.to_string()))?;
+    if payload.len() > CONFIG_SIZE - CONFIG_HEADER_SIZE {
+        return Err(LabelError::TooLarge(payload.len()));
+    }
+    let mut buf = vec![0u8; CONFIG_SIZE];
+    buf[0..8].copy_from_slice(CONFIG_MAGIC);
+    buf[8..12].copy_from_slice(&CONFIG_VERSION.to_le_bytes());
+    buf[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf[16..48].copy_from_slice(blake3::hash(&payload).as_bytes());
+    buf[CONFIG_HEADER_SIZE..CONFIG_HEADER_SIZE + payload.len()].copy_from_slice(&payload);
+    Ok(buf)
+}
+
+/// Decodes the config region of a label.
+pub fn decode_config(buf: &[u8]) -> Result<LabelConfig, LabelError> {
+    if buf.len() < CONFIG_HEADER_SIZE {
+        return Err(LabelError::Truncated(buf.len()));
+    }
+    if &buf[0..8] != CONFIG_MAGIC {
+        return Err(LabelError::BadMagic);
+    }
+    let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
+    if version != CONFIG_VERSION {
+        return Err(LabelError::UnsupportedVersion(version));
+    }
+    let len = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes")) as usize;
+    if len > buf.len() - CONFIG_HEADER_SIZE || len > CONFIG_SIZE - CONFIG_HEADER_SIZE {
+        return Err(LabelError::BadLength(len));
+    }
+    let payload = &buf[CONFIG_HEADER_SIZE..CONFIG_HEADER_SIZE + len];
+    if blake3::hash(payload).as_bytes() != &buf[16..48] {
+        return Err(LabelError::BadChecksum);
+    }
+    let cfg: LabelConfig =
+        serde_json::from_slice(payload).map_err(|e| LabelError::BadConfig(e.to_string()))?;
+    cfg.pool.validate().map_err(LabelError::BadConfig)?;
+    Ok(cfg)
+}
+
+/// Size of one uberblock slot for a vdev of the given ashift (ZFS: max(1 KiB, 2^ashift), ≤ 8 KiB).
+pub fn uberblock_slot_size(ashift: u32) -> usize {
+    1usize << ashift.clamp(10, 13)
+}
+
+/// Number of uberblock slots in a label's ring.
+pub fn uberblock_slots(ashift: u32) -> usize {
+    UBERBLOCK_RING_SIZE / uberblock_slot_size(ashift)
+}
+
+const UBERBLOCK_MAGIC: u64 = 0x0063_6169_726e_7562; // "cairnub" (+ 0)
+/// Current version of the uberblock encoding.
+pub const UBERBLOCK_VERSION: u32 = 1;
+/// Bytes reserved for the root block pointer (the object store fills it).
+pub const ROOT_POINTER_SIZE: usize = 256;
+/// Encoded uberblock size: header 48 B + root pointer + 32 B checksum.
+pub const UBERBLOCK_SIZE: usize = 48 + ROOT_POINTER_SIZE + 32;
+
+/// The root of the pool at one txg. The newest one whose tree verifies is the pool's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uberblock {
+    pub txg: u64,
+    /// Sum of all leaf GUIDs: detects a label from another tree.
+    pub guid_sum: u64,
+    /// Seconds since the Unix epoch.
+    pub timestamp: u64,
+    /// Encoded root block pointer (all zero: empty pool).
+    pub root: [u8; ROOT_POINTER_SIZE],
+}
+
+impl Uberblock {
+    pub fn encode(&self) -> [u8; UBERBLOCK_SIZE] {
+        let mut b = [0u8; UBERBLOCK_SIZE];
+        b[0..8].copy_from_slice(&UBERBLOCK_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&UBERBLOCK_VERSION.to_le_bytes());
+        b[16..24].copy_from_slice(&self.txg.to_le_bytes());
+        b[24..32].copy_from_slice(&self.guid_sum.to_le_bytes());
+        b[32..40].copy_from_slice(&self.timestamp.to_le_bytes());
+        b[48..48 + ROOT_POINTER_SIZE].copy_from_slice(&self.root);
+        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
+        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        b
+    }
+
+    /// Decodes a slot; `Ok(None)` for an empty (never written) slot.
+    pub fn decode(buf: &[u8]) -> Result<Option<Uberblock>, LabelError> {
+        if buf.len() < UBERBLOCK_SIZE {
+            return Err(LabelError::Truncated(buf.len()));
+        }
+        let b = &buf[..UBERBLOCK_SIZE];
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        if u64_at(0) != UBERBLOCK_MAGIC {
+            return Err(LabelError::BadMagic);
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        if version != UBERBLOCK_VERSION {
+            return Err(LabelError::UnsupportedVersion(version));
+        }
+        if blake3::hash(&b[..UBERBLOCK_SIZE - 32]).as_bytes() != &b[UBERBLOCK_SIZE - 32..] {
+            return Err(LabelError::BadChecksum);
+        }
+        let mut root = [0u8; ROOT_POINTER_SIZE];
+        root.copy_from_slice(&b[48..48 + ROOT_POINTER_SIZE]);
+        Ok(Some(Uberblock {
+            txg: u64_at(16),
+            guid_sum: u64_at(24),
+            timestamp: u64_at(32),
+            root,
+        }))
+    }
+}
+
+/// Everything found in the four labels of one leaf.
+#[derive(Clone, Debug)]
+pub struct LeafLabels {
+    /// Decoded config of each label (index 0..4), or why it could not be read.
+    pub configs: Vec<Result<LabelConfig, LabelError>>,
+    /// Every valid uberblock found in any label's ring, with the label index.
+    pub uberblocks: Vec<(usize, Uberblock)>,
+}
+
+impl LeafLabels {
+    /// The valid config with the highest txg.
+    pub fn best_config(&self) -> Option<&LabelConfig> {
+        self.configs
+            .iter()
+            .filter_map(|c| c.as_ref().ok())
+            .max_by_key(|c| c.pool.txg)
+    }
+    /// The newest valid uberblock.
+    pub fn best_uberblock(&self) -> Option<&Uberblock> {
+        self.uberblocks.iter().map(|(_, u)| u).max_by_key(|u| u.txg)
+    }
+    /// Why no label could be read (the first label's error), for messages.
+    pub fn first_error(&self) -> Option<&LabelError> {
+        self.configs.iter().find_map(|c| c.as_ref().err())
+    }
+}
+
+/// Decodes one whole label (256 KiB) read from disk. Uberblock slots are multiples of
+/// 1 KiB whatever the ashift, so the ring is scanned at 1 KiB steps.
+pub fn decode_label(buf: &[u8]) -> (Result<LabelConfig, LabelError>, Vec<Uberblock>) {
+    if buf.len() < LABEL_SIZE as usize {
+        return (Err(LabelError::Truncated(buf.len())), Vec::new());
+    }
+    let config = decode_config(&buf[CONFIG_OFFSET..CONFIG_OFFSET + CONFIG_SIZE]);
+    let ring = &buf[UBERBLOCK_RING_OFFSET..UBERBLOCK_RING_OFFSET + UBERBLOCK_RING_SIZE];
+    let ubs = ring
+        .chunks_exact(1 << 10)
+        .filter_map(|s| Uberblock::decode(s).ok().flatten())
+        .collect();
+    (config, ubs)
+}
+
+/// Reads and decodes all four labels of a leaf.
+pub fn read_leaf_labels(leaf: &dyn Leaf) -> LeafLabels {
+    let mut configs = Vec::with_capacity(4);
+    let mut uberblocks = Vec::new();
+    let mut buf = vec![0u8; LABEL_SIZE as usize];
+    for index in 0..4 {
+        let offset = label_offset(leaf.size(), index);
+        if let Err(e) = leaf.read_at(&mut buf, offset) {
+            configs.push(Err(LabelError::BadConfig(format!("read failed: {e}"))));
+            continue;
+        }
+        let (cfg, ubs) = decode_label(&buf);
+        configs.push(cfg);
+        uberblocks.extend(ubs.into_iter().map(|u| (index, u)));
+    }
+    LeafLabels {
+        configs,
+        uberblocks,
+    }
+}
+
+/// Writes the config into all four labels (even labels first, then odd, so a torn update
+/// leaves two good copies), keeping each label's uberblock ring.
+pub fn write_leaf_config(leaf: &dyn Leaf, cfg: &LabelConfig) -> Result<(), VdevError> {
+    let region = encode_config(cfg).map_err(|source| VdevError::Label {
+        path: leaf.path().to_string(),
+        source,
+    })?;
+    let mut head = vec![0u8; CONFIG_OFFSET];
+    head.extend_from_slice(&region);
+    for index in [0, 2, 1, 3] {
+        let offset = label_offset(leaf.size(), index);
+        leaf.write_at(&head, offset)
+            .map_err(|e| VdevError::io(leaf.path(), e))?;
+    }
+    Ok(())
+}
+
+/// Writes an uberblock into its slot (`txg` mod slots) of every label of a leaf.
+pub fn write_leaf_uberblock(leaf: &dyn Leaf, ub: &Uberblock, ashift: u32) -> Result<(), VdevError> {
+    let slot_size = uberblock_slot_size(ashift);
+    let slot = (ub.txg % uberblock_slots(ashift) as u64) as usize;
+    let mut buf = vec![0u8; slot_size];
+    buf[..UBERBLOCK_SIZE].copy_from_slice(&ub.encode());
+    for index in [0, 2, 1, 3] {
+        let offset = label_offset(leaf.size(), index)
+            + UBERBLOCK_RING_OFFSET as u64
+            + (slot * slot_size) as u64;
+        leaf.write_at(&buf, offset)
+            .map_err(|e| VdevError::io(leaf.path(), e))?;
+    }
+    Ok(())
+}
+
+/// Wipes all four labels (used by `destroy -f`-like paths and tests).
+pub fn clear_leaf_labels(leaf: &dyn Leaf) -> Result<(), VdevError> {
+    let zeros = vec![0u8; LABEL_SIZE as usize];
+    for index in 0..4 {
+        leaf.write_at(&zeros, label_offset(leaf.size(), index))
+            .map_err(|e| VdevError::io(leaf.path(), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uberblock_round_trip_and_rejects_damage() {
+        let ub = Uberblock {
+            txg: 42,
+            guid_sum: 7,
+            timestamp: 1_700_000_000,
+            root: [3u8; ROOT_POINTER_SIZE],
+        };
+        let enc = ub.encode();
+        assert_eq!(Uberblock::decode(&enc).unwrap(), Some(ub));
+        let mut bad = enc;
+        bad[20] ^= 1;
+        assert_eq!(Uberblock::decode(&bad), Err(LabelError::BadChecksum));
+        assert_eq!(Uberblock::decode(&[0u8; UBERBLOCK_SIZE]), Ok(None));
+        assert_eq!(
+            Uberblock::decode(&[1u8; 10]),
+            Err(LabelError::Truncated(10))
+        );
+    }
+
+    #[test]
+    fn config_decoder_rejects_garbage() {
+        assert_eq!(
+            decode_config(&[0u8; 100]).unwrap_err(),
+            LabelError::BadMagic
+        );
+        let mut b = vec![0u8; CONFIG_SIZE];
+        b[0..8].copy_from_slice(CONFIG_MAGIC);
+        b[8..12].copy_from_slice(&CONFIG_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode_config(&b), Err(LabelError::BadLength(_))));
+        b[12..16].copy_from_slice(&4u32.to_le_bytes());
+        assert_eq!(decode_config(&b).unwrap_err(), LabelError::BadChecksum);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = decode_config(&data);
+            let _ = Uberblock::decode(&data);
+            let mut with_magic = CONFIG_MAGIC.to_vec();
+            with_magic.extend_from_slice(&data);
+            let _ = decode_config(&with_magic);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Leaf devices: the disks at the bottom of the vdev tree.
+//!
+//! A leaf is anything that can read and write bytes at an offset: a regular file, a block
+//! device, and (later) an NBD export or a simulated disk. `FileLeaf` covers files and block
+//! devices; it takes an exclusive `flock` so two processes can never drive the same disk.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::error::VdevError;
+
+/// What the vdev layer needs from a disk.
+pub trait Leaf: Send + Sync + fmt::Debug {
+    /// The path (or URL) the leaf was opened from.
+    fn path(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Physical sector size in bytes (the smallest write the device does without read-modify-write).
+    fn physical_sector_size(&self) -> u32;
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+}
+
+/// How to open a leaf.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LeafOptions {
+    /// Bypass the page cache (O_DIRECT); I/O then goes through aligned bounce buffers.
+    pub direct: bool,
+    /// Open without write access (for `labels`, `import` scans).
+    pub read_only: bool,
+    /// Take no lock (only for read-only inspection such as `cairn labels`).
+    pub no_lock: bool,
+}
+
+/// Sector size assumed for regular files: modern disks and file systems are 4 KiB.
+pub const FILE_SECTOR_SIZE: u32 = 4096;
+
+/// A regular file or a block device.
+pub struct FileLeaf {
+    path: String,
+    file: File,
+    size: u64,
+    sector: u32,
+    is_block_device: bool,
+    direct: bool,
+}
+
+impl fmt::Debug for FileLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileLeaf")
+            .field("path", &self.path)
+            .field("size", &self.size)
+            .field("sector", &self.sector)
+            .field("block_device", &self.is_block_device)
+            .finish()
+    }
+}
+
+impl FileLeaf {
+    /// Opens and locks a leaf; checks it exists, is a file or block device and is big enough.
+    pub fn open(path: &Path, opts: LeafOptions) -> Result<FileLeaf, VdevError> {
+        let shown = path.display().to_string();
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(VdevError::Missing { path: shown })
+            }
+            Err(e) => return Err(VdevError::io(&shown, e)),
+        };
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            return Err(VdevError::IsDirectory { path: shown });
+        }
+        let is_block_device = ft.is_block_device();
+        if !ft.is_file() && !is_block_device {
+            return Err(VdevError::NotFileOrBlockDevice { path: shown });
+        }
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(!opts.read_only);
+        if opts.direct {
+            oo.custom_flags(libc::O_DIRECT);
+        }
+        let file = oo.open(path).map_err(|e| VdevError::io(&shown, e))?;
+        if !opts.no_lock {
+            lock_exclusive(&file, &shown)?;
+        }
+        let size = if is_block_device {
+            block_device_size(&file).map_err(|e| VdevError::io(&shown, e))?
+        } else {
+            meta.len()
+        };
+        if size < cairn_geometry::MIN_LEAF_SIZE {
+            return Err(VdevError::TooSmall { path: shown, size });
+        }
+        let sector = if is_block_device {
+            block_device_physical_sector(&file).unwrap_or(512)
+        } else {
+            FILE_SECTOR_SIZE
+        };
+        Ok(FileLeaf {
+            path: shown,
+            file,
+            size,
+            sector,
+            is_block_device,
+            direct: opts.direct,
+        })
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.is_block_device
+    }
+}
+
+fn lock_exclusive(file: &File, path: &str) -> Result<(), VdevError> {
+    // SAFETY: flock on a valid, owned descriptor.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(VdevError::Locked {
+            path: path.to_string(),
+        })
+    } else {
+        Err(VdevError::io(path, err))
+    }
+}
+
+fn block_device_size(file: &File) -> io::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::End(0))
+}
+
+fn block_device_physical_sector(file: &File) -> Option<u32> {
+    // BLKPBSZGET = _IO(0x12, 123): physical block size of a block device.
+    const BLKPBSZGET: libc::c_ulong = 0x127b;
+    let mut size: libc::c_uint = 0;
+    // SAFETY: the ioctl writes one c_uint into `size`.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKPBSZGET as _, &mut size) };
+    (rc == 0 && size.is_power_of_two()).then_some(size)
+}
+
+/// Alignment O_DIRECT needs for buffers, offsets and lengths.
+const DIRECT_ALIGN: usize = 4096;
+
+impl Leaf for FileLeaf {
+    fn path(&self) -> &str {
+        &self.path
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn physical_sector_size(&self) -> u32 {
+        self.sector
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.direct && !is_direct_aligned(buf.as_ptr(), buf.len(), offset) {
+            let mut bounce = AlignedBuf::new(buf.len());
+            self.file.read_exact_at(bounce.as_mut_slice(), offset)?;
+            buf.copy_from_slice(bounce.as_slice());
+            return Ok(());
+        }
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.direct && !is_direct_aligned(buf.as_ptr(), buf.len(), offset) {
+            let mut bounce = AlignedBuf::new(buf.len());
+            bounce.as_mut_slice().copy_from_slice(buf);
+            return self.file.write_all_at(bounce.as_slice(), offset);
+        }
+        self.file.write_all_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+fn is_direct_aligned(ptr: *const u8, len: usize, offset: u64) -> bool {
+    (ptr as usize).is_multiple_of(DIRECT_ALIGN)
+        && len.is_multiple_of(DIRECT_ALIGN)
+        && offset.is_multiple_of(DIRECT_ALIGN as u64)
+}
+
+/// A heap buffer aligned for O_DIRECT (length rounded up to the alignment).
+struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let storage = vec![0u8; len + 2 * DIRECT_ALIGN];
+        let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
+        AlignedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}

@@ -1,0 +1,690 @@
+//! Top-level vdevs (disk, mirror, raidz) and block I/O on them.
+//!
+//! A block lives at a byte `offset` in a top-level vdev's address space (the pool's allocator
+//! hands these out) and is `psize` bytes long, a multiple of the sector size. For a disk or a
+//! mirror the block sits at the same place on every child; for RAID-Z the geometry crate's
+//! `raidz_map` says which column goes where:
+//!
+//! ```text
+//!   raidz2, width 6, 8 data sectors:     child:  0    1    2    3    4    5
+//!                                                P0   Q0   D0   D2   D4   D6
+//!                                                P1   Q1   D1   D3   D5   D7
+//! ```
+//! Reads fetch only data columns; parity is read when a column is missing, fails, or the
+//! caller's checksum says the assembled block is wrong (then every combination of up to
+//! `parity` columns is tried, as OpenZFS's `vdev_raidz_combrec` does).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
+use cairn_parity::RaidzParity;
+
+use crate::config::{top_display_name, TopConfig};
+use crate::error::VdevError;
+use crate::leaf::Leaf;
+
+/// Per-leaf error counters, as `zpool status` shows them.
+#[derive(Debug, Default)]
+pub struct LeafStats {
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub checksum_errors: AtomicU64,
+}
+
+impl LeafStats {
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.read_errors.load(Ordering::Relaxed),
+            self.write_errors.load(Ordering::Relaxed),
+            self.checksum_errors.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// A leaf slot in a top-level vdev: the device when it could be opened, and its counters.
+#[derive(Debug)]
+pub struct Child {
+    pub guid: u64,
+    pub path: String,
+    /// `None` when the device could not be opened (missing, damaged label, wrong pool).
+    pub leaf: Option<Arc<dyn Leaf>>,
+    /// Why the device is not available, for `status`.
+    pub unavailable_reason: Option<String>,
+    pub offline: AtomicBool,
+    pub stats: LeafStats,
+}
+
+impl Child {
+    pub fn new(guid: u64, path: String, leaf: Option<Arc<dyn Leaf>>) -> Child {
+        Child {
+            guid,
+            path,
+            leaf,
+            unavailable_reason: None,
+            offline: AtomicBool::new(false),
+            stats: LeafStats::default(),
+        }
+    }
+    /// The device, if it can take I/O.
+    fn usable(&self) -> Option<&Arc<dyn Leaf>> {
+        if self.offline.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.leaf.as_ref()
+    }
+    pub fn is_usable(&self) -> bool {
+        self.usable().is_some()
+    }
+}
+
+/// Chooses which mirror child serves a read.
+pub trait MirrorReadPolicy: Send + Sync + fmt::Debug {
+    /// Writes into `order` the children to try, best first (all of `0..n`).
+    fn order(&self, offset: u64, n: usize, order: &mut Vec<usize>);
+}
+
+/// Rotates the first choice over the children, read after read.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    next: AtomicUsize,
+}
+
+impl MirrorReadPolicy for RoundRobin {
+    fn order(&self, _offset: u64, n: usize, order: &mut Vec<usize>) {
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        order.clear();
+        order.extend((0..n).map(|i| (first + i) % n));
+    }
+}
+
+/// What happened during one block I/O besides success.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct IoReport {
+    /// Children (indices) that were unavailable or returned an error.
+    pub failed_children: Vec<usize>,
+    /// Children whose data did not match the checksum.
+    pub checksum_failed_children: Vec<usize>,
+    /// Children rewritten with good data (self-heal).
+    pub repaired_children: Vec<usize>,
+    /// Whether parity reconstruction (or another mirror side) supplied the data.
+    pub reconstructed: bool,
+}
+
+/// Checks an assembled block (the object store passes its checksum test).
+pub type Verifier<'a> = &'a dyn Fn(&[u8]) -> bool;
+
+/// Blocks at least this large issue their columns on parallel threads.
+const PARALLEL_MIN_BYTES: u64 = 64 << 10;
+
+/// A top-level vdev with its children.
+#[derive(Debug)]
+pub struct TopVdev {
+    pub config: TopConfig,
+    pub children: Vec<Child>,
+    policy: Box<dyn MirrorReadPolicy>,
+    parity: &'static RaidzParity,
+}
+
+impl TopVdev {
+    pub fn new(config: TopConfig, children: Vec<Child>) -> TopVdev {
+        assert_eq!(
+            config.leaves.len(),
+            children.len(),
+            "one child per configured leaf"
+        );
+        TopVdev {
+            config,
+            children,
+            policy: Box::<RoundRobin>::default(),
+            parity: cairn_parity::default_parity(),
+        }
+    }
+
+    pub fn with_policy(mut self, policy: Box<dyn MirrorReadPolicy>) -> TopVdev {
+        self.policy = policy;
+        self
+    }
+
+    pub fn shape(&self) -> VdevShape {
+        self.config.shape
+    }
+    pub fn ashift(&self) -> u32 {
+        self.config.ashift
+    }
+    pub fn sector(&self) -> u64 {
+        1 << self.config.ashift
+    }
+    /// `raidz2-0`, `mirror-1`, or the leaf's path for a single disk.
+    pub fn display_name(&self) -> String {
+        top_display_name(self.config.shape, self.config.id)
+            .unwrap_or_else(|| self.children[0].path.clone())
+    }
+    /// Bytes a block of `psize` bytes occupies on this vdev.
+    pub fn block_asize(&self, psize: u64) -> u64 {
+        self.config.shape.block_asize(psize, self.config.ashift)
+    }
+    /// Number of children that cannot take I/O.
+    pub fn unusable_children(&self) -> usize {
+        self.children.iter().filter(|c| !c.is_usable()).count()
+    }
+    /// Whether every block can still be read (missing children within redundancy).
+    pub fn can_serve(&self) -> bool {
+        self.unusable_children() <= self.config.shape.redundancy()
+    }
+
+    fn check_address(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
+        let sector = self.sector();
+        let fits = offset
+            .checked_add(self.block_asize(psize))
+            .is_some_and(|end| end <= self.config.asize);
+        if psize == 0 || !psize.is_multiple_of(sector) || !offset.is_multiple_of(sector) || !fits {
+            return Err(VdevError::BadBlockAddress {
+                vdev: self.display_name(),
+                offset,
+                psize,
+                sector,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes a block (psize = `data.len()`) at `offset`. Succeeds when enough columns or
+    /// copies were written to read the block back; failed children are reported.
+    pub fn write_block(&self, offset: u64, data: &[u8]) -> Result<IoReport, VdevError> {
+        self.check_address(offset, data.len() as u64)?;
+        match self.config.shape {
+            VdevShape::Raidz { width, parity } => {
+                let map = raidz_map(offset, data.len() as u64, width, parity, self.ashift());
+                self.write_raidz(&map, data)
+            }
+            _ => self.write_copies(offset, data),
+        }
+    }
+
+    /// Reads a block of `out.len()` bytes at `offset`, reconstructing around failed children
+    /// and, when `verify` is given, around children that return wrong data.
+    pub fn read_block(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        verify: Option<Verifier<'_>>,
+    ) -> Result<IoReport, VdevError> {
+        self.check_address(offset, out.len() as u64)?;
+        match self.config.shape {
+            VdevShape::Raidz { width, parity } => {
+                let map = raidz_map(offset, out.len() as u64, width, parity, self.ashift());
+                self.read_raidz(&map, offset, out, verify)
+            }
+            _ => self.read_copies(offset, out, verify),
+        }
+    }
+
+    /// Flushes every usable child.
+    pub fn flush(&self) -> Result<(), VdevError> {
+        for child in &self.children {
+            if let Some(leaf) = child.usable() {
+                leaf.flush().map_err(|e| VdevError::io(&child.path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- disk and mirror -------------------------------------------------------------
+
+    fn write_copies(&self, offset: u64, data: &[u8]) -> Result<IoReport, VdevError> {
+        let jobs: Vec<(usize, u64, &[u8])> = (0..self.children.len())
+            .map(|c| (c, LEAF_DATA_START + offset, data))
+            .collect();
+        let failed = self.issue_writes(&jobs, data.len() as u64);
+        if failed.len() == self.children.len() {
+            return Err(VdevError::TooManyFailures {
+                vdev: self.display_name(),
+                offset,
+                failed: failed.len(),
+                parity: self.config.shape.redundancy(),
+            });
+        }
+        Ok(IoReport {
+            failed_children: failed,
+            ..IoReport::default()
+        })
+    }
+
+    fn read_copies(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        verify: Option<Verifier<'_>>,
+    ) -> Result<IoReport, VdevError> {
+        let mut order = Vec::with_capacity(self.children.len());
+        self.policy.order(offset, self.children.len(), &mut order);
+        let mut report = IoReport::default();
+        let leaf_offset = LEAF_DATA_START + offset;
+        let mut good = None;
+        for &c in &order {
+            let child = &self.children[c];
+            let Some(leaf) = child.usable() else {
+                report.failed_children.push(c);
+                continue;
+            };
+            if leaf.read_at(out, leaf_offset).is_err() {
+                child.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                report.failed_children.push(c);
+                continue;
+            }
+            if verify.is_some_and(|v| !v(out)) {
+                child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                report.checksum_failed_children.push(c);
+                continue;
+            }
+            good = Some(c);
+            break;
+        }
+        if good.is_none() {
+            let failed = report.failed_children.len() + report.checksum_failed_children.len();
+            return Err(
+                if verify.is_some() && !report.checksum_failed_children.is_empty() {
+                    VdevError::Unrecoverable {
+                        vdev: self.display_name(),
+                        offset,
+                    }
+                } else {
+                    VdevError::TooManyFailures {
+                        vdev: self.display_name(),
+                        offset,
+                        failed,
+                        parity: self.config.shape.redundancy(),
+                    }
+                },
+            );
+        }
+        report.reconstructed =
+            !report.failed_children.is_empty() || !report.checksum_failed_children.is_empty();
+        // Self-heal: rewrite sides that returned an error or wrong data.
+        let to_repair: Vec<usize> = report
+            .checksum_failed_children
+            .iter()
+            .chain(
+                report
+                    .failed_children
+                    .iter()
+                    .filter(|&&c| self.children[c].is_usable()),
+            )
+            .copied()
+            .collect();
+        for c in to_repair {
+            if let Some(leaf) = self.children[c].usable() {
+                if leaf.write_at(out, leaf_offset).is_ok() {
+                    report.repaired_children.push(c);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    // ---- RAID-Z ----------------------------------------------------------------------
+
+    fn write_raidz(&self, map: &RaidzMap, data: &[u8]) -> Result<IoReport, VdevError> {
+        let parity_len = map.columns[0].size as usize;
+        let mut parity_bufs: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; map.parity];
+        // The parity kernels take every column mutably; the data is copied once into a
+        // scratch buffer so callers can write from shared slices.
+        let mut scratch = data.to_vec();
+        {
+            let mut cols: Vec<&mut [u8]> =
+                parity_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            cols.extend(split_columns_mut(&mut scratch, map.data_columns()));
+            self.parity.generate(map.parity, &mut cols)?;
+        }
+        let mut jobs: Vec<(usize, u64, &[u8])> = Vec::with_capacity(map.columns.len());
+        for (i, col) in map.parity_columns().iter().enumerate() {
+            jobs.push((col.child, LEAF_DATA_START + col.offset, &parity_bufs[i]));
+        }
+        let mut pos = 0usize;
+        for col in map.data_columns() {
+            let len = col.size as usize;
+            jobs.push((
+                col.child,
+                LEAF_DATA_START + col.offset,
+                &data[pos..pos + len],
+            ));
+            pos += len;
+        }
+        let failed = self.issue_writes(&jobs, data.len() as u64);
+        if failed.len() > map.parity {
+            return Err(VdevError::TooManyFailures {
+                vdev: self.display_name(),
+                offset: map.columns[0].offset,
+                failed: failed.len(),
+                parity: map.parity,
+            });
+        }
+        Ok(IoReport {
+            failed_children: failed,
+            ..IoReport::default()
+        })
+    }
+
+    fn read_raidz(
+        &self,
+        map: &RaidzMap,
+        offset: u64,
+        out: &mut [u8],
+        verify: Option<Verifier<'_>>,
+    ) -> Result<IoReport, VdevError> {
+        let ncols = map.columns.len();
+        let p = map.parity;
+        let mut report = IoReport::default();
+        let mut parity_bufs: Vec<Vec<u8>> = Vec::new();
+        // bad[c]: column c could not be read.
+        let mut bad = vec![false; ncols];
+        {
+            let mut data_cols = split_columns_mut(out, map.data_columns());
+            let jobs: Vec<(usize, u64, &mut [u8])> = map
+                .data_columns()
+                .iter()
+                .zip(data_cols.iter_mut())
+                .map(|(col, buf)| (col.child, LEAF_DATA_START + col.offset, &mut **buf))
+                .collect();
+            for (j, failed) in self.issue_reads(jobs).into_iter().enumerate() {
+                bad[p + j] = failed;
+            }
+        }
+        if bad.iter().any(|&b| b) {
+            self.read_parity(map, &mut parity_bufs, &mut bad);
+            let missing: Vec<usize> = (0..ncols).filter(|&c| bad[c]).collect();
+            if missing.len() > p {
+                return Err(self.too_many(map, offset, missing.len()));
+            }
+            self.reconstruct(map, &mut parity_bufs, out, &missing)?;
+            report.reconstructed = true;
+        }
+        for c in (0..ncols).filter(|&c| bad[c]) {
+            report.failed_children.push(map.columns[c].child);
+        }
+        if let Some(verify) = verify {
+            if !verify(out) {
+                if parity_bufs.is_empty() {
+                    self.read_parity(map, &mut parity_bufs, &mut bad);
+                }
+                let culprits =
+                    self.combinatorial_reconstruct(map, &mut parity_bufs, out, &bad, verify);
+                let Some(culprits) = culprits else {
+                    return Err(VdevError::Unrecoverable {
+                        vdev: self.display_name(),
+                        offset,
+                    });
+                };
+                report.reconstructed = true;
+                for &c in &culprits {
+                    let child = &self.children[map.columns[c].child];
+                    child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    report.checksum_failed_children.push(map.columns[c].child);
+                }
+                self.repair_columns(map, &mut parity_bufs, out, &culprits, &mut report);
+            }
+        }
+        // Self-heal columns whose read failed on a device that is still there.
+        let errored: Vec<usize> = (0..ncols)
+            .filter(|&c| bad[c] && self.children[map.columns[c].child].is_usable())
+            .collect();
+        if !errored.is_empty() && !parity_bufs.is_empty() {
+            self.repair_columns(map, &mut parity_bufs, out, &errored, &mut report);
+        }
+        Ok(report)
+    }
+
+    fn too_many(&self, map: &RaidzMap, offset: u64, failed: usize) -> VdevError {
+        VdevError::TooManyFailures {
+            vdev: self.display_name(),
+            offset,
+            failed,
+            parity: map.parity,
+        }
+    }
+
+    /// Reads the parity columns into `bufs` (allocating them), marking failures in `bad`.
+    fn read_parity(&self, map: &RaidzMap, bufs: &mut Vec<Vec<u8>>, bad: &mut [bool]) {
+        *bufs = map
+            .parity_columns()
+            .iter()
+            .map(|c| vec![0u8; c.size as usize])
+            .collect();
+        let jobs: Vec<(usize, u64, &mut [u8])> = map
+            .parity_columns()
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(col, buf)| (col.child, LEAF_DATA_START + col.offset, buf.as_mut_slice()))
+            .collect();
+        for (c, failed) in self.issue_reads(jobs).into_iter().enumerate() {
+            bad[c] = failed;
+        }
+    }
+
+    /// Rebuilds `missing` columns in place (parity into `parity_bufs`, data into `out`).
+    fn reconstruct(
+        &self,
+        map: &RaidzMap,
+        parity_bufs: &mut [Vec<u8>],
+        out: &mut [u8],
+        missing: &[usize],
+    ) -> Result<(), VdevError> {
+        let mut cols: Vec<&mut [u8]> = parity_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+        cols.extend(split_columns_mut(out, map.data_columns()));
+        self.parity.reconstruct(map.parity, &mut cols, missing)?;
+        Ok(())
+    }
+
+    /// Tries every set of up to the remaining redundancy of readable columns as "wrong",
+    /// rebuilding them from the rest until the block verifies. Returns the wrong columns.
+    fn combinatorial_reconstruct(
+        &self,
+        map: &RaidzMap,
+        parity_bufs: &mut [Vec<u8>],
+        out: &mut [u8],
+        bad: &[bool],
+        verify: Verifier<'_>,
+    ) -> Option<Vec<usize>> {
+        let already: Vec<usize> = (0..bad.len()).filter(|&c| bad[c]).collect();
+        let budget = map.parity.checked_sub(already.len())?;
+        let suspects: Vec<usize> = (0..bad.len()).filter(|&c| !bad[c]).collect();
+        let original_out = out.to_vec();
+        let original_parity = parity_bufs.to_vec();
+        for k in 1..=budget {
+            let mut found = None;
+            for_each_combination(suspects.len(), k, &mut |combo| {
+                let set: Vec<usize> = combo.iter().map(|&i| suspects[i]).collect();
+                let mut missing = already.clone();
+                missing.extend(&set);
+                out.copy_from_slice(&original_out);
+                for (b, o) in parity_bufs.iter_mut().zip(&original_parity) {
+                    b.copy_from_slice(o);
+                }
+                if self.reconstruct(map, parity_bufs, out, &missing).is_ok() && verify(out) {
+                    found = Some(set);
+                    return false;
+                }
+                true
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        out.copy_from_slice(&original_out);
+        None
+    }
+
+    /// Writes the (now correct) contents of `columns` back to their children.
+    fn repair_columns(
+        &self,
+        map: &RaidzMap,
+        parity_bufs: &mut [Vec<u8>],
+        out: &mut [u8],
+        columns: &[usize],
+        report: &mut IoReport,
+    ) {
+        // Parity buffers hold what was read; regenerate so repaired parity is right.
+        if parity_bufs.len() == map.parity {
+            let mut cols: Vec<&mut [u8]> =
+                parity_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            cols.extend(split_columns_mut(out, map.data_columns()));
+            if self.parity.generate(map.parity, &mut cols).is_err() {
+                return;
+            }
+        }
+        let data_start: Vec<usize> = map
+            .data_columns()
+            .iter()
+            .scan(0usize, |pos, c| {
+                let s = *pos;
+                *pos += c.size as usize;
+                Some(s)
+            })
+            .collect();
+        for &c in columns {
+            let col = map.columns[c];
+            let child = &self.children[col.child];
+            let Some(leaf) = child.usable() else { continue };
+            let buf: &[u8] = if c < map.parity {
+                &parity_bufs[c]
+            } else {
+                let s = data_start[c - map.parity];
+                &out[s..s + col.size as usize]
+            };
+            if leaf.write_at(buf, LEAF_DATA_START + col.offset).is_ok() {
+                report.repaired_children.push(col.child);
+            }
+        }
+    }
+
+    // ---- issuing I/O to children -----------------------------------------------------
+
+    /// Writes each `(child, leaf_offset, bytes)`; returns the children that failed.
+    fn issue_writes(&self, jobs: &[(usize, u64, &[u8])], block_bytes: u64) -> Vec<usize> {
+        let write_one = |&(c, off, buf): &(usize, u64, &[u8])| -> bool {
+            let child = &self.children[c];
+            match child.usable() {
+                None => false,
+                Some(leaf) => {
+                    let ok = leaf.write_at(buf, off).is_ok();
+                    if !ok {
+                        child.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ok
+                }
+            }
+        };
+        let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = jobs[1..]
+                    .iter()
+                    .map(|j| s.spawn(move || write_one(j)))
+                    .collect();
+                let first = write_one(&jobs[0]);
+                std::iter::once(first)
+                    .chain(handles.into_iter().map(|h| h.join().unwrap_or(false)))
+                    .collect()
+            })
+        } else {
+            jobs.iter().map(write_one).collect()
+        };
+        jobs.iter()
+            .zip(results)
+            .filter(|(_, ok)| !ok)
+            .map(|(j, _)| j.0)
+            .collect()
+    }
+
+    /// Reads each `(child, leaf_offset, buffer)`; returns per job whether it failed.
+    fn issue_reads(&self, jobs: Vec<(usize, u64, &mut [u8])>) -> Vec<bool> {
+        let total: usize = jobs.iter().map(|j| j.2.len()).sum();
+        let read_one = |(c, off, buf): (usize, u64, &mut [u8])| -> bool {
+            let child = &self.children[c];
+            match child.usable() {
+                None => true,
+                Some(leaf) => {
+                    let failed = leaf.read_at(buf, off).is_err();
+                    if failed {
+                        child.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    failed
+                }
+            }
+        };
+        if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
+            std::thread::scope(|s| {
+                let mut iter = jobs.into_iter();
+                let first = iter.next().expect("at least two jobs");
+                let handles: Vec<_> = iter.map(|j| s.spawn(move || read_one(j))).collect();
+                let first = read_one(first);
+                std::iter::once(first)
+                    .chain(handles.into_iter().map(|h| h.join().unwrap_or(true)))
+                    .collect()
+            })
+        } else {
+            jobs.into_iter().map(read_one).collect()
+        }
+    }
+}
+
+/// Splits a block buffer into its data columns (column-major fill: column p holds the
+/// first bytes of the block).
+fn split_columns_mut<'a>(
+    mut buf: &'a mut [u8],
+    columns: &[cairn_geometry::RaidzColumn],
+) -> Vec<&'a mut [u8]> {
+    let mut out = Vec::with_capacity(columns.len());
+    for col in columns {
+        let (head, tail) = buf.split_at_mut(col.size as usize);
+        out.push(head);
+        buf = tail;
+    }
+    debug_assert!(buf.is_empty(), "data columns cover the whole block");
+    out
+}
+
+/// Calls `f` with every k-subset of `0..n` (as sorted indices) until it returns false.
+fn for_each_combination(n: usize, k: usize, f: &mut dyn FnMut(&[usize]) -> bool) {
+    if k > n {
+        return;
+    }
+    let mut idx: Vec<usize> = (0..k).collect();
+    loop {
+        if !f(&idx) {
+            return;
+        }
+        // Rightmost index that can still move right; none left means we are done.
+        let Some(i) = (0..k).rev().find(|&i| idx[i] < n - k + i) else {
+            return;
+        };
+        idx[i] += 1;
+        for j in i + 1..k {
+            idx[j] = idx[j - 1] + 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_each_combination;
+
+    #[test]
+    fn combinations_are_complete() {
+        let mut seen = Vec::new();
+        for_each_combination(5, 2, &mut |c| {
+            seen.push(c.to_vec());
+            true
+        });
+        assert_eq!(seen.len(), 10);
+        assert_eq!(seen[0], vec![0, 1]);
+        assert_eq!(seen[9], vec![3, 4]);
+        let mut n = 0;
+        for_each_combination(4, 4, &mut |_| {
+            n += 1;
+            true
+        });
+        assert_eq!(n, 1);
+    }
+}
