@@ -42,6 +42,7 @@ pub enum Health {
     Faulted,
     Offline,
     Unavail,
+    Removed,
 }
 
 impl std::fmt::Display for Health {
@@ -52,6 +53,7 @@ impl std::fmt::Display for Health {
             Health::Faulted => "FAULTED",
             Health::Offline => "OFFLINE",
             Health::Unavail => "UNAVAIL",
+            Health::Removed => "REMOVED",
         })
     }
 }
@@ -533,6 +535,8 @@ impl Pool {
             Health::Offline
         } else if child.leaf.is_none() {
             Health::Unavail
+        } else if child.removed.load(Ordering::Relaxed) {
+            Health::Removed
         } else {
             Health::Online
         }

@@ -7,12 +7,14 @@
 
 pub mod config;
 pub mod error;
+pub mod fault;
 pub mod label;
 pub mod leaf;
 pub mod top;
 
 pub use config::{LeafConfig, Owner, PoolConfig, TopConfig};
 pub use error::VdevError;
+pub use fault::{FaultLeaf, FaultSwitches};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
 pub use leaf::{FileLeaf, Leaf, LeafOptions};
 pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, TopVdev};

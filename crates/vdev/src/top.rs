@@ -53,6 +53,8 @@ pub struct Child {
     /// Why the device is not available, for `status`.
     pub unavailable_reason: Option<String>,
     pub offline: AtomicBool,
+    /// Set when the device vanished under I/O (ENXIO/ENODEV): zpool's REMOVED.
+    pub removed: AtomicBool,
     pub stats: LeafStats,
 }
 
@@ -64,15 +66,24 @@ impl Child {
             leaf,
             unavailable_reason: None,
             offline: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             stats: LeafStats::default(),
         }
     }
     /// The device, if it can take I/O.
     fn usable(&self) -> Option<&Arc<dyn Leaf>> {
-        if self.offline.load(Ordering::Relaxed) {
+        if self.offline.load(Ordering::Relaxed) || self.removed.load(Ordering::Relaxed) {
             return None;
         }
         self.leaf.as_ref()
+    }
+
+    /// Counts an I/O error; a device that is gone is marked removed so I/O stops going to it.
+    fn note_error(&self, counter: &AtomicU64, err: &std::io::Error) {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if matches!(err.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)) {
+            self.removed.store(true, Ordering::Relaxed);
+        }
     }
     pub fn is_usable(&self) -> bool {
         self.usable().is_some()
@@ -269,8 +280,8 @@ impl TopVdev {
                 report.failed_children.push(c);
                 continue;
             };
-            if leaf.read_at(out, leaf_offset).is_err() {
-                child.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = leaf.read_at(out, leaf_offset) {
+                child.note_error(&child.stats.read_errors, &e);
                 report.failed_children.push(c);
                 continue;
             }
@@ -567,13 +578,13 @@ impl TopVdev {
             let child = &self.children[c];
             match child.usable() {
                 None => false,
-                Some(leaf) => {
-                    let ok = leaf.write_at(buf, off).is_ok();
-                    if !ok {
-                        child.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+                Some(leaf) => match leaf.write_at(buf, off) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        child.note_error(&child.stats.write_errors, &e);
+                        false
                     }
-                    ok
-                }
+                },
             }
         };
         let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
@@ -604,13 +615,13 @@ impl TopVdev {
             let child = &self.children[c];
             match child.usable() {
                 None => true,
-                Some(leaf) => {
-                    let failed = leaf.read_at(buf, off).is_err();
-                    if failed {
-                        child.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                Some(leaf) => match leaf.read_at(buf, off) {
+                    Ok(()) => false,
+                    Err(e) => {
+                        child.note_error(&child.stats.read_errors, &e);
+                        true
                     }
-                    failed
-                }
+                },
             }
         };
         if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {

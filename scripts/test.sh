@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Installs what the tests need on a fresh Debian
+# machine (Rust components, Debian packages), then: rustfmt, clippy (warnings are errors),
+# every unit/property/integration test, and smoke runs of the demo and the parity bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+for pkg in libisal2; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${need_pkgs[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install Rust from rustup.rs first" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
+echo "== smoke: cairn demo"
+cargo run --locked -q -p cairn -- demo --leaf-mib 96 --blocks 100 >/dev/null
+echo "== smoke: cairn bench parity --quick"
+cargo run --locked -q -p cairn -- bench parity --quick >/dev/null
+echo "== all tests passed"
