@@ -40,10 +40,10 @@ fn export_move_and_import_with_d_gives_the_same_pool_and_data() {
 
     let b = dir.path().join("moved");
     std::fs::rename(&a, &b).unwrap();
-    let found = Pool::scan(&[b.clone()], false).unwrap();
+    let found = Pool::scan(std::slice::from_ref(&b), false).unwrap();
     assert_eq!(found.len(), 1);
     assert!(found[0].importable());
-    let pool = Pool::import(&home, &[b.clone()], "tank", false, false).unwrap();
+    let pool = Pool::import(&home, std::slice::from_ref(&b), "tank", false, false).unwrap();
     assert_eq!(pool.config.guid, guid);
     assert_eq!(pool.health().to_string(), "ONLINE");
     assert!(pool.tops[0]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn_pool::Pool;
-use rand::{Rng, RngCore};
+use rand::Rng;
 
 /// Creates `n` sparse files `d0..d{n-1}` of `size` bytes in `dir`.
 pub fn make_files(dir: &Path, n: usize, size: u64) -> Vec<PathBuf> {
