@@ -39,3 +39,51 @@ pub fn gf_mul(a: u8, b: u8) -> u8 {
 pub fn gf_pow2(e: usize) -> u8 {
     gf::pow2(e)
 }
+
+/// Decoding coefficients for erased data columns, as a plain matrix (what a generic
+/// erasure-code library such as ISA-L's `ec_encode_data` needs to compute the same thing as
+/// [`crate::RaidzParity::reconstruct`]).
+///
+/// `missing_data` are 0-based data indices (ascending, at most `nparity`); all parity is
+/// assumed present and rows P, Q, … (the first `missing_data.len()`) are used. Returns the
+/// input columns, as indices into the full row (surviving data first, then the parity
+/// columns used), and one coefficient row per missing data column, so that
+/// `D_missing[k] = Σ_i rows[k][i] · column[inputs[i]]`.
+pub fn decode_matrix(
+    nparity: usize,
+    ndata: usize,
+    missing_data: &[usize],
+) -> (Vec<usize>, Vec<Vec<u8>>) {
+    let m = missing_data.len();
+    assert!((1..=nparity).contains(&m) && nparity <= 3);
+    assert!(missing_data.windows(2).all(|w| w[0] < w[1]) && missing_data[m - 1] < ndata);
+    let mut square = [[0u8; 3]; 3];
+    for (row, square_row) in square.iter_mut().enumerate().take(m) {
+        for (entry, &x) in square_row.iter_mut().zip(missing_data) {
+            *entry = gf::parity_coef(row, x, ndata);
+        }
+    }
+    let inverse = gf::invert(&square, m).expect("RAID-Z submatrices are invertible");
+    let surviving: Vec<usize> = (0..ndata).filter(|i| !missing_data.contains(i)).collect();
+    let mut inputs: Vec<usize> = surviving.iter().map(|&i| nparity + i).collect();
+    inputs.extend(0..m);
+    let rows = (0..m)
+        .map(|k| {
+            let data_coefs = surviving.iter().map(|&i| {
+                (0..m).fold(0u8, |acc, j| {
+                    acc ^ gf::mul(inverse[k][j], gf::parity_coef(j, i, ndata))
+                })
+            });
+            data_coefs.chain((0..m).map(|j| inverse[k][j])).collect()
+        })
+        .collect();
+    (inputs, rows)
+}
+
+/// The RAID-Z coefficient matrix: `nparity` rows of `ndata` coefficients, `A[j][i] =
+/// (2^j)^(n−1−i)`.
+pub fn coefficient_matrix(nparity: usize, ndata: usize) -> Vec<Vec<u8>> {
+    (0..nparity)
+        .map(|j| (0..ndata).map(|i| gf::parity_coef(j, i, ndata)).collect())
+        .collect()
+}
