@@ -45,15 +45,37 @@ fn keyword(token: &str) -> Option<TopKind> {
 /// Words zpool knows that cairn does not support yet.
 const UNSUPPORTED_KEYWORDS: &[&str] = &["spare", "log", "cache", "special", "dedup", "draid"];
 
-/// Looks like a vdev keyword (not a path) but is none we know.
+/// Every vdev keyword zpool knows, for spotting typos.
+const ALL_KEYWORDS: &[&str] = &[
+    "mirror", "raidz", "raidz1", "raidz2", "raidz3", "draid", "spare", "log", "cache", "special",
+    "dedup",
+];
+
+/// Looks like a (mistyped or unknown) vdev keyword rather than a device path: a bare word
+/// that is not an existing file and starts like a keyword or is within two edits of one.
 fn looks_like_keyword(token: &str) -> bool {
-    !token.contains('/')
-        && !Path::new(token).exists()
-        && [
-            "mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup",
-        ]
+    if token.contains('/') || Path::new(token).exists() {
+        return false;
+    }
+    ["raidz", "mirr", "draid"]
         .iter()
         .any(|k| token.starts_with(k))
+        || ALL_KEYWORDS.iter().any(|k| edit_distance(token, k) <= 2)
+}
+
+/// Levenshtein distance (small strings only).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// Parses vdev tokens into top-level vdev specs, checking group sizes and duplicates.
