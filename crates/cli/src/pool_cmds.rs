@@ -197,6 +197,16 @@ pub fn labels(a: LabelsArgs) -> Result<(), String> {
     };
     let leaf = FileLeaf::open(&a.device, opts).map_err(err)?;
     let labels = read_leaf_labels(&leaf);
+    if labels.best_config().is_none() && labels.uberblocks.is_empty() {
+        let why = labels
+            .first_error()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        return Err(format!(
+            "no valid cairn label on '{}': {why}",
+            a.device.display()
+        ));
+    }
     if a.json {
         let configs: Vec<serde_json::Value> = labels
             .configs

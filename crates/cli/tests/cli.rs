@@ -1,0 +1,212 @@
+//! The `cairn` binary end to end: create (-n), list (--json, -Hp), status, labels, export,
+//! import (-d, refused for a second owner), destroy, and error exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use cairn_geometry::{leaf_asize, pool_space, VdevShape, VdevSpaceInput, ZfsEra};
+
+const MIB: u64 = 1 << 20;
+
+fn cairn(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .env("CAIRN_HOME", home)
+        .output()
+        .expect("run cairn")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "cairn failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn fails(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn files(dir: &Path, n: usize, size: u64) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let p: PathBuf = dir.join(format!("d{i}"));
+            std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+            p.display().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn create_dry_run_list_and_geometry_agree_to_the_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 6, 200 * MIB);
+    let mut args = vec!["create", "-n", "tank", "raidz2"];
+    args.extend(d.iter().map(String::as_str));
+    let dry = ok(&cairn(&home, &args));
+    assert!(dry.contains("would create 'tank'"), "{dry}");
+    assert!(cairn(&home, &["list", "--json"]).status.success());
+    assert!(
+        !ok(&cairn(&home, &["list"])).contains("tank"),
+        "dry run created nothing"
+    );
+
+    args.remove(1);
+    let real = ok(&cairn(&home, &args));
+    let line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("ashift"))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        line(&dry),
+        line(&real),
+        "create -n and create print the same capacity"
+    );
+
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["list", "--json"]))).unwrap();
+    let entry = &list["pools"][0];
+    let expect = pool_space(
+        &[VdevSpaceInput {
+            shape: VdevShape::Raidz {
+                width: 6,
+                parity: 2,
+            },
+            min_leaf_asize: leaf_asize(200 * MIB),
+            ashift: 12,
+        }],
+        ZfsEra::Cairn,
+    );
+    assert_eq!(entry["name"], "tank");
+    assert_eq!(entry["health"], "ONLINE");
+    assert_eq!(entry["avail"].as_u64().unwrap(), expect.avail);
+    assert_eq!(entry["size"].as_u64().unwrap(), expect.size);
+    assert_eq!(entry["free"].as_u64().unwrap(), expect.size);
+    assert_eq!(entry["alloc"].as_u64().unwrap(), 0);
+    assert!(
+        real.contains(&format!(
+            "avail {} ({} B)",
+            cairn_geometry::format_zfs_size(expect.avail),
+            expect.avail
+        )),
+        "{real}"
+    );
+
+    let hp = ok(&cairn(&home, &["list", "-H", "-p"]));
+    let cols: Vec<&str> = hp.trim().split('\t').collect();
+    assert_eq!(
+        cols,
+        [
+            "tank",
+            &expect.size.to_string(),
+            "0",
+            &expect.size.to_string(),
+            "0",
+            "ONLINE",
+            &expect.avail.to_string()
+        ]
+    );
+}
+
+#[test]
+fn status_labels_export_import_destroy() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let other_home = dir.path().join("other-home");
+    let disks = dir.path().join("disks");
+    std::fs::create_dir(&disks).unwrap();
+    let d = files(&disks, 4, 64 * MIB);
+    ok(&cairn(
+        &home,
+        &[
+            "create", "tank", "mirror", &d[0], &d[1], "mirror", &d[2], &d[3],
+        ],
+    ));
+
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    for want in [
+        "  pool: tank",
+        " state: ONLINE",
+        "NAME",
+        "READ WRITE CKSUM",
+        "mirror-0",
+        "mirror-1",
+        &d[3],
+        "errors: No known data errors",
+    ] {
+        assert!(status.contains(want), "missing '{want}' in:\n{status}");
+    }
+    let js: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["status", "--json"]))).unwrap();
+    assert_eq!(
+        js["pools"][0]["vdevs"][1]["leaves"][0]["path"],
+        d[2].as_str()
+    );
+
+    let labels = ok(&cairn(&home, &["labels", &d[0]]));
+    assert_eq!(labels.matches("\"name\": \"tank\"").count(), 4, "{labels}");
+    assert!(labels.contains("Uberblock"), "{labels}");
+
+    // A second owner (another state directory, i.e. another process/host) is refused.
+    let dirs = disks.to_str().unwrap();
+    let e = fails(&cairn(&other_home, &["import", "-d", dirs, "tank"]));
+    assert!(e.contains("in use") && e.contains("-f"), "{e}");
+
+    ok(&cairn(&home, &["export", "tank"]));
+    assert!(fails(&cairn(&home, &["status", "tank"])).contains("no such pool"));
+    let listing = ok(&cairn(&other_home, &["import", "-d", dirs]));
+    assert!(
+        listing.contains("pool: tank") && listing.contains("state: ONLINE"),
+        "{listing}"
+    );
+    // Move the devices: import still finds them.
+    let moved = dir.path().join("moved");
+    std::fs::rename(&disks, &moved).unwrap();
+    ok(&cairn(
+        &other_home,
+        &["import", "-d", moved.to_str().unwrap(), "tank"],
+    ));
+    let status = ok(&cairn(&other_home, &["status", "tank"]));
+    assert!(status.contains(moved.to_str().unwrap()), "{status}");
+    ok(&cairn(&other_home, &["destroy", "tank"]));
+    assert!(ok(&cairn(&other_home, &["list"])).contains("no pools"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_nonzero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 64 * MIB);
+    let e = fails(&cairn(&home, &["create", "tank", "raidz2", &d[0], &d[1]]));
+    assert!(e.contains("raidz2 needs at least 3 devices"), "{e}");
+    let e = fails(&cairn(&home, &["create", "-o", "ashift=20", "tank", &d[0]]));
+    assert!(e.contains("ashift=20 is out of range"), "{e}");
+    let e = fails(&cairn(
+        &home,
+        &["create", "-o", "compression=on", "tank", &d[0]],
+    ));
+    assert!(e.contains("unknown pool property"), "{e}");
+    let e = fails(&cairn(&home, &["status", "nope"]));
+    assert!(e.contains("no such pool 'nope'"), "{e}");
+    let e = fails(&cairn(&home, &["labels", &d[0]]));
+    assert!(
+        e.contains("no valid cairn label") && e.contains("not part of a cairn pool"),
+        "{e}"
+    );
+    let e = fails(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "ghost"],
+    ));
+    assert!(e.contains("no such pool"), "{e}");
+}
