@@ -2,7 +2,7 @@
 //! (create, open by name, import by scanning, export, destroy).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use cairn_vdev::{
 
 use crate::error::PoolError;
 use crate::home::{Home, LeafCounters, PoolRecord};
+use crate::leaves::open_leaf;
 use crate::spec::{check_replication, parse_vdevs, TopSpec};
 
 /// Txg of a freshly created pool's first config and uberblock.
@@ -178,7 +179,7 @@ pub fn config_space(config: &PoolConfig) -> PoolSpace {
     pool_space(&space_inputs(config), ZfsEra::Cairn)
 }
 
-fn ashift_for(leaves: &[Arc<FileLeaf>], requested: Option<u32>) -> Result<u32, PoolError> {
+fn ashift_for(leaves: &[Arc<dyn Leaf>], requested: Option<u32>) -> Result<u32, PoolError> {
     let probed = leaves
         .iter()
         .map(|l| l.physical_sector_size().max(512).trailing_zeros())
@@ -196,7 +197,7 @@ fn ashift_for(leaves: &[Arc<FileLeaf>], requested: Option<u32>) -> Result<u32, P
 fn open_new_leaves(
     specs: &[TopSpec],
     opts: &CreateOptions,
-) -> Result<Vec<Vec<Arc<FileLeaf>>>, PoolError> {
+) -> Result<Vec<Vec<Arc<dyn Leaf>>>, PoolError> {
     let leaf_opts = LeafOptions {
         direct: opts.direct,
         ..LeafOptions::default()
@@ -205,18 +206,18 @@ fn open_new_leaves(
     for spec in specs {
         let mut leaves = Vec::with_capacity(spec.devices.len());
         for dev in &spec.devices {
-            let leaf = FileLeaf::open(dev, leaf_opts)?;
+            let leaf = open_leaf(dev, leaf_opts)?;
             if !opts.force {
-                refuse_if_in_use(&leaf)?;
+                refuse_if_in_use(leaf.as_ref())?;
             }
-            leaves.push(Arc::new(leaf));
+            leaves.push(leaf);
         }
         tops.push(leaves);
     }
     Ok(tops)
 }
 
-fn refuse_if_in_use(leaf: &FileLeaf) -> Result<(), PoolError> {
+fn refuse_if_in_use(leaf: &dyn Leaf) -> Result<(), PoolError> {
     let labels = read_leaf_labels(leaf);
     if let Some(cfg) = labels.best_config() {
         let state = match cfg.pool.state {
@@ -251,7 +252,7 @@ impl Pool {
             return Err(PoolError::PoolExists(name.to_string()));
         }
         let leaves = open_new_leaves(&specs, &opts)?;
-        let all: Vec<Arc<FileLeaf>> = leaves.iter().flatten().cloned().collect();
+        let all: Vec<Arc<dyn Leaf>> = leaves.iter().flatten().cloned().collect();
         let ashift = ashift_for(&all, opts.ashift)?;
         let mut notes = sector_warnings(&all, ashift);
         let mut vdevs = Vec::with_capacity(specs.len());
@@ -309,7 +310,7 @@ impl Pool {
             all.iter()
                 .zip(config.vdevs.iter().flat_map(|t| t.leaves.iter()))
                 .find(|(_, lc)| lc.guid == guid)
-                .map(|(l, _)| Ok(l.clone() as Arc<dyn Leaf>))
+                .map(|(l, _)| Ok(l.clone()))
                 .unwrap_or_else(|| Err("not opened".to_string()))
         });
         let pool = Pool {
@@ -335,7 +336,7 @@ impl Pool {
         let record = home.load(name)?;
         let mut opened: BTreeMap<u64, Result<Member, String>> = BTreeMap::new();
         for (&guid, path) in &record.leaves {
-            opened.insert(guid, open_member(Path::new(path), record.guid, guid));
+            opened.insert(guid, open_member(path, record.guid, guid));
         }
         let config = opened
             .values()
@@ -466,9 +467,9 @@ impl Pool {
         let mut config = fp.config.clone();
         let mut opened: BTreeMap<u64, Result<Arc<dyn Leaf>, String>> = BTreeMap::new();
         for (&guid, path) in &fp.found {
-            match FileLeaf::open(path, LeafOptions::default()) {
+            match open_leaf(&path.display().to_string(), LeafOptions::default()) {
                 Ok(leaf) => {
-                    opened.insert(guid, Ok(Arc::new(leaf) as Arc<dyn Leaf>));
+                    opened.insert(guid, Ok(leaf));
                 }
                 Err(VdevError::Locked { path }) => {
                     return Err(import_err(format!(
@@ -703,13 +704,13 @@ impl Pool {
 type Member = (Arc<dyn Leaf>, LabelConfig);
 
 /// Opens a leaf of an imported pool and checks its label says it belongs there.
-fn open_member(path: &Path, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
-    let leaf = FileLeaf::open(path, LeafOptions::default()).map_err(|e| match e {
+fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
+    let leaf = open_leaf(spec, LeafOptions::default()).map_err(|e| match e {
         VdevError::Missing { .. } => "cannot open: device is missing".to_string(),
         VdevError::Locked { .. } => "cannot open: in use by another process".to_string(),
         other => other.to_string(),
     })?;
-    let labels = read_leaf_labels(&leaf);
+    let labels = read_leaf_labels(leaf.as_ref());
     let Some(cfg) = labels.best_config().cloned() else {
         let why = labels
             .first_error()
@@ -723,7 +724,7 @@ fn open_member(path: &Path, pool_guid: u64, leaf_guid: u64) -> Result<Member, St
             cfg.pool.name
         ));
     }
-    Ok((Arc::new(leaf), cfg))
+    Ok((leaf, cfg))
 }
 
 /// Builds top-level vdevs from a config, asking `open` for each leaf by GUID.
@@ -759,7 +760,7 @@ fn build_tops(
 }
 
 /// The "ashift 9 on a 4K disk" warning.
-fn sector_warnings(leaves: &[Arc<FileLeaf>], ashift: u32) -> Vec<String> {
+fn sector_warnings(leaves: &[Arc<dyn Leaf>], ashift: u32) -> Vec<String> {
     leaves
         .iter()
         .filter(|l| u64::from(l.physical_sector_size()) > 1u64 << ashift)

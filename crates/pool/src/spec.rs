@@ -18,7 +18,8 @@ pub enum TopKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopSpec {
     pub kind: TopKind,
-    pub devices: Vec<PathBuf>,
+    /// Device specs: absolute paths, or NBD URLs.
+    pub devices: Vec<String>,
 }
 
 impl TopSpec {
@@ -54,7 +55,7 @@ const ALL_KEYWORDS: &[&str] = &[
 /// Looks like a (mistyped or unknown) vdev keyword rather than a device path: a bare word
 /// that is not an existing file and starts like a keyword or is within two edits of one.
 fn looks_like_keyword(token: &str) -> bool {
-    if token.contains('/') || Path::new(token).exists() {
+    if token.contains('/') || token.contains(':') || Path::new(token).exists() {
         return false;
     }
     ["raidz", "mirr", "draid"]
@@ -98,7 +99,7 @@ pub fn parse_vdevs(tokens: &[String]) -> Result<Vec<TopSpec>, PoolError> {
                 "unknown vdev type '{token}': use mirror, raidz (= raidz1), raidz2 or raidz3, or give a device path"
             )));
         } else {
-            let dev = absolute(Path::new(token));
+            let dev = absolute(token);
             match group.as_mut() {
                 Some(g) => g.devices.push(dev),
                 None => tops.push(TopSpec {
@@ -142,24 +143,25 @@ fn check_group_size(top: &TopSpec) -> Result<(), PoolError> {
 fn check_duplicates(tops: &[TopSpec]) -> Result<(), PoolError> {
     let mut seen = std::collections::HashSet::new();
     for dev in tops.iter().flat_map(|t| t.devices.iter()) {
-        let key = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.clone());
+        let key = std::fs::canonicalize(dev).unwrap_or_else(|_| PathBuf::from(dev));
         if !seen.insert(key) {
             return Err(PoolError::BadSpec(format!(
-                "device '{}' is given more than once",
-                dev.display()
+                "device '{dev}' is given more than once"
             )));
         }
     }
     Ok(())
 }
 
-fn absolute(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        return p.to_path_buf();
+/// Makes a relative device path absolute; NBD URLs stay as they are.
+fn absolute(token: &str) -> String {
+    let p = Path::new(token);
+    if p.is_absolute() || cairn_nbd::is_nbd_url(token) {
+        return token.to_string();
     }
     std::env::current_dir()
-        .map(|d| d.join(p))
-        .unwrap_or_else(|_| p.to_path_buf())
+        .map(|d| d.join(p).display().to_string())
+        .unwrap_or_else(|_| token.to_string())
 }
 
 /// Replication level of a top-level vdev, as zpool compares them.
