@@ -176,7 +176,23 @@ pub fn table(context: &PlanContext, rows: &[Evaluation]) -> String {
 /// Risk the recommendation accepts over the horizon.
 pub const ACCEPTABLE_P_LOSS: f64 = 0.001;
 
-/// A short recommendation: most space, most speed and least risk among acceptable layouts.
+/// Capacity × speed, the quantity the balanced recommendation maximises.
+fn balance(row: &Evaluation) -> f64 {
+    row.avail_bytes as f64 * row.perf_score
+}
+
+fn best_by<'a>(
+    rows: &[&'a Evaluation],
+    better: impl Fn(&Evaluation, &Evaluation) -> std::cmp::Ordering,
+) -> &'a Evaluation {
+    rows.iter()
+        .copied()
+        .max_by(|a, b| better(a, b))
+        .expect("called with at least one row")
+}
+
+/// A short recommendation: among layouts whose risk is acceptable, the most space, the
+/// fastest and the best balance of the two; and the safest layout overall.
 pub fn recommendation(context: &PlanContext, rows: &[Evaluation]) -> String {
     let mut out = String::new();
     let acceptable: Vec<&Evaluation> = rows
@@ -186,49 +202,55 @@ pub fn recommendation(context: &PlanContext, rows: &[Evaluation]) -> String {
     let threshold = format_probability(ACCEPTABLE_P_LOSS);
     let years = context.years;
     if acceptable.is_empty() {
-        let _ = writeln!(out, "No layout keeps P(loss over {years} y) under {threshold}: add disks or parity, or cut rebuild time.");
+        let _ = writeln!(
+            out,
+            "No layout keeps P(loss over {years} y) under {threshold}: add parity or spares, or shorten rebuilds (--rebuild-rate)."
+        );
     } else {
-        let most_space = acceptable
-            .iter()
-            .max_by(|a, b| {
-                a.avail_bytes
-                    .cmp(&b.avail_bytes)
-                    .then(b.p_loss.total_cmp(&a.p_loss))
-            })
-            .unwrap();
-        let fastest = acceptable
-            .iter()
-            .max_by(|a, b| {
-                a.perf_score
-                    .total_cmp(&b.perf_score)
-                    .then(a.avail_bytes.cmp(&b.avail_bytes))
-            })
-            .unwrap();
         let _ = writeln!(
             out,
-            "Recommended (most space with P(loss over {years} y) ≤ {threshold}): {} — {} usable, survives {} failed disk(s), P(loss) {}.",
-            most_space.layout, most_space.avail_zfs, most_space.tolerates_min, format_probability(most_space.p_loss)
+            "Among layouts with P(loss over {years} y) ≤ {threshold}:"
         );
-        let _ = writeln!(out, "  cairn create tank {}", most_space.zpool);
-        let _ = writeln!(
-            out,
-            "Fastest at that risk: {} — {} usable, {:.0} random read IOPS, {:.0} MB/s sequential write.",
-            fastest.layout, fastest.avail_zfs, fastest.rand_read_iops, fastest.seq_write_mbs
-        );
+        let balanced = best_by(&acceptable, |a, b| balance(a).total_cmp(&balance(b)));
+        let most_space = best_by(&acceptable, |a, b| {
+            a.avail_bytes
+                .cmp(&b.avail_bytes)
+                .then(b.p_loss.total_cmp(&a.p_loss))
+        });
+        let fastest = best_by(&acceptable, |a, b| {
+            a.perf_score
+                .total_cmp(&b.perf_score)
+                .then(a.avail_bytes.cmp(&b.avail_bytes))
+        });
+        for (title, row) in [
+            ("recommended (capacity × speed)", balanced),
+            ("most space", most_space),
+            ("fastest", fastest),
+        ] {
+            let _ = writeln!(
+                out,
+                "  {title:<31} {:<28} {:>6} usable, {:>4.1}× one disk's speed, survives {} failure(s), P(loss) {}",
+                row.layout,
+                row.avail_zfs,
+                row.perf_score,
+                row.tolerates_min,
+                format_probability(row.p_loss)
+            );
+        }
+        let _ = writeln!(out, "  cairn create tank {}", balanced.zpool);
     }
-    if let Some(safest) = rows.iter().min_by(|a, b| {
-        a.p_loss
-            .total_cmp(&b.p_loss)
-            .then(b.avail_bytes.cmp(&a.avail_bytes))
-    }) {
-        let _ = writeln!(
-            out,
-            "Safest: {} — {} usable, P(loss) {}.",
-            safest.layout,
-            safest.avail_zfs,
-            format_probability(safest.p_loss)
-        );
-    }
+    let safest = best_by(&rows.iter().collect::<Vec<_>>(), |a, b| {
+        b.p_loss
+            .total_cmp(&a.p_loss)
+            .then(a.avail_bytes.cmp(&b.avail_bytes))
+    });
+    let _ = writeln!(
+        out,
+        "Safest overall: {} — {} usable, P(loss) {}.",
+        safest.layout,
+        safest.avail_zfs,
+        format_probability(safest.p_loss)
+    );
     out
 }
 
