@@ -81,7 +81,7 @@ fn table_is_readable() {
     let rows = output::sorted(&plan(&context), output::SortKey::Capacity);
     let text = output::table(&context, &rows);
     assert!(text.contains("stripe of 12"));
-    assert!(text.contains("Recommended"));
+    assert!(text.contains("recommended (capacity × speed)"));
     assert!(rows
         .windows(2)
         .all(|w| w[0].avail_bytes >= w[1].avail_bytes));
