@@ -184,7 +184,13 @@ pub enum ParityError {
 #[derive(Debug, Clone)]
 pub struct RaidzParity {
     kernel: Kernel,
+    /// Columns at least this long are written with non-temporal stores.
+    stream_min_bytes: usize,
 }
+
+/// Default for [`RaidzParity::with_stream_min_bytes`]: columns this long (a stripe of
+/// several MiB) are assumed not to be re-read from cache soon, so their outputs bypass it.
+pub const DEFAULT_STREAM_MIN_BYTES: usize = 512 << 10;
 
 /// A checked row: parity level, data column count and parity length.
 #[derive(Debug, Clone, Copy)]
@@ -319,7 +325,27 @@ impl RaidzParity {
         if !kernel.is_supported() {
             return Err(ParityError::KernelUnsupported(kernel));
         }
-        Ok(RaidzParity { kernel })
+        Ok(RaidzParity {
+            kernel,
+            stream_min_bytes: DEFAULT_STREAM_MIN_BYTES,
+        })
+    }
+
+    /// Sets the column length from which outputs are written with non-temporal stores
+    /// (faster when the stripe is out of cache, slower when it would have stayed in cache);
+    /// `usize::MAX` disables them.
+    pub fn with_stream_min_bytes(mut self, bytes: usize) -> Self {
+        self.stream_min_bytes = bytes;
+        self
+    }
+
+    /// See [`RaidzParity::with_stream_min_bytes`].
+    pub fn stream_min_bytes(&self) -> usize {
+        self.stream_min_bytes
+    }
+
+    fn streams(&self, shape: &Shape) -> bool {
+        shape.parity_len >= self.stream_min_bytes
     }
 
     /// The kernel this engine runs.
@@ -378,6 +404,7 @@ impl RaidzParity {
                 inputs: &inputs[..ninputs],
                 coefs: &coefs[..ninputs],
                 transform: None,
+                stream: self.streams(shape),
             };
             let mut outputs: [&mut [u8]; MAX_ROWS] = Default::default();
             let mut noutputs = 0;
@@ -452,6 +479,7 @@ impl RaidzParity {
                 inputs: &inputs[..ninputs],
                 coefs: &coefs[..ninputs],
                 transform: transform.as_ref(),
+                stream: self.streams(shape),
             };
             kernels::combine(self.kernel, &job, &mut outputs[..noutputs]);
         }
@@ -495,6 +523,7 @@ pub fn default_parity() -> &'static RaidzParity {
             eprintln!("cairn-parity: {err}; {KERNEL_ENV_VAR} ignored, using the scalar kernel");
             RaidzParity {
                 kernel: Kernel::Scalar,
+                stream_min_bytes: DEFAULT_STREAM_MIN_BYTES,
             }
         })
     })

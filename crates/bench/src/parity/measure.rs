@@ -49,9 +49,35 @@ impl Timing {
     }
 }
 
-/// Median seconds per call of `call` over `spec.reps` repetitions, each long enough to
-/// make timer resolution irrelevant (after one warm-up call and a calibration).
-pub(crate) fn median_secs_per_call(spec: &RepSpec, mut call: impl FnMut()) -> f64 {
+/// Median seconds per call of each of `count` competitors (`call(i)` runs competitor `i`
+/// once). Repetitions are interleaved — one of each competitor per round — so that noise
+/// from other processes on a shared machine hits all of them alike.
+pub(crate) fn interleaved_medians(
+    spec: &RepSpec,
+    count: usize,
+    mut call: impl FnMut(usize),
+) -> Vec<f64> {
+    let iterations: Vec<usize> = (0..count).map(|i| calibrate(spec, || call(i))).collect();
+    let mut samples = vec![Vec::with_capacity(spec.reps); count];
+    for _ in 0..spec.reps {
+        for (i, &n) in iterations.iter().enumerate() {
+            let start = Instant::now();
+            for _ in 0..n {
+                call(i);
+            }
+            samples[i].push(start.elapsed().as_secs_f64() / n as f64);
+        }
+    }
+    samples.into_iter().map(median).collect()
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Iterations for one repetition of `spec.min_rep_secs` (after a warm-up call).
+fn calibrate(spec: &RepSpec, mut call: impl FnMut()) -> usize {
     call();
     let mut iterations = 1usize;
     let per_call = loop {
@@ -65,18 +91,12 @@ pub(crate) fn median_secs_per_call(spec: &RepSpec, mut call: impl FnMut()) -> f6
         }
         iterations *= 2;
     };
-    let iterations = ((spec.min_rep_secs / per_call).ceil() as usize).max(1);
-    let mut samples: Vec<f64> = (0..spec.reps)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                call();
-            }
-            start.elapsed().as_secs_f64() / iterations as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    ((spec.min_rep_secs / per_call).ceil() as usize).max(1)
+}
+
+/// Median seconds per call of a single `call`.
+fn median_secs_per_call(spec: &RepSpec, mut call: impl FnMut()) -> f64 {
+    interleaved_medians(spec, 1, |_| call())[0]
 }
 
 /// A zeroed byte buffer whose start is 4 KiB aligned (ISA-L's `pq_gen` needs 32-byte

@@ -8,7 +8,7 @@ mod report;
 
 use cairn_parity::{reference, Kernel, RaidzParity};
 use isal::Isal;
-use measure::{fill_pattern, median_secs_per_call, AlignedBuffer, Timing};
+use measure::{fill_pattern, interleaved_medians, AlignedBuffer, Timing};
 use report::{BenchReport, Cache, Record};
 use std::path::PathBuf;
 
@@ -28,7 +28,7 @@ pub struct ParityBenchArgs {
     #[arg(long, value_name = "FILE")]
     pub json_out: Option<PathBuf>,
     /// Timed repetitions per figure (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 7)]
     pub reps: usize,
     /// Cache state(s) to measure.
     #[arg(long, value_enum, default_value_t = CacheArg::Both)]
@@ -42,6 +42,10 @@ pub struct ParityBenchArgs {
     /// Column sizes in KiB, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [4usize, 128, 1024])]
     pub col_kib: Vec<usize>,
+    /// Column length (KiB) from which cairn writes outputs with non-temporal stores
+    /// (default: the library's, 512 KiB; a huge value disables them).
+    #[arg(long, value_name = "KIB")]
+    pub stream_min_kib: Option<usize>,
     /// Do not measure ISA-L even if it is installed.
     #[arg(long)]
     pub no_isal: bool,
@@ -77,6 +81,11 @@ const ALL_OPS: [Op; 6] = [
 ];
 /// Every stripe holds room for P, Q and R; ops with less parity leave columns unused.
 const STRIPE_PARITY: usize = 3;
+/// Gap after each column, so columns do not all start at the same offset modulo 4 KiB and
+/// modulo the L2 set span (like separately allocated buffers; with back-to-back power-of-two
+/// columns every column maps to the same cache sets and 20+ columns thrash L1/L2 for every
+/// implementation alike). Keeps 64-byte alignment (ISA-L `pq_gen` needs 32).
+const COLUMN_GAP: usize = 4096 + 64;
 
 impl Op {
     pub(crate) fn name(self) -> &'static str {
@@ -160,6 +169,7 @@ struct Plan {
     caches: Vec<Cache>,
     timing: Timing,
     ring_bytes: usize,
+    stream_min_bytes: usize,
 }
 
 impl Plan {
@@ -206,6 +216,11 @@ impl Plan {
         } else {
             Timing::full(args.reps)
         };
+        let stream_min_bytes = args
+            .stream_min_kib
+            .map_or(cairn_parity::DEFAULT_STREAM_MIN_BYTES, |k| {
+                k.saturating_mul(1024)
+            });
         Ok(Plan {
             kernels,
             data_cols,
@@ -213,6 +228,7 @@ impl Plan {
             caches,
             timing,
             ring_bytes: args.ring_mib << 20,
+            stream_min_bytes,
         })
     }
 }
@@ -278,9 +294,9 @@ pub fn run(args: &ParityBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Shape {
-    ndata: usize,
-    col_bytes: usize,
+pub(crate) struct Shape {
+    pub(crate) ndata: usize,
+    pub(crate) col_bytes: usize,
 }
 
 impl Shape {
@@ -288,8 +304,18 @@ impl Shape {
         STRIPE_PARITY + self.ndata
     }
 
+    /// Distance between column starts: the column plus [`COLUMN_GAP`].
+    fn col_stride(self) -> usize {
+        self.col_bytes + COLUMN_GAP
+    }
+
     fn stripe_bytes(self) -> usize {
-        self.ncols() * self.col_bytes
+        self.ncols() * self.col_stride()
+    }
+
+    /// Byte range of column `c` inside a stripe buffer.
+    fn col_range(self, c: usize) -> std::ops::Range<usize> {
+        c * self.col_stride()..c * self.col_stride() + self.col_bytes
     }
 
     fn data_bytes(self) -> usize {
@@ -318,45 +344,52 @@ fn bench_hot(plan: &Plan, isal: &Result<Isal, String>, shape: Shape) -> Vec<Reco
     let mut records = Vec::new();
     for op in ALL_OPS {
         // Valid P, Q, R so reconstructions rebuild the original data; then the expected
-        // output of `op`, to check every implementation against.
-        best.generate(
-            STRIPE_PARITY,
-            &mut split_columns(buffer.bytes_mut(), shape.col_bytes),
-        )
-        .expect("valid stripe");
-        let expected = if op.rebuilt() > 0 {
-            snapshot(buffer.bytes_mut(), shape, op)
-        } else {
-            let mut reference = Runner::new(Implementation::Cairn(Kernel::Scalar), op, shape, None);
-            reference.run(&mut split_columns(buffer.bytes_mut(), shape.col_bytes));
-            snapshot(buffer.bytes_mut(), shape, op)
-        };
-        for implementation in implementations(plan, isal, op) {
-            let mut cols = split_columns(buffer.bytes_mut(), shape.col_bytes);
-            let mut runner = Runner::new(implementation, op, shape, isal.as_ref().ok());
-            let secs = median_secs_per_call(&plan.timing.hot(), || runner.run(&mut cols));
-            drop(cols);
+        // output of `op` (scalar kernel), to check every implementation against.
+        best.generate(STRIPE_PARITY, &mut split_columns(buffer.bytes_mut(), shape))
+            .expect("valid stripe");
+        if op.rebuilt() == 0 {
+            let mut reference = Runner::new(
+                Implementation::Cairn(Kernel::Scalar),
+                op,
+                shape,
+                None,
+                usize::MAX,
+            );
+            reference.run(&mut split_columns(buffer.bytes_mut(), shape));
+        }
+        let expected = snapshot(buffer.bytes_mut(), shape, op);
+        let implementations = implementations(plan, isal, op);
+        let mut runners: Vec<Runner> = implementations
+            .iter()
+            .map(|&i| Runner::new(i, op, shape, isal.as_ref().ok(), plan.stream_min_bytes))
+            .collect();
+        let mut cols = split_columns(buffer.bytes_mut(), shape);
+        let secs = interleaved_medians(&plan.timing.hot(), runners.len(), |i| {
+            runners[i].run(&mut cols)
+        });
+        drop(cols);
+        for ((runner, implementation), secs) in runners.iter_mut().zip(implementations).zip(secs) {
             for &c in &op.outputs() {
-                buffer.bytes_mut()[c * shape.col_bytes..(c + 1) * shape.col_bytes].fill(0xee);
+                buffer.bytes_mut()[shape.col_range(c)].fill(0xee);
             }
-            runner.run(&mut split_columns(buffer.bytes_mut(), shape.col_bytes));
+            runner.run(&mut split_columns(buffer.bytes_mut(), shape));
             let verified = snapshot(buffer.bytes_mut(), shape, op) == expected;
             if !verified {
                 eprintln!(
-                    "warning: {} {} {}×{} B disagrees with the reference",
+                    "warning: {} {} {}x{} B disagrees with the reference",
                     implementation.name(),
                     op.name(),
                     shape.ndata,
                     shape.col_bytes
                 );
             }
+            let gbps = shape.data_bytes() as f64 / secs;
             records.push(Record::new(
                 Cache::Hot,
                 op,
-                shape.ndata,
-                shape.col_bytes,
+                shape,
                 implementation,
-                shape.data_bytes() as f64 / secs,
+                gbps,
                 Some(verified),
             ));
         }
@@ -364,7 +397,7 @@ fn bench_hot(plan: &Plan, isal: &Result<Isal, String>, shape: Shape) -> Vec<Reco
     records
 }
 
-/// Out-of-cache: rotate over every stripe of a ring much larger than the LLC.
+/// Out-of-cache: every call takes the next stripe of a ring much larger than the LLC.
 fn bench_cold(
     plan: &Plan,
     isal: &Result<Isal, String>,
@@ -377,26 +410,30 @@ fn bench_cold(
         "ring too small for one stripe of {} bytes",
         shape.stripe_bytes()
     );
+    let mut all: Vec<Vec<&mut [u8]>> = ring[..stripes * shape.stripe_bytes()]
+        .chunks_mut(shape.stripe_bytes())
+        .map(|stripe| split_columns(stripe, shape))
+        .collect();
     let mut records = Vec::new();
     for op in ALL_OPS {
-        for implementation in implementations(plan, isal, op) {
-            let mut all: Vec<Vec<&mut [u8]>> = ring[..stripes * shape.stripe_bytes()]
-                .chunks_mut(shape.stripe_bytes())
-                .map(|stripe| split_columns(stripe, shape.col_bytes))
-                .collect();
-            let mut runner = Runner::new(implementation, op, shape, isal.as_ref().ok());
-            let mut next = 0;
-            let secs = median_secs_per_call(&plan.timing.cold(), || {
-                runner.run(&mut all[next]);
-                next = (next + 1) % stripes;
-            });
+        let implementations = implementations(plan, isal, op);
+        let mut runners: Vec<Runner> = implementations
+            .iter()
+            .map(|&i| Runner::new(i, op, shape, isal.as_ref().ok(), plan.stream_min_bytes))
+            .collect();
+        let mut next = 0;
+        let secs = interleaved_medians(&plan.timing.cold(), runners.len(), |i| {
+            runners[i].run(&mut all[next]);
+            next = (next + 1) % stripes;
+        });
+        for (implementation, secs) in implementations.into_iter().zip(secs) {
+            let gbps = shape.data_bytes() as f64 / secs;
             records.push(Record::new(
                 Cache::Cold,
                 op,
-                shape.ndata,
-                shape.col_bytes,
+                shape,
                 implementation,
-                shape.data_bytes() as f64 / secs,
+                gbps,
                 None,
             ));
         }
@@ -404,14 +441,19 @@ fn bench_cold(
     records
 }
 
-fn split_columns(stripe: &mut [u8], col_bytes: usize) -> Vec<&mut [u8]> {
-    stripe.chunks_mut(col_bytes).collect()
+fn split_columns(stripe: &mut [u8], shape: Shape) -> Vec<&mut [u8]> {
+    let columns: Vec<&mut [u8]> = stripe
+        .chunks_mut(shape.col_stride())
+        .map(|c| &mut c[..shape.col_bytes])
+        .collect();
+    assert_eq!(columns.len(), shape.ncols());
+    columns
 }
 
 fn snapshot(stripe: &mut [u8], shape: Shape, op: Op) -> Vec<u8> {
     op.outputs()
         .iter()
-        .flat_map(|&c| stripe[c * shape.col_bytes..(c + 1) * shape.col_bytes].to_vec())
+        .flat_map(|&c| stripe[shape.col_range(c)].to_vec())
         .collect()
 }
 
@@ -434,10 +476,12 @@ impl<'a> Runner<'a> {
         op: Op,
         shape: Shape,
         isal: Option<&'a Isal>,
+        stream_min_bytes: usize,
     ) -> Runner<'a> {
         let engine = match implementation {
             Implementation::Cairn(k) => {
-                Some(RaidzParity::with_kernel(k).expect("supported kernel"))
+                let engine = RaidzParity::with_kernel(k).expect("supported kernel");
+                Some(engine.with_stream_min_bytes(stream_min_bytes))
             }
             _ => None,
         };

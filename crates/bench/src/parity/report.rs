@@ -1,6 +1,6 @@
 //! Results: the JSON document and the human table.
 
-use super::{Implementation, Op};
+use super::{Implementation, Op, Shape};
 use cairn_parity::Kernel;
 use serde::Serialize;
 
@@ -34,8 +34,7 @@ impl Record {
     pub(crate) fn new(
         cache: Cache,
         op: Op,
-        ndata: usize,
-        col_bytes: usize,
+        shape: Shape,
         implementation: Implementation,
         bytes_per_sec: f64,
         verified: Option<bool>,
@@ -44,8 +43,8 @@ impl Record {
             cache,
             op: op.name(),
             nparity: op.nparity(),
-            ndata,
-            col_bytes,
+            ndata: shape.ndata,
+            col_bytes: shape.col_bytes,
             implementation: implementation.name(),
             is_isal: implementation.is_isal(),
             gbps: bytes_per_sec / 1e9,

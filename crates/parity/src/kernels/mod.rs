@@ -48,6 +48,9 @@ pub(crate) struct Combine<'a> {
     pub coefs: &'a [[u8; MAX_ROWS]],
     /// `Some(t)`: output `k` is `Σ_j t[k][j]·acc[j]`; `None`: output `j` is `acc[j]`.
     pub transform: Option<&'a [[u8; MAX_ROWS]; MAX_ROWS]>,
+    /// Prefer non-temporal stores for the outputs (large, out-of-cache stripes); a hint,
+    /// used when the outputs are aligned for it.
+    pub stream: bool,
 }
 
 impl Combine<'_> {

@@ -6,6 +6,7 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 32;
+type Vector = __m256i;
 /// (low-nibble table, high-nibble table).
 type Coef = (__m256i, __m256i);
 
@@ -21,6 +22,13 @@ unsafe fn load(ptr: *const u8) -> __m256i {
 unsafe fn store(ptr: *mut u8, value: __m256i) {
     // SAFETY: the caller guarantees 32 writable bytes at `ptr`; unaligned store.
     unsafe { _mm256_storeu_si256(ptr.cast(), value) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn stream(ptr: *mut u8, value: __m256i) {
+    // SAFETY: the caller guarantees 32 writable bytes at `ptr`, aligned to 32.
+    unsafe { _mm256_stream_si256(ptr.cast(), value) }
 }
 
 #[inline]

@@ -6,6 +6,7 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 64;
+type Vector = __m512i;
 type Coef = __m512i;
 
 #[inline]
@@ -20,6 +21,13 @@ unsafe fn load(ptr: *const u8) -> __m512i {
 unsafe fn store(ptr: *mut u8, value: __m512i) {
     // SAFETY: the caller guarantees 64 writable bytes at `ptr`; unaligned store.
     unsafe { _mm512_storeu_si512(ptr.cast(), value) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+unsafe fn stream(ptr: *mut u8, value: __m512i) {
+    // SAFETY: the caller guarantees 64 writable bytes at `ptr`, aligned to 64.
+    unsafe { _mm512_stream_si512(ptr.cast(), value) }
 }
 
 #[inline]

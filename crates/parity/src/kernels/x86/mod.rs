@@ -4,10 +4,12 @@
 //! `#[target_feature]` set (a generic function cannot carry per-instantiation features).
 
 /// Generates `combine(job, outputs)` for a kernel module. The module must define
-/// `WIDTH` (bytes per vector), `Vector`, `Coef` and the primitives listed above, all enabled
+/// `WIDTH` (bytes per vector), `Vector`, `Coef` and the primitives listed above (plus
+/// `stream`, a non-temporal store to a `WIDTH`-aligned address), all enabled
 /// for `$features`.
 macro_rules! simd_kernel {
     ($features:literal, $kernel:expr) => {
+        use std::arch::x86_64::_mm_sfence;
         use $crate::kernels::{scalar, Combine, MAX_ROWS};
 
         /// Runs `job`: SIMD over whole vectors, the scalar kernel for the tail.
@@ -28,19 +30,43 @@ macro_rules! simd_kernel {
         /// bytes were processed (a multiple of `WIDTH`).
         #[target_feature(enable = $features)]
         unsafe fn dispatch(job: &Combine, outputs: &mut [&mut [u8]]) -> usize {
-            match (job.rows, job.row0_is_xor) {
-                // Plain XOR has the fewest instructions per load: unroll it further.
-                (1, true) => run::<1, true, 4>(job, outputs),
-                (1, false) => run::<1, false, 2>(job, outputs),
-                (2, true) => run::<2, true, 2>(job, outputs),
-                (2, false) => run::<2, false, 2>(job, outputs),
-                (3, true) => run::<3, true, 2>(job, outputs),
-                _ => run::<3, false, 2>(job, outputs),
+            // Non-temporal stores need every output aligned to the vector width.
+            let aligned = outputs
+                .iter()
+                .all(|o| (o.as_ptr() as usize).is_multiple_of(WIDTH));
+            if job.stream && aligned {
+                let done = dispatch_rows::<true>(job, outputs);
+                // Make the streaming stores globally visible before the caller uses the data.
+                _mm_sfence();
+                done
+            } else {
+                dispatch_rows::<false>(job, outputs)
             }
         }
 
         #[target_feature(enable = $features)]
-        unsafe fn run<const ROWS: usize, const ROW0_XOR: bool, const UNROLL: usize>(
+        unsafe fn dispatch_rows<const STREAM: bool>(
+            job: &Combine,
+            outputs: &mut [&mut [u8]],
+        ) -> usize {
+            match (job.rows, job.row0_is_xor) {
+                // Plain XOR has the fewest instructions per load: unroll it further.
+                (1, true) => run::<1, true, 4, STREAM>(job, outputs),
+                (1, false) => run::<1, false, 2, STREAM>(job, outputs),
+                (2, true) => run::<2, true, 2, STREAM>(job, outputs),
+                (2, false) => run::<2, false, 2, STREAM>(job, outputs),
+                (3, true) => run::<3, true, 2, STREAM>(job, outputs),
+                _ => run::<3, false, 2, STREAM>(job, outputs),
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn run<
+            const ROWS: usize,
+            const ROW0_XOR: bool,
+            const UNROLL: usize,
+            const STREAM: bool,
+        >(
             job: &Combine,
             outputs: &mut [&mut [u8]],
         ) -> usize {
@@ -55,14 +81,25 @@ macro_rules! simd_kernel {
             let transform = job.transform.map(|_| &transform);
             let mut offset = 0;
             while offset + UNROLL * WIDTH <= job.len {
-                block::<ROWS, ROW0_XOR, UNROLL>(job, outputs, transform, offset);
+                block::<ROWS, ROW0_XOR, UNROLL, STREAM>(job, outputs, transform, offset);
                 offset += UNROLL * WIDTH;
             }
             while offset + WIDTH <= job.len {
-                block::<ROWS, ROW0_XOR, 1>(job, outputs, transform, offset);
+                block::<ROWS, ROW0_XOR, 1, STREAM>(job, outputs, transform, offset);
                 offset += WIDTH;
             }
             offset
+        }
+
+        /// Stores one vector, non-temporally when `STREAM` (then `ptr` is `WIDTH`-aligned).
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn put<const STREAM: bool>(ptr: *mut u8, value: Vector) {
+            if STREAM {
+                stream(ptr, value)
+            } else {
+                store(ptr, value)
+            }
         }
 
         /// Processes `UNROLL` vectors at `offset` of every column: loads each input once,
@@ -71,7 +108,12 @@ macro_rules! simd_kernel {
         /// bytes.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn block<const ROWS: usize, const ROW0_XOR: bool, const UNROLL: usize>(
+        unsafe fn block<
+            const ROWS: usize,
+            const ROW0_XOR: bool,
+            const UNROLL: usize,
+            const STREAM: bool,
+        >(
             job: &Combine,
             outputs: &mut [&mut [u8]],
             transform: Option<&[[Coef; MAX_ROWS]; MAX_ROWS]>,
@@ -107,7 +149,7 @@ macro_rules! simd_kernel {
                 None => {
                     for (output, acc_row) in outputs.iter_mut().zip(&acc) {
                         for (u, &a) in acc_row.iter().enumerate() {
-                            store(output.as_mut_ptr().add(offset + u * WIDTH), a);
+                            put::<STREAM>(output.as_mut_ptr().add(offset + u * WIDTH), a);
                         }
                     }
                 }
@@ -118,7 +160,7 @@ macro_rules! simd_kernel {
                             for (acc_row, &coef) in acc.iter().zip(t_row) {
                                 value = xor(value, mul(coef, acc_row[u]));
                             }
-                            store(output.as_mut_ptr().add(offset + u * WIDTH), value);
+                            put::<STREAM>(output.as_mut_ptr().add(offset + u * WIDTH), value);
                         }
                     }
                 }

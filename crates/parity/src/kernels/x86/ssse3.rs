@@ -5,6 +5,7 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 16;
+type Vector = __m128i;
 /// (low-nibble table, high-nibble table).
 type Coef = (__m128i, __m128i);
 
@@ -20,6 +21,13 @@ unsafe fn load(ptr: *const u8) -> __m128i {
 unsafe fn store(ptr: *mut u8, value: __m128i) {
     // SAFETY: the caller guarantees 16 writable bytes at `ptr`; unaligned store.
     unsafe { _mm_storeu_si128(ptr.cast(), value) }
+}
+
+#[inline]
+#[target_feature(enable = "ssse3")]
+unsafe fn stream(ptr: *mut u8, value: __m128i) {
+    // SAFETY: the caller guarantees 16 writable bytes at `ptr`, aligned to 16.
+    unsafe { _mm_stream_si128(ptr.cast(), value) }
 }
 
 #[inline]
