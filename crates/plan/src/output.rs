@@ -126,7 +126,7 @@ pub fn table(context: &PlanContext, rows: &[Evaluation]) -> String {
     let rs = format_zfs_size(context.recordsize);
     let _ = writeln!(
         out,
-        "  {:<30} {:>6} {:>5} {:>6} {:>4} {:>9} {:>5} {:>9} {:>9} {:>7} {:>11} {:>11}",
+        "  {:<30} {:>6} {:>5} {:>6} {:>4} {:>9} {:>5} {:>9} {:>9} {:>7} {:>12} {:>13}",
         "layout",
         "AVAIL",
         "df-h",
@@ -138,12 +138,12 @@ pub fn table(context: &PlanContext, rows: &[Evaluation]) -> String {
         format!("P(loss){}y", context.years),
         "rebuild",
         "seq R/W MB/s",
-        "rand R/W IO"
+        "rand R/W IOPS"
     );
     for row in rows {
         let _ = writeln!(
             out,
-            "{} {:<30} {:>6} {:>5} {:>6} {:>4} {:>9} {:>5} {:>9} {:>9} {:>7} {:>11} {:>11}",
+            "{} {:<30} {:>6} {:>5} {:>6} {:>4} {:>9} {:>5} {:>9} {:>9} {:>7} {:>12} {:>13}",
             if row.pareto { '*' } else { ' ' },
             row.layout,
             row.avail_zfs,
@@ -189,6 +189,16 @@ fn best_by<'a>(
         .copied()
         .max_by(|a, b| better(a, b))
         .expect("called with at least one row")
+}
+
+/// The recommended (balanced) layout: most capacity × speed among layouts whose risk is
+/// acceptable, if any.
+pub fn recommended(rows: &[Evaluation]) -> Option<&Evaluation> {
+    let acceptable: Vec<&Evaluation> = rows
+        .iter()
+        .filter(|r| r.p_loss <= ACCEPTABLE_P_LOSS)
+        .collect();
+    (!acceptable.is_empty()).then(|| best_by(&acceptable, |a, b| balance(a).total_cmp(&balance(b))))
 }
 
 /// A short recommendation: among layouts whose risk is acceptable, the most space, the

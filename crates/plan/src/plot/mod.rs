@@ -91,28 +91,72 @@ pub fn short_label(row: &Evaluation) -> String {
     format!("{groups}{vdev}{spares}")
 }
 
-/// Round tick step giving at most about 8 ticks up to `max`.
-fn tick_step(max: f64) -> f64 {
-    let raw = (max / 6.0).max(1e-9);
+/// Round tick step giving at most about 8 ticks over `span`.
+fn tick_step(span: f64) -> f64 {
+    let raw = (span / 6.0).max(1e-9);
     let magnitude = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
         .map(|m| m * magnitude)
-        .find(|step| max / step <= 8.0)
+        .find(|step| span / step <= 8.0)
         .unwrap_or(10.0 * magnitude)
 }
 
+/// x: capacity in TiB, linear from a round value below the smallest; y: speed, logarithmic
+/// (the layouts crowd at the slow end otherwise).
 struct Axes {
+    x_min: f64,
     x_max: f64,
+    x_step: f64,
+    y_min: f64,
     y_max: f64,
 }
 
 impl Axes {
+    fn fit(rows: &[Evaluation]) -> Axes {
+        let capacities = rows.iter().map(|r| tib(r.avail_bytes));
+        let (low, high) = capacities.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+            (lo.min(c), hi.max(c))
+        });
+        let x_step = tick_step((high - low * 0.9).max(1e-6));
+        let x_min = ((low * 0.9) / x_step).floor() * x_step;
+        let x_max = ((high * 1.04) / x_step).ceil().max(1.0) * x_step;
+        let speeds = rows.iter().map(|r| r.perf_score);
+        let (slow, fast) = speeds.fold((f64::INFINITY, 0.0f64), |(lo, hi), s| {
+            (lo.min(s), hi.max(s))
+        });
+        Axes {
+            x_min,
+            x_max,
+            x_step,
+            y_min: (slow / 1.25).max(0.1),
+            y_max: (fast * 1.25).max(1.0),
+        }
+    }
+
     fn to_pixels(&self, x: f64, y: f64) -> (f64, f64) {
+        let x_fraction = (x - self.x_min) / (self.x_max - self.x_min).max(1e-9);
+        let y_fraction = (y.max(1e-9) / self.y_min).ln() / (self.y_max / self.y_min).ln().max(1e-9);
         (
-            LEFT + x / self.x_max * (RIGHT - LEFT),
-            BOTTOM - y / self.y_max * (BOTTOM - TOP),
+            LEFT + x_fraction * (RIGHT - LEFT),
+            BOTTOM - y_fraction * (BOTTOM - TOP),
         )
+    }
+
+    /// 1-2-3-5 ticks inside the y range.
+    fn y_ticks(&self) -> Vec<f64> {
+        let mut ticks = Vec::new();
+        let mut decade = 10f64.powf(self.y_min.log10().floor());
+        while decade <= self.y_max {
+            for m in [1.0, 2.0, 3.0, 5.0] {
+                let value = m * decade;
+                if value >= self.y_min && value <= self.y_max {
+                    ticks.push(value);
+                }
+            }
+            decade *= 10.0;
+        }
+        ticks
     }
 }
 
@@ -123,21 +167,14 @@ fn tib(bytes: u64) -> f64 {
 /// Lays out the whole figure.
 pub fn build_scene(context: &PlanContext, rows: &[Evaluation]) -> Scene {
     let mut scene = Scene::new(WIDTH, HEIGHT);
-    let x_step = tick_step(rows.iter().map(|r| tib(r.avail_bytes)).fold(0.0, f64::max) * 1.05);
-    let y_step = tick_step(rows.iter().map(|r| r.perf_score).fold(0.0, f64::max) * 1.08);
-    let axes = Axes {
-        x_max: (rows.iter().map(|r| tib(r.avail_bytes)).fold(0.0, f64::max) * 1.05 / x_step)
-            .ceil()
-            .max(1.0)
-            * x_step,
-        y_max: (rows.iter().map(|r| r.perf_score).fold(0.0, f64::max) * 1.08 / y_step)
-            .ceil()
-            .max(1.0)
-            * y_step,
-    };
+    if rows.is_empty() {
+        return scene;
+    }
+    let axes = Axes::fit(rows);
     draw_titles(&mut scene, context);
-    draw_axes(&mut scene, &axes, x_step, y_step);
-    draw_points(&mut scene, &axes, rows);
+    draw_axes(&mut scene, &axes);
+    let recommended = crate::output::recommended(rows).map(|r| r.layout.clone());
+    draw_points(&mut scene, &axes, rows, recommended.as_deref());
     draw_legend(&mut scene, context);
     scene
 }
@@ -173,23 +210,23 @@ fn legend_probability(exponent: i32) -> String {
     }
 }
 
-fn draw_axes(scene: &mut Scene, axes: &Axes, x_step: f64, y_step: f64) {
-    let mut x = 0.0;
+fn draw_axes(scene: &mut Scene, axes: &Axes) {
+    let mut x = axes.x_min;
     while x <= axes.x_max + 1e-9 {
-        let (px, _) = axes.to_pixels(x, 0.0);
+        let (px, _) = axes.to_pixels(x, axes.y_min);
         scene.line((px, TOP), (px, BOTTOM), Rgb::LIGHT_GREY, 1.0);
+        let label = format!("{}", (x * 100.0).round() / 100.0);
         scene.text(
             (px, BOTTOM + 10.0),
             LABEL_SIZE,
             Rgb::BLACK,
             Anchor::Middle,
-            &format!("{x}"),
+            &label,
         );
-        x += x_step;
+        x += axes.x_step;
     }
-    let mut y = 0.0;
-    while y <= axes.y_max + 1e-9 {
-        let (_, py) = axes.to_pixels(0.0, y);
+    for y in axes.y_ticks() {
+        let (_, py) = axes.to_pixels(axes.x_min, y);
         scene.line((LEFT, py), (RIGHT, py), Rgb::LIGHT_GREY, 1.0);
         scene.text(
             (LEFT - 10.0, py - 8.0),
@@ -198,7 +235,6 @@ fn draw_axes(scene: &mut Scene, axes: &Axes, x_step: f64, y_step: f64) {
             Anchor::End,
             &format!("{y}"),
         );
-        y += y_step;
     }
     scene.line((LEFT, BOTTOM), (RIGHT, BOTTOM), Rgb::BLACK, 2.0);
     scene.line((LEFT, TOP), (LEFT, BOTTOM), Rgb::BLACK, 2.0);
@@ -210,7 +246,7 @@ fn draw_axes(scene: &mut Scene, axes: &Axes, x_step: f64, y_step: f64) {
         Anchor::Middle,
         x_label,
     );
-    let y_label = "speed, x one disk (geometric mean of seq R/W, random R/W)";
+    let y_label = "speed, x one disk, log scale (geometric mean of seq R/W, random R/W)";
     scene.text(
         (LEFT - 60.0, TOP - 32.0),
         LABEL_SIZE,
@@ -226,7 +262,7 @@ fn overlaps(a: Box2, b: Box2) -> bool {
     a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
 }
 
-fn draw_points(scene: &mut Scene, axes: &Axes, rows: &[Evaluation]) {
+fn draw_points(scene: &mut Scene, axes: &Axes, rows: &[Evaluation], recommended: Option<&str>) {
     let centers: Vec<(f64, f64)> = rows
         .iter()
         .map(|r| axes.to_pixels(tib(r.avail_bytes), r.perf_score))
@@ -259,10 +295,15 @@ fn draw_points(scene: &mut Scene, axes: &Axes, rows: &[Evaluation]) {
             width,
         );
     }
-    // Labels: Pareto points first, each at the first free spot around its point.
-    order.reverse();
+    // Labels: the recommended layout, then the Pareto front, then the rest, each at the
+    // first free spot around its point.
+    let is_recommended = |i: usize| Some(rows[i].layout.as_str()) == recommended;
+    order.sort_by_key(|&i| (!is_recommended(i), !rows[i].pareto));
     for &i in &order {
-        let label = short_label(&rows[i]);
+        let mut label = short_label(&rows[i]);
+        if is_recommended(i) {
+            label.push_str(" (recommended)");
+        }
         let width = scene::text_width(&label, LABEL_SIZE);
         let (cx, cy) = centers[i];
         let candidates = [
@@ -389,6 +430,14 @@ mod tests {
     #[test]
     fn ticks_are_round() {
         assert_eq!(tick_step(90.0), 20.0);
+        let axes = Axes {
+            x_min: 0.0,
+            x_max: 10.0,
+            x_step: 2.0,
+            y_min: 3.5,
+            y_max: 30.0,
+        };
+        assert_eq!(axes.y_ticks(), vec![5.0, 10.0, 20.0, 30.0]);
         assert_eq!(tick_step(26.0), 5.0);
         assert_eq!(tick_step(1.0), 0.2);
     }
