@@ -1,0 +1,870 @@
+//! The NBD server: accept loop, fixed-newstyle negotiation, and the transmission phase.
+//!
+//! One thread per connection reads requests in order; a small pool of workers per
+//! connection runs them against the export, so several requests are in flight and replies
+//! go out in completion order (each reply is written whole under the writer lock).
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crate::export::{BlockExport, ExportSource};
+use crate::wire::*;
+
+/// How often blocked reads and the accept loop look at the stop flag.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// A WRITE larger than the maximum payload is read and discarded (keeping the stream in
+/// sync) up to this size; beyond it the connection is closed.
+const MAX_DRAINED_PAYLOAD: u32 = 256 << 20;
+/// Metadata context id of base:allocation.
+const BASE_ALLOCATION_ID: u32 = 1;
+
+/// A byte stream the server can talk over (TCP or unix socket).
+pub trait Connection: Read + Write + Send + 'static {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
+    fn shutdown_both(&self);
+    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()>;
+}
+
+impl Connection for TcpStream {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(interval)
+    }
+}
+
+impl Connection for UnixStream {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(interval)
+    }
+}
+
+/// Tuning of a server.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerConfig {
+    /// Worker threads per connection (requests in flight at once).
+    pub workers_per_connection: usize,
+    /// Requests read ahead and queued for the workers (bounds memory per connection).
+    pub queue_depth: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            workers_per_connection: 4,
+            queue_depth: 8,
+        }
+    }
+}
+
+/// An NBD server over an `ExportSource`.
+#[derive(Clone)]
+pub struct NbdServer {
+    source: Arc<dyn ExportSource>,
+    config: ServerConfig,
+}
+
+/// A server running on its own thread; stops (and joins) when dropped.
+pub struct RunningServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, closes every connection, and waits for the threads.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.stop_and_join()
+    }
+    fn stop_and_join(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(io::Error::other("server thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+impl NbdServer {
+    pub fn new(source: Arc<dyn ExportSource>) -> NbdServer {
+        NbdServer {
+            source,
+            config: ServerConfig::default(),
+        }
+    }
+
+    pub fn with_config(mut self, config: ServerConfig) -> NbdServer {
+        self.config = ServerConfig {
+            workers_per_connection: config.workers_per_connection.max(1),
+            queue_depth: config.queue_depth.max(1),
+        };
+        self
+    }
+
+    /// Serves TCP clients until `stop` is set; then closes connections and returns.
+    pub fn serve_tcp(&self, listener: TcpListener, stop: Arc<AtomicBool>) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        self.accept_loop(&stop, || match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                let _ = s.set_nodelay(true);
+                Ok(Some(Box::new(s) as Box<dyn Connection>))
+            }
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Serves unix-socket clients until `stop` is set; then closes connections and returns.
+    pub fn serve_unix(&self, listener: UnixListener, stop: Arc<AtomicBool>) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        self.accept_loop(&stop, || match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                Ok(Some(Box::new(s) as Box<dyn Connection>))
+            }
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Runs `serve_tcp` on a new thread.
+    pub fn spawn_tcp(&self, listener: TcpListener) -> RunningServer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (server, flag) = (self.clone(), stop.clone());
+        let thread = thread::spawn(move || server.serve_tcp(listener, flag));
+        RunningServer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Runs `serve_unix` on a new thread.
+    pub fn spawn_unix(&self, listener: UnixListener) -> RunningServer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (server, flag) = (self.clone(), stop.clone());
+        let thread = thread::spawn(move || server.serve_unix(listener, flag));
+        RunningServer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn accept_loop(
+        &self,
+        stop: &Arc<AtomicBool>,
+        mut accept: impl FnMut() -> io::Result<Option<Box<dyn Connection>>>,
+    ) -> io::Result<()> {
+        let mut connections: Vec<JoinHandle<()>> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            match accept() {
+                Ok(Some(conn)) => {
+                    let (server, flag) = (self.clone(), stop.clone());
+                    connections.push(thread::spawn(move || server.handle(conn, flag)));
+                }
+                Ok(None) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(POLL_INTERVAL),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Transient accept failures (aborted handshakes, fd exhaustion): back off.
+                Err(_) => thread::sleep(POLL_INTERVAL),
+            }
+            connections.retain(|h| !h.is_finished());
+        }
+        for handle in connections {
+            let _ = handle.join();
+        }
+        Ok(())
+    }
+
+    /// Serves one connection from handshake to close. Never panics on client input.
+    fn handle(&self, conn: Box<dyn Connection>, stop: Arc<AtomicBool>) {
+        if conn.set_read_poll(Some(POLL_INTERVAL)).is_err() {
+            return;
+        }
+        let Ok(writer) = conn.try_clone_connection() else {
+            return;
+        };
+        let mut input = Input { conn, stop };
+        let mut output = writer;
+        if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
+            transmit(session, input, output, self.config);
+        } else {
+            output.shutdown_both();
+        }
+    }
+}
+
+/// Why a connection ends.
+#[derive(Debug)]
+enum Closed {
+    /// The client closed the stream (possibly mid-message).
+    Eof,
+    /// The server is stopping.
+    Stopped,
+    /// A socket error.
+    Io,
+    /// The client broke the protocol in a way the stream cannot recover from.
+    Protocol,
+}
+
+/// The reading half of a connection: blocking reads that still notice the stop flag.
+struct Input {
+    conn: Box<dyn Connection>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Input {
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<(), Closed> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let Some(rest) = buf.get_mut(filled..) else {
+                return Err(Closed::Protocol);
+            };
+            match self.conn.read(rest) {
+                Ok(0) => return Err(Closed::Eof),
+                Ok(n) => filled += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return Err(Closed::Stopped);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(Closed::Io),
+            }
+        }
+        Ok(())
+    }
+
+    fn read_vec(&mut self, len: usize) -> Result<Vec<u8>, Closed> {
+        let mut buf = vec![0u8; len];
+        self.read_full(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Reads and throws away `len` bytes.
+    fn discard(&mut self, len: u64) -> Result<(), Closed> {
+        let mut scratch = vec![0u8; len.min(1 << 20) as usize];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(scratch.len() as u64) as usize;
+            self.read_full(scratch.get_mut(..n).ok_or(Closed::Protocol)?)?;
+            left -= n as u64;
+        }
+        Ok(())
+    }
+}
+
+fn send(out: &mut Box<dyn Connection>, bytes: &[u8]) -> Result<(), Closed> {
+    out.write_all(bytes).map_err(|_| Closed::Io)
+}
+
+// ---------------------------------------------------------------------------------------
+// Negotiation
+
+/// What negotiation agreed on.
+struct Session {
+    export: Arc<dyn BlockExport>,
+    structured: bool,
+    base_allocation: bool,
+}
+
+/// Negotiation state carried between options.
+#[derive(Default)]
+struct Haggle {
+    structured: bool,
+    /// Export name and whether base:allocation was selected for it.
+    meta: Option<(String, bool)>,
+}
+
+/// Transmission flags of an export.
+pub fn transmission_flags(export: &dyn BlockExport) -> u16 {
+    let base = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_CAN_MULTI_CONN;
+    if export.read_only() {
+        base | FLAG_READ_ONLY
+    } else {
+        base | FLAG_SEND_FUA | FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES | FLAG_SEND_FAST_ZERO
+    }
+}
+
+/// Block sizes advertised for an export: (min, preferred, max).
+pub fn block_sizes(export: &dyn BlockExport) -> (u32, u32, u32) {
+    let preferred = export.preferred_block_size();
+    let preferred = if preferred.is_power_of_two() {
+        preferred.clamp(MIN_BLOCK_SIZE, MAX_PAYLOAD)
+    } else {
+        4096
+    };
+    (MIN_BLOCK_SIZE, preferred, MAX_PAYLOAD)
+}
+
+fn negotiate(
+    source: &dyn ExportSource,
+    input: &mut Input,
+    out: &mut Box<dyn Connection>,
+) -> Result<Option<Session>, Closed> {
+    send(
+        out,
+        &encode_greeting(HANDSHAKE_FLAG_FIXED_NEWSTYLE | HANDSHAKE_FLAG_NO_ZEROES),
+    )?;
+    let mut flags = [0u8; 4];
+    input.read_full(&mut flags)?;
+    let client_flags = u32::from_be_bytes(flags);
+    if client_flags & !(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES) != 0 {
+        return Err(Closed::Protocol);
+    }
+    let no_zeroes = client_flags & CLIENT_FLAG_NO_ZEROES != 0;
+    let mut haggle = Haggle::default();
+    loop {
+        let mut header = [0u8; OPTION_HEADER_LEN];
+        input.read_full(&mut header)?;
+        let header = parse_option_header(&header).map_err(|_| Closed::Protocol)?;
+        if header.length > MAX_OPTION_LENGTH {
+            return Err(Closed::Protocol);
+        }
+        let data = input.read_vec(header.length as usize)?;
+        let option = match parse_option(header.option, &data) {
+            Ok(o) => o,
+            Err(e) => {
+                reply_error(out, header.option, REP_ERR_INVALID, &e.to_string())?;
+                continue;
+            }
+        };
+        match answer_option(source, &mut haggle, out, option, no_zeroes)? {
+            Next::Continue => {}
+            Next::Abort => return Ok(None),
+            Next::Transmit(session) => return Ok(Some(session)),
+        }
+    }
+}
+
+enum Next {
+    Continue,
+    Abort,
+    Transmit(Session),
+}
+
+fn reply_error(
+    out: &mut Box<dyn Connection>,
+    option: u32,
+    kind: u32,
+    msg: &str,
+) -> Result<(), Closed> {
+    send(out, &encode_option_reply(option, kind, msg.as_bytes()))
+}
+
+fn answer_option(
+    source: &dyn ExportSource,
+    haggle: &mut Haggle,
+    out: &mut Box<dyn Connection>,
+    option: ClientOption,
+    no_zeroes: bool,
+) -> Result<Next, Closed> {
+    let code = option_code(&option);
+    match option {
+        ClientOption::ExportName(name) => {
+            let export = source.open(&name).ok_or(Closed::Protocol)?;
+            let answer =
+                encode_export_name_answer(export.size(), transmission_flags(&*export), no_zeroes);
+            send(out, &answer)?;
+            Ok(Next::Transmit(session_for(haggle, &name, export)))
+        }
+        ClientOption::Abort => {
+            let _ = send(out, &encode_option_reply(code, REP_ACK, &[]));
+            Ok(Next::Abort)
+        }
+        ClientOption::List => {
+            for name in source.list() {
+                send(
+                    out,
+                    &encode_option_reply(code, REP_SERVER, &encode_rep_server(&name)),
+                )?;
+            }
+            send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+            Ok(Next::Continue)
+        }
+        ClientOption::Info { name, .. } | ClientOption::Go { name, .. } => {
+            let Some(export) = source.open(&name) else {
+                reply_error(
+                    out,
+                    code,
+                    REP_ERR_UNKNOWN,
+                    &format!("no export named '{name}'"),
+                )?;
+                return Ok(Next::Continue);
+            };
+            let (min, preferred, max) = block_sizes(&*export);
+            let flags = transmission_flags(&*export);
+            send(
+                out,
+                &encode_option_reply(code, REP_INFO, &encode_info_export(export.size(), flags)),
+            )?;
+            let sizes = encode_info_block_size(min, preferred, max);
+            send(out, &encode_option_reply(code, REP_INFO, &sizes))?;
+            send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+            if code == OPT_GO {
+                Ok(Next::Transmit(session_for(haggle, &name, export)))
+            } else {
+                Ok(Next::Continue)
+            }
+        }
+        ClientOption::StructuredReply => {
+            if haggle.structured {
+                reply_error(
+                    out,
+                    code,
+                    REP_ERR_INVALID,
+                    "structured replies already negotiated",
+                )?;
+            } else {
+                haggle.structured = true;
+                send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+            }
+            Ok(Next::Continue)
+        }
+        ClientOption::ListMetaContext { name, queries }
+        | ClientOption::SetMetaContext { name, queries } => {
+            let set = code == OPT_SET_META_CONTEXT;
+            answer_meta_context(source, haggle, out, code, set, name, &queries)?;
+            Ok(Next::Continue)
+        }
+        ClientOption::StartTls | ClientOption::Unknown { .. } => {
+            reply_error(out, code, REP_ERR_UNSUP, "option not supported")?;
+            Ok(Next::Continue)
+        }
+    }
+}
+
+fn session_for(haggle: &Haggle, name: &str, export: Arc<dyn BlockExport>) -> Session {
+    let base_allocation =
+        haggle.structured && matches!(&haggle.meta, Some((meta_name, true)) if meta_name == name);
+    Session {
+        export,
+        structured: haggle.structured,
+        base_allocation,
+    }
+}
+
+/// Whether a metadata-context query selects base:allocation. For LIST, namespace queries
+/// ("base:") and an empty query list match too.
+fn query_selects_base_allocation(query: &str, listing: bool) -> bool {
+    query == BASE_ALLOCATION || (listing && query == "base:")
+}
+
+fn answer_meta_context(
+    source: &dyn ExportSource,
+    haggle: &mut Haggle,
+    out: &mut Box<dyn Connection>,
+    code: u32,
+    set: bool,
+    name: String,
+    queries: &[String],
+) -> Result<(), Closed> {
+    if !haggle.structured {
+        return reply_error(
+            out,
+            code,
+            REP_ERR_INVALID,
+            "negotiate structured replies first",
+        );
+    }
+    if source.open(&name).is_none() {
+        return reply_error(
+            out,
+            code,
+            REP_ERR_UNKNOWN,
+            &format!("no export named '{name}'"),
+        );
+    }
+    let selected = if queries.is_empty() {
+        !set
+    } else {
+        queries
+            .iter()
+            .any(|q| query_selects_base_allocation(q, !set))
+    };
+    if selected {
+        let id = if set { BASE_ALLOCATION_ID } else { 0 };
+        let data = encode_rep_meta_context(id, BASE_ALLOCATION);
+        send(out, &encode_option_reply(code, REP_META_CONTEXT, &data))?;
+    }
+    if set {
+        haggle.meta = Some((name, selected));
+    }
+    send(out, &encode_option_reply(code, REP_ACK, &[]))
+}
+
+// ---------------------------------------------------------------------------------------
+// Transmission
+
+/// A request ready for a worker: the header and, for WRITE, its payload.
+struct Job {
+    request: Request,
+    payload: Vec<u8>,
+}
+
+/// The writing half of a connection, shared by the workers.
+struct Replies {
+    out: Mutex<Box<dyn Connection>>,
+    structured: bool,
+    broken: AtomicBool,
+}
+
+impl Replies {
+    fn write(&self, bytes: &[u8]) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if self.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        if out.write_all(bytes).is_err() {
+            self.broken.store(true, Ordering::SeqCst);
+            out.shutdown_both();
+        }
+    }
+
+    /// Success or failure of a command without data.
+    fn status(&self, cookie: u64, error: u32) {
+        self.write(&encode_simple_reply(&SimpleReply { error, cookie }));
+    }
+
+    /// A failed READ or BLOCK_STATUS (a structured ERROR chunk when negotiated).
+    fn failure(&self, cookie: u64, error: u32, message: &str) {
+        if self.structured {
+            let payload = encode_error_payload(error, message);
+            self.write(&encode_chunk(
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_ERROR,
+                cookie,
+                &payload,
+            ));
+        } else {
+            self.status(cookie, error);
+        }
+    }
+}
+
+/// The error a request earns before it runs, if any.
+pub fn check_request(
+    req: &Request,
+    export: &dyn BlockExport,
+    base_allocation: bool,
+) -> Option<u32> {
+    let cmd = req.command;
+    if matches!(cmd, Command::Unknown(_) | Command::Cache) {
+        return Some(NBD_EINVAL);
+    }
+    if req.flags & !cmd.allowed_flags() != 0 {
+        return Some(NBD_EINVAL);
+    }
+    let writes = matches!(cmd, Command::Write | Command::Trim | Command::WriteZeroes);
+    if writes && export.read_only() {
+        return Some(NBD_EPERM);
+    }
+    if matches!(cmd, Command::Read | Command::Write) && req.length > MAX_PAYLOAD {
+        return Some(NBD_EOVERFLOW);
+    }
+    if cmd == Command::BlockStatus && (!base_allocation || req.length == 0) {
+        return Some(NBD_EINVAL);
+    }
+    let in_range = req
+        .offset
+        .checked_add(u64::from(req.length))
+        .is_some_and(|end| end <= export.size());
+    if !in_range && cmd != Command::Flush && cmd != Command::Disconnect {
+        let past_end = if matches!(cmd, Command::Write | Command::WriteZeroes) {
+            NBD_ENOSPC
+        } else {
+            NBD_EINVAL
+        };
+        return Some(past_end);
+    }
+    None
+}
+
+fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, config: ServerConfig) {
+    let replies = Arc::new(Replies {
+        out: Mutex::new(output),
+        structured: session.structured,
+        broken: AtomicBool::new(false),
+    });
+    let export = session.export.clone();
+    let (queue, jobs) = sync_channel::<Job>(config.queue_depth);
+    let jobs = Arc::new(Mutex::new(jobs));
+    let workers: Vec<JoinHandle<()>> = (0..config.workers_per_connection)
+        .map(|_| {
+            let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
+            thread::spawn(move || work(&jobs, &replies, &*export))
+        })
+        .collect();
+    while !replies.broken.load(Ordering::SeqCst) {
+        match next_job(&mut input, &replies, &session) {
+            Ok(Some(job)) => {
+                if queue.send(job).is_err() {
+                    break;
+                }
+            }
+            Ok(None) => {}
+            Err(_) => break,
+        }
+    }
+    drop(queue);
+    for w in workers {
+        let _ = w.join();
+    }
+    let out = replies.out.lock().unwrap_or_else(|e| e.into_inner());
+    out.shutdown_both();
+}
+
+/// Reads one request; answers it directly when it is invalid. `Err` ends the connection.
+fn next_job(
+    input: &mut Input,
+    replies: &Replies,
+    session: &Session,
+) -> Result<Option<Job>, Closed> {
+    let mut header = [0u8; REQUEST_LEN];
+    input.read_full(&mut header)?;
+    let request = parse_request(&header).map_err(|_| Closed::Protocol)?;
+    if request.command == Command::Disconnect {
+        return Err(Closed::Eof);
+    }
+    let error = check_request(&request, &*session.export, session.base_allocation);
+    let mut payload = Vec::new();
+    if request.command == Command::Write {
+        if request.length > MAX_PAYLOAD {
+            if request.length > MAX_DRAINED_PAYLOAD {
+                return Err(Closed::Protocol);
+            }
+            input.discard(u64::from(request.length))?;
+        } else {
+            payload = input.read_vec(request.length as usize)?;
+        }
+    }
+    match error {
+        Some(e) if matches!(request.command, Command::Read | Command::BlockStatus) => {
+            replies.failure(request.cookie, e, "invalid request");
+            Ok(None)
+        }
+        Some(e) => {
+            replies.status(request.cookie, e);
+            Ok(None)
+        }
+        None => Ok(Some(Job { request, payload })),
+    }
+}
+
+fn work(jobs: &Mutex<Receiver<Job>>, replies: &Replies, export: &dyn BlockExport) {
+    loop {
+        let job = {
+            let rx = jobs.lock().unwrap_or_else(|e| e.into_inner());
+            rx.recv()
+        };
+        let Ok(job) = job else {
+            return;
+        };
+        run(job, replies, export);
+    }
+}
+
+fn run(job: Job, replies: &Replies, export: &dyn BlockExport) {
+    let req = job.request;
+    let fua = req.flags & CMD_FLAG_FUA != 0;
+    let len = u64::from(req.length);
+    let then_flush = |r: io::Result<()>| r.and_then(|()| if fua { export.flush() } else { Ok(()) });
+    let result = match req.command {
+        Command::Read => return run_read(&req, replies, export),
+        Command::BlockStatus => return run_block_status(&req, replies, export),
+        Command::Write => then_flush(export.write_at(&job.payload, req.offset)),
+        Command::Flush => export.flush(),
+        Command::Trim => then_flush(export.trim(req.offset, len)),
+        Command::WriteZeroes => {
+            if req.flags & CMD_FLAG_FAST_ZERO != 0 && !export.fast_zero() {
+                Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+            } else {
+                let may_punch = req.flags & CMD_FLAG_NO_HOLE == 0;
+                then_flush(export.write_zeroes(req.offset, len, may_punch))
+            }
+        }
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    replies.status(req.cookie, result.as_ref().err().map_or(0, nbd_errno));
+}
+
+fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
+    let len = req.length as usize;
+    // The reply header goes in front of the data so the reply is written in one call.
+    let head = if replies.structured {
+        STRUCTURED_HEADER_LEN + 8
+    } else {
+        SIMPLE_REPLY_LEN
+    };
+    let mut reply = vec![0u8; head + len];
+    let result = match reply.get_mut(head..) {
+        Some(data) => export.read_at(data, req.offset),
+        None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    if let Err(e) = result {
+        replies.failure(req.cookie, nbd_errno(&e), &e.to_string());
+        return;
+    }
+    let header: Vec<u8> = if replies.structured {
+        let chunk = ChunkHeader {
+            flags: REPLY_FLAG_DONE,
+            chunk_type: REPLY_TYPE_OFFSET_DATA,
+            cookie: req.cookie,
+            length: (8 + len) as u32,
+        };
+        let mut h = encode_chunk_header(&chunk).to_vec();
+        h.extend_from_slice(&req.offset.to_be_bytes());
+        h
+    } else {
+        encode_simple_reply(&SimpleReply {
+            error: 0,
+            cookie: req.cookie,
+        })
+        .to_vec()
+    };
+    if let Some(dst) = reply.get_mut(..head) {
+        dst.copy_from_slice(&header);
+    }
+    replies.write(&reply);
+}
+
+/// Trims extents to the request (and to one extent with REQ_ONE); never returns zero lengths.
+fn clamp_extents(extents: Vec<(u32, u32)>, length: u32, req_one: bool) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut left = length;
+    for (len, flags) in extents {
+        if left == 0 || (req_one && !out.is_empty()) {
+            break;
+        }
+        let len = len.min(left);
+        if len > 0 {
+            out.push((len, flags));
+            left -= len;
+        }
+    }
+    if out.is_empty() {
+        out.push((length, 0));
+    }
+    out
+}
+
+fn run_block_status(req: &Request, replies: &Replies, export: &dyn BlockExport) {
+    match export.block_status(req.offset, u64::from(req.length)) {
+        Ok(extents) => {
+            let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
+            let extents = clamp_extents(extents, req.length, req_one);
+            let payload = encode_block_status_payload(BASE_ALLOCATION_ID, &extents);
+            replies.write(&encode_chunk(
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_BLOCK_STATUS,
+                req.cookie,
+                &payload,
+            ));
+        }
+        Err(e) => replies.failure(req.cookie, nbd_errno(&e), &e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::MemoryExport;
+
+    fn req(command: Command, flags: u16, offset: u64, length: u32) -> Request {
+        Request {
+            flags,
+            command,
+            cookie: 1,
+            offset,
+            length,
+        }
+    }
+
+    #[test]
+    fn request_checks_follow_the_spec() {
+        let rw = MemoryExport::new(1 << 20);
+        let ro = MemoryExport::new(1 << 20).read_only(true);
+        assert_eq!(
+            check_request(&req(Command::Read, 0, 0, 4096), &rw, false),
+            None
+        );
+        assert_eq!(
+            check_request(&req(Command::Read, 0, 1 << 20, 1), &rw, false),
+            Some(NBD_EINVAL)
+        );
+        assert_eq!(
+            check_request(&req(Command::Write, 0, 1 << 20, 1), &rw, false),
+            Some(NBD_ENOSPC)
+        );
+        assert_eq!(
+            check_request(&req(Command::Write, 0, 0, 1), &ro, false),
+            Some(NBD_EPERM)
+        );
+        assert_eq!(
+            check_request(&req(Command::Read, 0, 0, MAX_PAYLOAD + 1), &rw, false),
+            Some(NBD_EOVERFLOW)
+        );
+        assert_eq!(
+            check_request(&req(Command::Unknown(99), 0, 0, 0), &rw, false),
+            Some(NBD_EINVAL)
+        );
+        assert_eq!(
+            check_request(&req(Command::BlockStatus, 0, 0, 10), &rw, false),
+            Some(NBD_EINVAL)
+        );
+        assert_eq!(
+            check_request(&req(Command::BlockStatus, 0, 0, 10), &rw, true),
+            None
+        );
+        assert_eq!(
+            check_request(&req(Command::Read, CMD_FLAG_FUA, 0, 1), &rw, false),
+            Some(NBD_EINVAL)
+        );
+        assert_eq!(
+            check_request(&req(Command::Read, 0, u64::MAX, 2), &rw, false),
+            Some(NBD_EINVAL)
+        );
+        assert_eq!(
+            check_request(&req(Command::Flush, 0, 0, 0), &rw, false),
+            None
+        );
+    }
+
+    #[test]
+    fn extents_are_clamped() {
+        assert_eq!(
+            clamp_extents(vec![(10, 0), (10, 3)], 15, false),
+            vec![(10, 0), (5, 3)]
+        );
+        assert_eq!(
+            clamp_extents(vec![(10, 0), (10, 3)], 15, true),
+            vec![(10, 0)]
+        );
+        assert_eq!(clamp_extents(vec![], 15, true), vec![(15, 0)]);
+    }
+}
