@@ -36,6 +36,10 @@ pub enum PoolError {
         #[source]
         source: std::io::Error,
     },
+    #[error("pool '{0}' is out of space; delete files or add a vdev (`cairn add`)")]
+    NoSpace(String),
+    #[error("corrupt metadata: {0}")]
+    Corrupt(String),
     #[error("state file {path} is corrupt ({why}); remove it and run `cairn import -d DIR`")]
     CorruptState { path: String, why: String },
 }

@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod home;
+pub mod io;
 pub mod leaves;
 pub mod pool;
 pub mod spec;

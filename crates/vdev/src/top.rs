@@ -121,6 +121,8 @@ pub struct IoReport {
     pub repaired_children: Vec<usize>,
     /// Whether parity reconstruction (or another mirror side) supplied the data.
     pub reconstructed: bool,
+    /// Bytes rewritten by self-heal.
+    pub repaired_bytes: u64,
 }
 
 /// Checks an assembled block (the object store passes its checksum test).
@@ -232,6 +234,127 @@ impl TopVdev {
         }
     }
 
+    /// Scrubs a block: reads every copy (mirror) or every column including parity (raidz),
+    /// checks the data against `verify` and the parity against the data, rewrites whatever
+    /// is wrong, and returns the good data.
+    pub fn scrub_block(
+        &self,
+        offset: u64,
+        psize: u64,
+        verify: Verifier<'_>,
+    ) -> Result<(Vec<u8>, IoReport), VdevError> {
+        self.check_address(offset, psize)?;
+        let mut out = vec![0u8; psize as usize];
+        let report = match self.config.shape {
+            VdevShape::Raidz { width, parity } => {
+                let map = raidz_map(offset, psize, width, parity, self.ashift());
+                self.scrub_raidz(&map, offset, &mut out, verify)?
+            }
+            _ => self.scrub_copies(offset, &mut out, verify)?,
+        };
+        Ok((out, report))
+    }
+
+    fn scrub_copies(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        verify: Verifier<'_>,
+    ) -> Result<IoReport, VdevError> {
+        let leaf_offset = LEAF_DATA_START + offset;
+        let mut report = IoReport::default();
+        let mut good = false;
+        let mut buf = vec![0u8; out.len()];
+        let mut wrong = Vec::new();
+        for (c, child) in self.children.iter().enumerate() {
+            let Some(leaf) = child.usable() else {
+                report.failed_children.push(c);
+                continue;
+            };
+            match leaf.read_at(&mut buf, leaf_offset) {
+                Err(e) => {
+                    child.note_error(&child.stats.read_errors, &e);
+                    report.failed_children.push(c);
+                    wrong.push(c);
+                }
+                Ok(()) if !verify(&buf) => {
+                    child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    report.checksum_failed_children.push(c);
+                    wrong.push(c);
+                }
+                Ok(()) => {
+                    if !good {
+                        out.copy_from_slice(&buf);
+                        good = true;
+                    }
+                }
+            }
+        }
+        if !good {
+            return Err(VdevError::Unrecoverable {
+                vdev: self.display_name(),
+                offset,
+            });
+        }
+        report.reconstructed = !wrong.is_empty();
+        for c in wrong {
+            if let Some(leaf) = self.children[c].usable() {
+                if leaf.write_at(out, leaf_offset).is_ok() {
+                    report.repaired_children.push(c);
+                    report.repaired_bytes += out.len() as u64;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn scrub_raidz(
+        &self,
+        map: &RaidzMap,
+        offset: u64,
+        out: &mut [u8],
+        verify: Verifier<'_>,
+    ) -> Result<IoReport, VdevError> {
+        // Data (with reconstruction and combinatorial repair) as a verified read does it.
+        let mut report = self.read_raidz(map, offset, out, Some(verify))?;
+        // Then the parity: regenerate it from the good data and compare with the disks.
+        let mut expected: Vec<Vec<u8>> = map
+            .parity_columns()
+            .iter()
+            .map(|c| vec![0u8; c.size as usize])
+            .collect();
+        {
+            let mut scratch = out.to_vec();
+            let mut cols: Vec<&mut [u8]> = expected.iter_mut().map(|b| b.as_mut_slice()).collect();
+            cols.extend(split_columns_mut(&mut scratch, map.data_columns()));
+            self.parity.generate(map.parity, &mut cols)?;
+        }
+        for (i, col) in map.parity_columns().iter().enumerate() {
+            let child = &self.children[col.child];
+            let Some(leaf) = child.usable() else { continue };
+            let mut on_disk = vec![0u8; col.size as usize];
+            let matches = match leaf.read_at(&mut on_disk, LEAF_DATA_START + col.offset) {
+                Ok(()) => on_disk == expected[i],
+                Err(e) => {
+                    child.note_error(&child.stats.read_errors, &e);
+                    false
+                }
+            };
+            if !matches {
+                child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                report.checksum_failed_children.push(col.child);
+                if leaf
+                    .write_at(&expected[i], LEAF_DATA_START + col.offset)
+                    .is_ok()
+                {
+                    report.repaired_children.push(col.child);
+                    report.repaired_bytes += col.size;
+                }
+            }
+        }
+        Ok(report)
+    }
+
     /// Flushes every usable child.
     pub fn flush(&self) -> Result<(), VdevError> {
         for child in &self.children {
@@ -329,6 +452,7 @@ impl TopVdev {
             if let Some(leaf) = self.children[c].usable() {
                 if leaf.write_at(out, leaf_offset).is_ok() {
                     report.repaired_children.push(c);
+                    report.repaired_bytes += out.len() as u64;
                 }
             }
         }
@@ -566,6 +690,7 @@ impl TopVdev {
             };
             if leaf.write_at(buf, LEAF_DATA_START + col.offset).is_ok() {
                 report.repaired_children.push(col.child);
+                report.repaired_bytes += col.size;
             }
         }
     }

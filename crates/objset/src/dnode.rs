@@ -1,0 +1,231 @@
+//! Dnodes: the fixed-size descriptor of an object (file, directory, volume, table).
+//!
+//! ```text
+//!  Dnode (256 bytes, little-endian)
+//!  0   kind u8 | levels u8 | 2 B zero | dataset u32
+//!  8   block_size u32 | 4 B zero
+//!  16  size u64          logical bytes
+//!  24  used u64          space charged (zfs list units: asize × deflate / 512)
+//!  32  logical u64       Σ lsize of its blocks (compressratio numerator)
+//!  40  physical u64      Σ psize of its blocks
+//!  48  mtime_ns u64 | 56 ctime_ns u64
+//!  64  mode u32 | uid u32 | gid u32 | nlink u32
+//!  80  48 B reserved
+//!  128 root block pointer (128 B)
+//! ```
+//! `levels` counts the data level: 1 = the root pointer is the (only) data block; each
+//! level above holds indirect blocks of `BPS_PER_INDIRECT` pointers.
+
+use cairn_pool::io::bp::{BlockPointer, BP_SIZE};
+
+use crate::codec::DecodeError;
+
+pub const DNODE_SIZE: usize = 256;
+/// Block pointers per indirect block (16 KiB logical).
+pub const BPS_PER_INDIRECT_SHIFT: u32 = 7;
+pub const BPS_PER_INDIRECT: usize = 1 << BPS_PER_INDIRECT_SHIFT;
+pub const INDIRECT_BLOCK_SIZE: usize = BPS_PER_INDIRECT * BP_SIZE;
+/// Dnodes per block of the object table.
+pub const DNODES_PER_BLOCK: u64 = 64;
+pub const DNODE_BLOCK_SIZE: u32 = (DNODES_PER_BLOCK as usize * DNODE_SIZE) as u32;
+pub const MAX_LEVELS: u8 = 10;
+
+/// What an object is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ObjectKind {
+    Free = 0,
+    File = 1,
+    Directory = 2,
+    Volume = 3,
+    /// Pool-internal tables (dataset table, object table).
+    Table = 4,
+}
+
+impl ObjectKind {
+    fn from_u8(v: u8) -> Option<ObjectKind> {
+        Some(match v {
+            0 => ObjectKind::Free,
+            1 => ObjectKind::File,
+            2 => ObjectKind::Directory,
+            3 => ObjectKind::Volume,
+            4 => ObjectKind::Table,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dnode {
+    pub kind: ObjectKind,
+    pub levels: u8,
+    pub dataset: u32,
+    pub block_size: u32,
+    pub size: u64,
+    pub used: u64,
+    pub logical: u64,
+    pub physical: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub root: BlockPointer,
+}
+
+impl Dnode {
+    pub fn new(kind: ObjectKind, dataset: u32, block_size: u32, now_ns: u64) -> Dnode {
+        Dnode {
+            kind,
+            levels: 1,
+            dataset,
+            block_size,
+            size: 0,
+            used: 0,
+            logical: 0,
+            physical: 0,
+            mtime_ns: now_ns,
+            ctime_ns: now_ns,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            root: BlockPointer::HOLE,
+        }
+    }
+
+    pub const FREE: Dnode = Dnode {
+        kind: ObjectKind::Free,
+        levels: 1,
+        dataset: 0,
+        block_size: 0,
+        size: 0,
+        used: 0,
+        logical: 0,
+        physical: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        root: BlockPointer::HOLE,
+    };
+
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(out.len() >= DNODE_SIZE);
+        let out = &mut out[..DNODE_SIZE];
+        out.fill(0);
+        if self.kind == ObjectKind::Free {
+            return;
+        }
+        out[0] = self.kind as u8;
+        out[1] = self.levels;
+        out[4..8].copy_from_slice(&self.dataset.to_le_bytes());
+        out[8..12].copy_from_slice(&self.block_size.to_le_bytes());
+        let put =
+            |out: &mut [u8], o: usize, v: u64| out[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        put(out, 16, self.size);
+        put(out, 24, self.used);
+        put(out, 32, self.logical);
+        put(out, 40, self.physical);
+        put(out, 48, self.mtime_ns);
+        put(out, 56, self.ctime_ns);
+        out[64..68].copy_from_slice(&self.mode.to_le_bytes());
+        out[68..72].copy_from_slice(&self.uid.to_le_bytes());
+        out[72..76].copy_from_slice(&self.gid.to_le_bytes());
+        out[76..80].copy_from_slice(&self.nlink.to_le_bytes());
+        self.root.encode(&mut out[128..256]);
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Dnode, DecodeError> {
+        let err = |why: String| DecodeError { what: "dnode", why };
+        if buf.len() < DNODE_SIZE {
+            return Err(err(format!("{} bytes", buf.len())));
+        }
+        let kind = ObjectKind::from_u8(buf[0]).ok_or_else(|| err(format!("kind {}", buf[0])))?;
+        if kind == ObjectKind::Free {
+            return Ok(Dnode::FREE);
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&buf[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let levels = buf[1];
+        let block_size = u32_at(8);
+        if levels == 0 || levels > MAX_LEVELS {
+            return Err(err(format!("{levels} levels")));
+        }
+        if !(512..=(1 << 20)).contains(&block_size) || block_size % 512 != 0 {
+            return Err(err(format!("block size {block_size}")));
+        }
+        let root = BlockPointer::decode(&buf[128..256]).map_err(|e| err(e.to_string()))?;
+        Ok(Dnode {
+            kind,
+            levels,
+            dataset: u32_at(4),
+            block_size,
+            size: u64_at(16),
+            used: u64_at(24),
+            logical: u64_at(32),
+            physical: u64_at(40),
+            mtime_ns: u64_at(48),
+            ctime_ns: u64_at(56),
+            mode: u32_at(64),
+            uid: u32_at(68),
+            gid: u32_at(72),
+            nlink: u32_at(76),
+            root,
+        })
+    }
+
+    /// Number of data blocks the object's size covers.
+    pub fn block_count(&self) -> u64 {
+        self.size.div_ceil(u64::from(self.block_size))
+    }
+}
+
+/// Levels needed to address blocks `0..nblocks`.
+pub fn levels_for(nblocks: u64) -> u8 {
+    let mut levels = 1u8;
+    let mut span = 1u64;
+    while span < nblocks {
+        span = span.saturating_mul(BPS_PER_INDIRECT as u64);
+        levels += 1;
+    }
+    levels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_levels() {
+        let mut d = Dnode::new(ObjectKind::File, 3, 131072, 99);
+        d.size = 12345;
+        d.mode = 0o100644;
+        let mut b = [0u8; DNODE_SIZE];
+        d.encode(&mut b);
+        assert_eq!(Dnode::decode(&b).unwrap(), d);
+        assert_eq!(
+            Dnode::decode(&[0u8; DNODE_SIZE]).unwrap().kind,
+            ObjectKind::Free
+        );
+        assert_eq!(levels_for(0), 1);
+        assert_eq!(levels_for(1), 1);
+        assert_eq!(levels_for(2), 2);
+        assert_eq!(levels_for(128), 2);
+        assert_eq!(levels_for(129), 3);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = Dnode::decode(&bytes);
+        }
+    }
+}
