@@ -181,8 +181,11 @@ pub fn parse_disk_spec(spec: &str, kind: DiskKind) -> Result<(usize, Disk), Plan
         }
         _ => (1, spec.trim()),
     };
-    if count == 0 || count > 1024 {
+    if count == 0 {
         return Err(PlanError::BadDiskSpec(spec.to_string()));
+    }
+    if count > crate::MAX_DISKS {
+        return Err(PlanError::TooManyDisks(count));
     }
     if let Some(disk) = model(what) {
         return Ok((count, disk));

@@ -102,6 +102,10 @@ pub enum PlanError {
     NoDisks,
     #[error("disk {0:?} is smaller than the 64 MiB ZFS minimum")]
     DiskTooSmall(String),
+    #[error("disk size {0} is above the 1 PiB the planner accepts")]
+    DiskTooLarge(String),
+    #[error("{0} disks is more than the {MAX_DISKS} the planner accepts")]
+    TooManyDisks(usize),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -112,6 +116,9 @@ pub enum PlanError {
     #[error("cannot print JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
+
+/// Most disks one plan accepts.
+pub const MAX_DISKS: usize = 4096;
 
 /// Runs `cairn plan`, printing to stdout.
 pub fn run(args: &PlanArgs) -> Result<(), PlanError> {
@@ -190,6 +197,9 @@ fn disks_from_args(args: &PlanArgs) -> Result<Vec<Disk>, PlanError> {
     for spec in &args.disks {
         let (count, mut disk) = parse_disk_spec(spec, args.kind)?;
         if let Some(bytes) = args.disk_bytes {
+            if bytes > parse::MAX_DISK_BYTES {
+                return Err(PlanError::DiskTooLarge(bytes.to_string()));
+            }
             disk.bytes = bytes;
         }
         if disk.bytes < cairn_geometry::MIN_LEAF_SIZE {
@@ -198,6 +208,9 @@ fn disks_from_args(args: &PlanArgs) -> Result<Vec<Disk>, PlanError> {
         disk.afr = afr.unwrap_or(disk.afr).max(1e-6);
         disk.ber = ber.unwrap_or(disk.ber);
         disks.extend(std::iter::repeat_n(disk, count));
+        if disks.len() > MAX_DISKS {
+            return Err(PlanError::TooManyDisks(disks.len()));
+        }
     }
     if disks.is_empty() {
         return Err(PlanError::NoDisks);

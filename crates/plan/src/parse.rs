@@ -9,9 +9,13 @@ pub fn idema_bytes(gigabytes: f64) -> u64 {
     if gigabytes < 50.0 {
         return (gigabytes * 1e9) as u64;
     }
-    let sectors = 97_696_368u64 + (1_953_504.0 * (gigabytes - 50.0)).round() as u64;
-    sectors * 512
+    let sectors = 97_696_368.0 + (1_953_504.0 * (gigabytes - 50.0)).round();
+    // Saturating float → integer conversion; callers reject sizes above MAX_DISK_BYTES.
+    (sectors * 512.0) as u64
 }
+
+/// Largest disk accepted (1 PiB): keeps every sum over 4096 disks far from overflow.
+pub const MAX_DISK_BYTES: u64 = 1 << 50;
 
 /// Splits `"4.5TB"` into `(4.5, "TB")`.
 fn split_number(text: &str) -> Option<(f64, &str)> {
@@ -45,9 +49,9 @@ pub fn parse_size(text: &str) -> Result<u64, PlanError> {
         "" | "B" => value,
         "K" | "KB" => value * 1e3,
         "M" | "MB" => value * 1e6,
-        "G" | "GB" => return Ok(idema_bytes(value)),
-        "T" | "TB" => return Ok(idema_bytes(value * 1e3)),
-        "P" | "PB" => return Ok(idema_bytes(value * 1e6)),
+        "G" | "GB" => idema_bytes(value) as f64,
+        "T" | "TB" => idema_bytes(value * 1e3) as f64,
+        "P" | "PB" => idema_bytes(value * 1e6) as f64,
         "KIB" => value * 1024.0,
         "MIB" => value * 1024f64.powi(2),
         "GIB" => value * 1024f64.powi(3),
@@ -55,6 +59,9 @@ pub fn parse_size(text: &str) -> Result<u64, PlanError> {
         "PIB" => value * 1024f64.powi(5),
         _ => return Err(bad()),
     };
+    if bytes > MAX_DISK_BYTES as f64 {
+        return Err(bad());
+    }
     Ok(bytes.round() as u64)
 }
 
@@ -129,6 +136,8 @@ mod tests {
         assert!(parse_size("4XB").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("-4TB").is_err());
+        assert!(parse_size("1e30TB").is_err());
+        assert!(parse_size("2PiB").is_err());
     }
 
     #[test]
