@@ -50,7 +50,8 @@ pub fn mul(a: u8, b: u8) -> u8 {
     EXP[LOG[a as usize] as usize + LOG[b as usize] as usize]
 }
 
-/// Multiplicative inverse; `a` must not be 0.
+/// Multiplicative inverse by logarithms; `a` must not be 0 (checks the `INVERSES` table).
+#[cfg(test)]
 pub fn inv(a: u8) -> u8 {
     assert!(a != 0, "0 has no inverse in GF(2^8)");
     EXP[(255 - LOG[a as usize] as usize) % 255]
@@ -148,9 +149,28 @@ const fn build_affine_matrices() -> [u64; 256] {
     table
 }
 
-/// Inverts a square matrix of size `size` ≤ 3 (Gauss–Jordan). Returns `None` if singular.
+/// `INVERSES[a] = a⁻¹` (`INVERSES[0]` is unused and 0).
+static INVERSES: [u8; 256] = build_inverses();
+
+const fn build_inverses() -> [u8; 256] {
+    let mut table = [0u8; 256];
+    let mut a = 1;
+    while a < 256 {
+        let mut b = 1;
+        while const_mul(a as u8, b as u8) != 1 {
+            b += 1;
+        }
+        table[a] = b as u8;
+        a += 1;
+    }
+    table
+}
+
+/// Inverts a square matrix of size `size` ≤ 3 (Gauss–Jordan, table lookups only: this runs
+/// on every reconstruct call). Returns `None` if singular.
 pub fn invert(matrix: &[[u8; 3]; 3], size: usize) -> Option<[[u8; 3]; 3]> {
     assert!((1..=3).contains(&size));
+    let times = |a: u8, b: u8| MUL_TABLE[a as usize][b as usize];
     let mut work = *matrix;
     let mut inverse = [[0u8; 3]; 3];
     for (i, row) in inverse.iter_mut().enumerate().take(size) {
@@ -160,10 +180,10 @@ pub fn invert(matrix: &[[u8; 3]; 3], size: usize) -> Option<[[u8; 3]; 3]> {
         let pivot = (col..size).find(|&r| work[r][col] != 0)?;
         work.swap(col, pivot);
         inverse.swap(col, pivot);
-        let scale = inv(work[col][col]);
+        let scale = INVERSES[work[col][col] as usize];
         for j in 0..size {
-            work[col][j] = mul(work[col][j], scale);
-            inverse[col][j] = mul(inverse[col][j], scale);
+            work[col][j] = times(work[col][j], scale);
+            inverse[col][j] = times(inverse[col][j], scale);
         }
         for r in 0..size {
             let factor = work[r][col];
@@ -171,8 +191,8 @@ pub fn invert(matrix: &[[u8; 3]; 3], size: usize) -> Option<[[u8; 3]; 3]> {
                 continue;
             }
             for j in 0..size {
-                work[r][j] ^= mul(factor, work[col][j]);
-                inverse[r][j] ^= mul(factor, inverse[col][j]);
+                work[r][j] ^= times(factor, work[col][j]);
+                inverse[r][j] ^= times(factor, inverse[col][j]);
             }
         }
     }
@@ -204,6 +224,7 @@ mod tests {
     fn inverse_times_value_is_one() {
         for a in 1..=255u8 {
             assert_eq!(mul(a, inv(a)), 1);
+            assert_eq!(INVERSES[a as usize], inv(a));
         }
     }
 

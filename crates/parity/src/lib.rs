@@ -51,13 +51,16 @@ mod gf;
 mod kernels;
 pub mod reference;
 
-use kernels::{Combine, MAX_ROWS};
+use kernels::{Combine, InputColumn, MAX_ROWS};
 use std::sync::OnceLock;
 
 /// Largest parity level (P, Q, R).
 pub const MAX_PARITY: usize = 3;
 /// Largest number of columns (parity + data) in a row, as in OpenZFS.
 pub const MAX_COLUMNS: usize = 255;
+/// Rows up to this many data columns use small scratch arrays (clearing scratch for 255
+/// columns costs more than the kernel itself on short columns).
+const NARROW_COLUMNS: usize = 24;
 /// Environment variable that forces a kernel by name.
 pub const KERNEL_ENV_VAR: &str = "CAIRN_PARITY_KERNEL";
 
@@ -241,15 +244,20 @@ impl Shape {
     fn for_each_segment(&self, data_cols: &[&mut [u8]], mut visit: impl FnMut(usize, usize)) {
         let mut end = self.parity_len;
         while end > 0 {
-            let start = data_cols
-                .iter()
-                .map(|c| c.len())
-                .filter(|&l| l < end)
-                .max()
-                .unwrap_or(0);
+            let start = Self::segment_start(data_cols, end);
             visit(start, end);
             end = start;
         }
+    }
+
+    /// Start of the segment that ends at `end`: the longest data column shorter than `end`.
+    fn segment_start(data_cols: &[&mut [u8]], end: usize) -> usize {
+        data_cols
+            .iter()
+            .map(|c| c.len())
+            .filter(|&l| l < end)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -269,15 +277,8 @@ struct Erasures {
 
 impl Erasures {
     fn parse(shape: &Shape, columns: usize, missing: &[usize]) -> Result<Erasures, ParityError> {
-        let mut erased = [false; MAX_COLUMNS];
-        for &index in missing {
-            if index >= columns {
-                return Err(ParityError::MissingOutOfRange { index, columns });
-            }
-            if erased[index] {
-                return Err(ParityError::DuplicateMissing(index));
-            }
-            erased[index] = true;
+        if let Some(&index) = missing.iter().find(|&&index| index >= columns) {
+            return Err(ParityError::MissingOutOfRange { index, columns });
         }
         if missing.len() > shape.nparity {
             return Err(ParityError::TooManyMissing {
@@ -285,9 +286,15 @@ impl Erasures {
                 nparity: shape.nparity,
             });
         }
+        // At most 3 entries from here on: quadratic checks are the cheap ones.
+        for (k, &index) in missing.iter().enumerate() {
+            if missing[..k].contains(&index) {
+                return Err(ParityError::DuplicateMissing(index));
+            }
+        }
         let mut e = Erasures::default();
-        for (row, &is_erased) in erased.iter().enumerate().take(shape.nparity) {
-            if is_erased {
+        for row in 0..shape.nparity {
+            if missing.contains(&row) {
                 e.parity[e.nparity] = row;
                 e.nparity += 1;
             } else {
@@ -295,13 +302,11 @@ impl Erasures {
                 e.nsurviving += 1;
             }
         }
-        for (data_index, _) in erased[shape.nparity..columns]
-            .iter()
-            .enumerate()
-            .filter(|(_, &x)| x)
-        {
-            e.data[e.ndata] = data_index;
-            e.ndata += 1;
+        for data_index in 0..columns - shape.nparity {
+            if missing.contains(&(shape.nparity + data_index)) {
+                e.data[e.ndata] = data_index;
+                e.ndata += 1;
+            }
         }
         Ok(e)
     }
@@ -382,15 +387,29 @@ impl RaidzParity {
 
     /// Writes parity rows `rows` (ascending) from all data columns.
     fn encode_rows(&self, shape: &Shape, cols: &mut [&mut [u8]], rows: &[usize]) {
+        if shape.ndata <= NARROW_COLUMNS {
+            self.encode_rows_with::<NARROW_COLUMNS>(shape, cols, rows)
+        } else {
+            self.encode_rows_with::<MAX_COLUMNS>(shape, cols, rows)
+        }
+    }
+
+    /// [`RaidzParity::encode_rows`] with scratch arrays for up to `N` data columns.
+    fn encode_rows_with<const N: usize>(
+        &self,
+        shape: &Shape,
+        cols: &mut [&mut [u8]],
+        rows: &[usize],
+    ) {
         debug_assert!(!rows.is_empty() && rows.windows(2).all(|w| w[0] < w[1]));
         let (parity_cols, data_cols) = cols.split_at_mut(shape.nparity);
-        let mut inputs: [&[u8]; MAX_COLUMNS] = [&[]; MAX_COLUMNS];
-        let mut coefs = [[0u8; MAX_ROWS]; MAX_COLUMNS];
+        let mut inputs = [InputColumn::default(); N];
+        let mut coefs = [[0u8; MAX_ROWS]; N];
         let data_cols: &[&mut [u8]] = data_cols;
         shape.for_each_segment(data_cols, |start, end| {
             let mut ninputs = 0;
             for (i, col) in data_cols.iter().enumerate().filter(|(_, c)| c.len() >= end) {
-                inputs[ninputs] = &col[start..end];
+                inputs[ninputs] = InputColumn::new(&col[start..end]);
                 for (slot, &row) in coefs[ninputs].iter_mut().zip(rows) {
                     *slot = shape.coef(row, i);
                 }
@@ -423,66 +442,88 @@ impl RaidzParity {
     fn rebuild_data(&self, shape: &Shape, cols: &mut [&mut [u8]], erasures: &Erasures) {
         let (parity_cols, data_cols) = cols.split_at_mut(shape.nparity);
         let parity_cols: &[&mut [u8]] = parity_cols;
-        let mut segments = [(0usize, 0usize); MAX_COLUMNS];
-        let mut nsegments = 0;
-        shape.for_each_segment(data_cols, |start, end| {
-            segments[nsegments] = (start, end);
-            nsegments += 1;
-        });
-        for &(start, end) in &segments[..nsegments] {
-            let erased_here = |i: usize| erasures.data[..erasures.ndata].contains(&i);
-            let mut unknowns = [0usize; MAX_PARITY];
-            let mut nunknowns = 0;
-            for (i, col) in data_cols.iter().enumerate() {
-                if col.len() >= end && erased_here(i) {
-                    unknowns[nunknowns] = i;
-                    nunknowns += 1;
-                }
+        let mut end = shape.parity_len;
+        while end > 0 {
+            let start = Shape::segment_start(data_cols, end);
+            let range = start..end;
+            if shape.ndata <= NARROW_COLUMNS {
+                self.rebuild_segment::<NARROW_COLUMNS>(
+                    shape,
+                    parity_cols,
+                    data_cols,
+                    erasures,
+                    range,
+                );
+            } else {
+                self.rebuild_segment::<MAX_COLUMNS>(shape, parity_cols, data_cols, erasures, range);
             }
-            if nunknowns == 0 {
-                continue;
-            }
-            let rows = &erasures.surviving[..nunknowns];
-            let transform = solve_matrix(shape, rows, &unknowns[..nunknowns]);
-
-            let mut seeds: [&[u8]; MAX_ROWS] = [&[]; MAX_ROWS];
-            for (seed, &row) in seeds.iter_mut().zip(rows) {
-                *seed = &parity_cols[row][start..end];
-            }
-            let mut inputs: [&[u8]; MAX_COLUMNS] = [&[]; MAX_COLUMNS];
-            let mut coefs = [[0u8; MAX_ROWS]; MAX_COLUMNS];
-            let mut outputs: [&mut [u8]; MAX_ROWS] = Default::default();
-            let mut noutputs = 0;
-            let mut ninputs = 0;
-            for (i, col) in data_cols
-                .iter_mut()
-                .enumerate()
-                .filter(|(_, c)| c.len() >= end)
-            {
-                if erased_here(i) {
-                    outputs[noutputs] = &mut col[start..end];
-                    noutputs += 1;
-                } else {
-                    inputs[ninputs] = &col[start..end];
-                    for (slot, &row) in coefs[ninputs].iter_mut().zip(rows) {
-                        *slot = shape.coef(row, i);
-                    }
-                    ninputs += 1;
-                }
-            }
-            assert_eq!(noutputs, nunknowns);
-            let job = Combine {
-                len: end - start,
-                rows: rows.len(),
-                row0_is_xor: rows[0] == 0,
-                seeds: &seeds[..rows.len()],
-                inputs: &inputs[..ninputs],
-                coefs: &coefs[..ninputs],
-                transform: transform.as_ref(),
-                stream: self.streams(shape),
-            };
-            kernels::combine(self.kernel, &job, &mut outputs[..noutputs]);
+            end = start;
         }
+    }
+
+    /// [`RaidzParity::rebuild_data`] for bytes `range`, where the present data columns are
+    /// exactly those at least `range.end` long.
+    fn rebuild_segment<const N: usize>(
+        &self,
+        shape: &Shape,
+        parity_cols: &[&mut [u8]],
+        data_cols: &mut [&mut [u8]],
+        erasures: &Erasures,
+        range: std::ops::Range<usize>,
+    ) {
+        let (start, end) = (range.start, range.end);
+        let erased_here = |i: usize| erasures.data[..erasures.ndata].contains(&i);
+        let mut unknowns = [0usize; MAX_PARITY];
+        let mut nunknowns = 0;
+        for (i, col) in data_cols.iter().enumerate() {
+            if col.len() >= end && erased_here(i) {
+                unknowns[nunknowns] = i;
+                nunknowns += 1;
+            }
+        }
+        if nunknowns == 0 {
+            return;
+        }
+        let rows = &erasures.surviving[..nunknowns];
+        let transform = solve_matrix(shape, rows, &unknowns[..nunknowns]);
+
+        let mut seeds = [InputColumn::default(); MAX_ROWS];
+        for (seed, &row) in seeds.iter_mut().zip(rows) {
+            *seed = InputColumn::new(&parity_cols[row][start..end]);
+        }
+        let mut inputs = [InputColumn::default(); N];
+        let mut coefs = [[0u8; MAX_ROWS]; N];
+        let mut outputs: [&mut [u8]; MAX_ROWS] = Default::default();
+        let mut noutputs = 0;
+        let mut ninputs = 0;
+        for (i, col) in data_cols
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, c)| c.len() >= end)
+        {
+            if erased_here(i) {
+                outputs[noutputs] = &mut col[start..end];
+                noutputs += 1;
+            } else {
+                inputs[ninputs] = InputColumn::new(&col[start..end]);
+                for (slot, &row) in coefs[ninputs].iter_mut().zip(rows) {
+                    *slot = shape.coef(row, i);
+                }
+                ninputs += 1;
+            }
+        }
+        assert_eq!(noutputs, nunknowns);
+        let job = Combine {
+            len: end - start,
+            rows: rows.len(),
+            row0_is_xor: rows[0] == 0,
+            seeds: &seeds[..rows.len()],
+            inputs: &inputs[..ninputs],
+            coefs: &coefs[..ninputs],
+            transform: transform.as_ref(),
+            stream: self.streams(shape),
+        };
+        kernels::combine(self.kernel, &job, &mut outputs[..noutputs]);
     }
 }
 

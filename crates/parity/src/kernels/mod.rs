@@ -24,6 +24,7 @@
 //! [`crate::reference`] uses Horner, so the two formulations check each other.
 
 use crate::Kernel;
+use std::marker::PhantomData;
 
 pub(crate) mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -31,6 +32,46 @@ pub(crate) mod x86;
 
 /// Largest number of accumulator rows (P, Q, R).
 pub(crate) const MAX_ROWS: usize = 3;
+
+/// A column a kernel reads: a `&'a [u8]` kept as raw parts so that the empty value is
+/// all-zero bytes. The driver's fixed arrays of up to 255 of them are then cleared with one
+/// `memset`; an array of `&[u8]` (or `Option<&[u8]>`) needs 255 separate stores, which was
+/// the largest cost of a small call.
+#[derive(Clone, Copy)]
+pub(crate) struct InputColumn<'a> {
+    ptr: *const u8,
+    len: usize,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+impl Default for InputColumn<'_> {
+    fn default() -> Self {
+        InputColumn {
+            ptr: std::ptr::null(),
+            len: 0,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+impl<'a> InputColumn<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        InputColumn {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    pub(crate) fn bytes(self) -> &'a [u8] {
+        if self.ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: a non-null `ptr` and its `len` were taken from a `&'a [u8]` in `new`, and
+        // `_borrow` keeps that shared borrow alive for `'a`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
 
 /// One kernel pass: see the module comment for the exact formula.
 pub(crate) struct Combine<'a> {
@@ -41,9 +82,9 @@ pub(crate) struct Combine<'a> {
     /// Row 0 is the P row: every coefficient in it is 1, so it is computed with XOR only.
     pub row0_is_xor: bool,
     /// Empty, or exactly `rows` columns the accumulators start from.
-    pub seeds: &'a [&'a [u8]],
+    pub seeds: &'a [InputColumn<'a>],
     /// Input columns.
-    pub inputs: &'a [&'a [u8]],
+    pub inputs: &'a [InputColumn<'a>],
     /// `coefs[i][j]`: coefficient of input `i` in accumulator row `j` (entries ≥ rows unused).
     pub coefs: &'a [[u8; MAX_ROWS]],
     /// `Some(t)`: output `k` is `Σ_j t[k][j]·acc[j]`; `None`: output `j` is `acc[j]`.
@@ -60,8 +101,8 @@ impl Combine<'_> {
         assert!((1..=MAX_ROWS).contains(&self.rows));
         assert!(self.seeds.is_empty() || self.seeds.len() == self.rows);
         assert_eq!(self.inputs.len(), self.coefs.len());
-        assert!(self.seeds.iter().all(|s| s.len() >= self.len));
-        assert!(self.inputs.iter().all(|s| s.len() >= self.len));
+        assert!(self.seeds.iter().all(|s| s.bytes().len() >= self.len));
+        assert!(self.inputs.iter().all(|s| s.bytes().len() >= self.len));
         assert!(outputs.iter().all(|s| s.len() >= self.len));
         let expected_outputs = if self.transform.is_some() {
             1..=MAX_ROWS

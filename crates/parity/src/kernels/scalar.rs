@@ -21,10 +21,10 @@ fn combine_chunk(job: &Combine, outputs: &mut [&mut [u8]], range: std::ops::Rang
     let width = range.len();
     let mut acc = [[0u8; CHUNK]; MAX_ROWS];
     for (row, seed) in acc.iter_mut().zip(job.seeds) {
-        row[..width].copy_from_slice(&seed[range.clone()]);
+        row[..width].copy_from_slice(&seed.bytes()[range.clone()]);
     }
     for (input, coefs) in job.inputs.iter().zip(job.coefs) {
-        let data = &input[range.clone()];
+        let data = &input.bytes()[range.clone()];
         for (row, acc_row) in acc.iter_mut().enumerate().take(job.rows) {
             if row == 0 && job.row0_is_xor {
                 acc_row[..width]

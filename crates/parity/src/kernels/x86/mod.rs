@@ -79,16 +79,42 @@ macro_rules! simd_kernel {
                 }
             }
             let transform = job.transform.map(|_| &transform);
+            let columns = Columns::new(job, outputs);
             let mut offset = 0;
             while offset + UNROLL * WIDTH <= job.len {
-                block::<ROWS, ROW0_XOR, UNROLL, STREAM>(job, outputs, transform, offset);
+                block::<ROWS, ROW0_XOR, UNROLL, STREAM>(job, &columns, transform, offset);
                 offset += UNROLL * WIDTH;
             }
             while offset + WIDTH <= job.len {
-                block::<ROWS, ROW0_XOR, 1, STREAM>(job, outputs, transform, offset);
+                block::<ROWS, ROW0_XOR, 1, STREAM>(job, &columns, transform, offset);
                 offset += WIDTH;
             }
             offset
+        }
+
+        /// Raw start pointers of the seeds and outputs, taken once per call.
+        struct Columns {
+            seeds: Option<[*const u8; MAX_ROWS]>,
+            outputs: [*mut u8; MAX_ROWS],
+            noutputs: usize,
+        }
+
+        impl Columns {
+            fn new(job: &Combine, outputs: &mut [&mut [u8]]) -> Columns {
+                let mut seeds = [std::ptr::null(); MAX_ROWS];
+                for (ptr, seed) in seeds.iter_mut().zip(job.seeds) {
+                    *ptr = seed.bytes().as_ptr();
+                }
+                let mut output_ptrs = [std::ptr::null_mut(); MAX_ROWS];
+                for (ptr, output) in output_ptrs.iter_mut().zip(outputs.iter_mut()) {
+                    *ptr = output.as_mut_ptr();
+                }
+                Columns {
+                    seeds: (!job.seeds.is_empty()).then_some(seeds),
+                    outputs: output_ptrs,
+                    noutputs: outputs.len(),
+                }
+            }
         }
 
         /// Stores one vector, non-temporally when `STREAM` (then `ptr` is `WIDTH`-aligned).
@@ -108,6 +134,7 @@ macro_rules! simd_kernel {
         /// bytes.
         #[inline]
         #[target_feature(enable = $features)]
+        #[allow(clippy::needless_range_loop)]
         unsafe fn block<
             const ROWS: usize,
             const ROW0_XOR: bool,
@@ -115,52 +142,54 @@ macro_rules! simd_kernel {
             const STREAM: bool,
         >(
             job: &Combine,
-            outputs: &mut [&mut [u8]],
+            columns: &Columns,
             transform: Option<&[[Coef; MAX_ROWS]; MAX_ROWS]>,
             offset: usize,
         ) {
+            // Index loops with constant bounds (ROWS, UNROLL) throughout: they unroll fully,
+            // so LLVM keeps every accumulator in a register instead of a stack array.
             let mut acc = [[zero(); UNROLL]; ROWS];
-            if !job.seeds.is_empty() {
-                for (acc_row, seed) in acc.iter_mut().zip(job.seeds) {
-                    for (u, a) in acc_row.iter_mut().enumerate() {
-                        *a = load(seed.as_ptr().add(offset + u * WIDTH));
+            if let Some(seeds) = columns.seeds {
+                for j in 0..ROWS {
+                    for u in 0..UNROLL {
+                        acc[j][u] = load(seeds[j].add(offset + u * WIDTH));
                     }
                 }
             }
             for (input, coefs) in job.inputs.iter().zip(job.coefs) {
                 let mut data = [zero(); UNROLL];
-                for (u, d) in data.iter_mut().enumerate() {
-                    *d = load(input.as_ptr().add(offset + u * WIDTH));
+                for u in 0..UNROLL {
+                    data[u] = load(input.bytes().as_ptr().add(offset + u * WIDTH));
                 }
-                for (row, acc_row) in acc.iter_mut().enumerate() {
-                    if ROW0_XOR && row == 0 {
-                        for (a, &d) in acc_row.iter_mut().zip(&data) {
-                            *a = xor(*a, d);
+                for j in 0..ROWS {
+                    if ROW0_XOR && j == 0 {
+                        for u in 0..UNROLL {
+                            acc[0][u] = xor(acc[0][u], data[u]);
                         }
                     } else {
-                        let coef = prepare(coefs[row]);
-                        for (a, &d) in acc_row.iter_mut().zip(&data) {
-                            *a = xor(*a, mul(coef, d));
+                        let coef = prepare(coefs[j]);
+                        for u in 0..UNROLL {
+                            acc[j][u] = xor(acc[j][u], mul(coef, data[u]));
                         }
                     }
                 }
             }
             match transform {
                 None => {
-                    for (output, acc_row) in outputs.iter_mut().zip(&acc) {
-                        for (u, &a) in acc_row.iter().enumerate() {
-                            put::<STREAM>(output.as_mut_ptr().add(offset + u * WIDTH), a);
+                    for j in 0..ROWS {
+                        for u in 0..UNROLL {
+                            put::<STREAM>(columns.outputs[j].add(offset + u * WIDTH), acc[j][u]);
                         }
                     }
                 }
                 Some(transform) => {
-                    for (output, t_row) in outputs.iter_mut().zip(transform) {
+                    for k in 0..columns.noutputs {
                         for u in 0..UNROLL {
                             let mut value = zero();
-                            for (acc_row, &coef) in acc.iter().zip(t_row) {
-                                value = xor(value, mul(coef, acc_row[u]));
+                            for j in 0..ROWS {
+                                value = xor(value, mul(transform[k][j], acc[j][u]));
                             }
-                            put::<STREAM>(output.as_mut_ptr().add(offset + u * WIDTH), value);
+                            put::<STREAM>(columns.outputs[k].add(offset + u * WIDTH), value);
                         }
                     }
                 }
