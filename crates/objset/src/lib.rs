@@ -1,4 +1,20 @@
-//! The copy-on-write object store (DESIGN.md §2 "objset" and the txg part of "pool").
+//! The copy-on-write object store (DESIGN.md §2 "objset", and the txg sync of "pool").
+//!
+//! A pool holds objects (files, directories, volumes, tables), each a tree of checksummed
+//! blocks under a dnode; dnodes live in the object table, whose root is in the root block
+//! that each txg's uberblock points to. Nothing live is ever overwritten.
 
 pub mod codec;
+pub mod dataset;
+pub mod dir;
 pub mod dnode;
+pub mod error;
+pub mod fs;
+pub mod object;
+pub mod scrub;
+pub mod store;
+
+pub use dataset::{DatasetKind, DatasetTable};
+pub use error::StoreError;
+pub use fs::{DatasetInfo, ListEntry, Resolved};
+pub use store::{PoolUsage, Store, StoreConfig};

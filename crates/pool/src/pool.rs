@@ -646,10 +646,72 @@ impl Pool {
         }
     }
 
-    /// Increments the config txg and writes config + uberblock to every usable leaf.
+    /// Moves the config to a txg after every synced one and writes config + uberblock
+    /// (pointing at the newest tree) to every usable leaf.
     fn bump_config(&mut self) -> Result<(), PoolError> {
-        self.config.txg += 1;
+        let newest = self.uberblocks().first().map(|u| u.txg).unwrap_or(0);
+        self.config.txg = self.config.txg.max(newest) + 1;
         self.write_labels(false)
+    }
+
+    /// Commits a txg: writes its uberblock (root pointer `root`) into every usable leaf's
+    /// label ring and flushes. The caller has flushed all blocks of the txg before.
+    pub fn write_uberblock(&self, txg: u64, root: &[u8]) -> Result<(), PoolError> {
+        let mut ub = Uberblock {
+            txg,
+            guid_sum: self.config.guid_sum(),
+            timestamp: unix_now(),
+            root: [0u8; cairn_vdev::label::ROOT_POINTER_SIZE],
+        };
+        ub.root[..root.len()].copy_from_slice(root);
+        let mut written = 0;
+        let mut last_err = None;
+        for top in &self.tops {
+            for child in top.children.iter().filter(|c| c.is_usable()) {
+                let Some(leaf) = &child.leaf else { continue };
+                let result =
+                    write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift()).and_then(|_| {
+                        leaf.flush().map_err(|e| VdevError::Io {
+                            path: child.path.clone(),
+                            source: e,
+                        })
+                    });
+                match result {
+                    Ok(()) => written += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        if written == 0 {
+            return Err(last_err
+                .map(PoolError::Vdev)
+                .unwrap_or(PoolError::Unavailable {
+                    pool: self.config.name.clone(),
+                    why: "no device could take the uberblock".into(),
+                }));
+        }
+        Ok(())
+    }
+
+    /// Every valid uberblock of this pool on any usable leaf, newest first, one per txg.
+    pub fn uberblocks(&self) -> Vec<Uberblock> {
+        let guid_sum = self.config.guid_sum();
+        let mut all: Vec<Uberblock> = self
+            .tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .filter_map(|c| c.leaf.as_ref())
+            .flat_map(|l| {
+                read_leaf_labels(l.as_ref())
+                    .uberblocks
+                    .into_iter()
+                    .map(|(_, u)| u)
+            })
+            .filter(|u| u.guid_sum == guid_sum)
+            .collect();
+        all.sort_by_key(|u| std::cmp::Reverse(u.txg));
+        all.dedup_by_key(|u| u.txg);
+        all
     }
 
     /// Writes the current config (and an uberblock at its txg) to every usable leaf.
@@ -690,13 +752,7 @@ impl Pool {
 
     /// Root pointer of the newest uberblock on any leaf (kept across config updates).
     fn newest_root(&self) -> Option<[u8; cairn_vdev::label::ROOT_POINTER_SIZE]> {
-        self.tops
-            .iter()
-            .flat_map(|t| t.children.iter())
-            .filter_map(|c| c.leaf.as_ref())
-            .filter_map(|l| read_leaf_labels(l.as_ref()).best_uberblock().cloned())
-            .max_by_key(|u| u.txg)
-            .map(|u| u.root)
+        self.uberblocks().first().map(|u| u.root)
     }
 }
 

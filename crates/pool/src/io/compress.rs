@@ -2,6 +2,8 @@
 //!
 //! Like ZFS, a block is stored compressed only if that saves at least 1/8 of its size
 //! (lz4's "early abort"); otherwise it is stored as is and the pointer says `Off`.
+//! Compressed payloads start with their length (u32 LE), as ZFS's lz4 blocks do, because
+//! the stored block is padded to the sector size.
 
 /// Compression of a stored block (the `compression=` property maps onto it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,12 +65,18 @@ impl Compression {
 /// Compresses `data`; returns `None` when the result would not save 1/8 (store it raw).
 pub fn compress(setting: CompressionSetting, data: &[u8]) -> Option<Vec<u8>> {
     let limit = data.len() - data.len() / 8;
-    let out = match setting.algorithm {
+    let body = match setting.algorithm {
         Compression::Off => return None,
         Compression::Lz4 => lz4_flex::block::compress(data),
         Compression::Zstd => zstd::bulk::compress(data, setting.zstd_level).ok()?,
     };
-    (out.len() <= limit).then_some(out)
+    if body.len() + 4 > limit {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    Some(out)
 }
 
 /// Why a stored block could not be decompressed.
@@ -96,22 +104,30 @@ pub fn decompress(
             Ok(v)
         }
         Compression::Lz4 => {
+            let body = payload(data).ok_or_else(|| err("bad length header".into()))?;
             let mut out = vec![0u8; lsize];
             let n =
-                lz4_flex::block::decompress_into(data, &mut out).map_err(|e| err(e.to_string()))?;
+                lz4_flex::block::decompress_into(body, &mut out).map_err(|e| err(e.to_string()))?;
             if n != lsize {
                 return Err(err(format!("{n} bytes instead of {lsize}")));
             }
             Ok(out)
         }
         Compression::Zstd => {
-            let out = zstd::bulk::decompress(data, lsize).map_err(|e| err(e.to_string()))?;
+            let body = payload(data).ok_or_else(|| err("bad length header".into()))?;
+            let out = zstd::bulk::decompress(body, lsize).map_err(|e| err(e.to_string()))?;
             if out.len() != lsize {
                 return Err(err(format!("{} bytes instead of {lsize}", out.len())));
             }
             Ok(out)
         }
     }
+}
+
+/// The compressed bytes after the length header, if the header fits the block.
+fn payload(data: &[u8]) -> Option<&[u8]> {
+    let len = u32::from_le_bytes(data.get(..4)?.try_into().ok()?) as usize;
+    data.get(4..4usize.checked_add(len)?)
 }
 
 #[cfg(test)]
@@ -131,6 +147,12 @@ mod tests {
             let c = compress(setting, &text).expect("text compresses");
             assert!(c.len() < text.len() / 4);
             assert_eq!(decompress(setting.algorithm, &c, text.len()).unwrap(), text);
+            let mut padded = c.clone();
+            padded.resize(c.len().next_multiple_of(4096), 0);
+            assert_eq!(
+                decompress(setting.algorithm, &padded, text.len()).unwrap(),
+                text
+            );
         }
         use rand::{RngCore, SeedableRng};
         let mut noise = vec![0u8; 65536];

@@ -75,11 +75,31 @@ impl Pool {
         block: &PreparedBlock,
         txg: u64,
     ) -> Result<BlockPointer, PoolError> {
+        let dvas = self.allocate(alloc, block.physical.len() as u64, block.props.copies)?;
+        self.write_at_dvas(alloc, dvas, block, txg)
+    }
+
+    /// Allocates `copies` DVAs for a block of `psize` physical bytes.
+    pub fn allocate(
+        &self,
+        alloc: &mut Allocator,
+        psize: u64,
+        copies: usize,
+    ) -> Result<[Dva; 3], PoolError> {
+        alloc
+            .alloc_block(copies.clamp(1, 3), &|v| self.tops[v].block_asize(psize))
+            .ok_or_else(|| PoolError::NoSpace(self.name().to_string()))
+    }
+
+    /// Writes a prepared block to DVAs allocated earlier; frees them if no copy was written.
+    pub fn write_at_dvas(
+        &self,
+        alloc: &mut Allocator,
+        dvas: [Dva; 3],
+        block: &PreparedBlock,
+        txg: u64,
+    ) -> Result<BlockPointer, PoolError> {
         let psize = block.physical.len() as u64;
-        let copies = block.props.copies.clamp(1, 3);
-        let dvas = alloc
-            .alloc_block(copies, &|v| self.tops[v].block_asize(psize))
-            .ok_or_else(|| PoolError::NoSpace(self.name().to_string()))?;
         let mut written = 0;
         let mut last_err = None;
         for d in dvas.iter().filter(|d| !d.is_empty()) {

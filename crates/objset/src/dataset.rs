@@ -1,0 +1,371 @@
+//! Datasets (file systems and volumes), their properties with zfs-style inheritance, and
+//! their space accounting. The table lives in object 1 of the pool.
+//!
+//! ```text
+//!  table: magic u32 "DST1" | count u64 | entries…
+//!  entry: id u32 | parent u32 (u32::MAX for the root) | kind u8 | name str | object u64 |
+//!         created_txg u64 | used u64 | logical u64 | physical u64 | nprops u64 | (key str, value str)…
+//! ```
+
+use std::collections::BTreeMap;
+
+use cairn_pool::io::checksum::ChecksumKind;
+use cairn_pool::io::compress::CompressionSetting;
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::error::StoreError;
+
+pub const NO_PARENT: u32 = u32::MAX;
+const TABLE_MAGIC: u32 = 0x3154_5344; // "DST1"
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatasetKind {
+    Filesystem,
+    Volume,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dataset {
+    pub id: u32,
+    pub parent: u32,
+    pub kind: DatasetKind,
+    /// Full name, `pool/a/b`.
+    pub name: String,
+    /// Root directory object (file system) or data object (volume).
+    pub object: u64,
+    pub created_txg: u64,
+    /// Space charged to objects of this dataset itself (zfs list REFER).
+    pub used: u64,
+    pub logical: u64,
+    pub physical: u64,
+    /// Locally set properties.
+    pub props: BTreeMap<String, String>,
+}
+
+/// Properties cairn knows, with defaults; `inherit` says whether children inherit it.
+pub const PROPERTIES: &[(&str, &str, bool)] = &[
+    ("compression", "lz4", true),
+    ("checksum", "blake3", true),
+    ("recordsize", "128K", true),
+    ("copies", "1", true),
+    ("readonly", "off", true),
+    ("volsize", "-", false),
+    ("volblocksize", "16K", false),
+];
+
+/// Parses a size like `128K`, `1M`, `512`, `10G`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = s[i..].to_ascii_uppercase();
+            let m: u64 = match unit.trim_end_matches('B').trim_end_matches('I') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => return None,
+            };
+            (&s[..i], m)
+        }
+        None => (s, 1),
+    };
+    let n: f64 = num.parse().ok()?;
+    (n >= 0.0).then_some((n * mult as f64) as u64)
+}
+
+/// Checks a property value; returns its canonical form.
+pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
+    let bad = |why: &str| Err(StoreError::BadProperty(format!("{key}={value}: {why}")));
+    match key {
+        "compression" => match CompressionSetting::parse(value) {
+            Some(_) => Ok(if value == "on" {
+                "lz4".into()
+            } else {
+                value.into()
+            }),
+            None => bad("use off, lz4, zstd or zstd-1..19"),
+        },
+        "checksum" => match ChecksumKind::from_name(value) {
+            Some(k) => Ok(k.name().into()),
+            None => bad("use blake3, sha256 or fletcher4"),
+        },
+        "recordsize" | "volblocksize" => match parse_size(value) {
+            Some(n) if n.is_power_of_two() && (512..=1 << 20).contains(&n) => Ok(format_size(n)),
+            _ => bad("a power of two from 512 to 1M"),
+        },
+        "copies" => match value {
+            "1" | "2" | "3" => Ok(value.into()),
+            _ => bad("1, 2 or 3"),
+        },
+        "readonly" => match value {
+            "on" | "off" => Ok(value.into()),
+            _ => bad("on or off"),
+        },
+        "volsize" => match parse_size(value) {
+            Some(n) if n > 0 => Ok(n.to_string()),
+            _ => bad("a size such as 10G"),
+        },
+        _ => Err(StoreError::BadProperty(format!(
+            "unknown property '{key}'; known: {}",
+            PROPERTIES
+                .iter()
+                .map(|p| p.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// `131072` → `128K` (exact powers only, else bytes).
+pub fn format_size(n: u64) -> String {
+    for (shift, unit) in [(30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+impl Dataset {
+    fn encode(&self, w: &mut Writer) {
+        w.u32(self.id).u32(self.parent);
+        w.u8(match self.kind {
+            DatasetKind::Filesystem => 1,
+            DatasetKind::Volume => 2,
+        });
+        w.str(&self.name).u64(self.object).u64(self.created_txg);
+        w.u64(self.used).u64(self.logical).u64(self.physical);
+        w.u64(self.props.len() as u64);
+        for (k, v) in &self.props {
+            w.str(k).str(v);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Dataset, DecodeError> {
+        let id = r.u32()?;
+        let parent = r.u32()?;
+        let kind = match r.u8()? {
+            1 => DatasetKind::Filesystem,
+            2 => DatasetKind::Volume,
+            k => return Err(r.err(format!("dataset kind {k}"))),
+        };
+        let name = r.str()?;
+        let object = r.u64()?;
+        let created_txg = r.u64()?;
+        let (used, logical, physical) = (r.u64()?, r.u64()?, r.u64()?);
+        let n = r.count(8)?;
+        let mut props = BTreeMap::new();
+        for _ in 0..n {
+            let k = r.str()?;
+            let v = r.str()?;
+            props.insert(k, v);
+        }
+        Ok(Dataset {
+            id,
+            parent,
+            kind,
+            name,
+            object,
+            created_txg,
+            used,
+            logical,
+            physical,
+            props,
+        })
+    }
+}
+
+/// All datasets of a pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DatasetTable {
+    pub datasets: Vec<Dataset>,
+}
+
+impl DatasetTable {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u32(TABLE_MAGIC).u64(self.datasets.len() as u64);
+        for d in &self.datasets {
+            d.encode(&mut w);
+        }
+        w.buf
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<DatasetTable, DecodeError> {
+        let mut r = Reader::new(buf, "dataset table");
+        if r.u32()? != TABLE_MAGIC {
+            return Err(r.err("bad magic"));
+        }
+        let n = r.count(40)?;
+        let mut datasets = Vec::with_capacity(n);
+        for _ in 0..n {
+            datasets.push(Dataset::decode(&mut r)?);
+        }
+        let table = DatasetTable { datasets };
+        for d in &table.datasets {
+            if d.parent != NO_PARENT && table.by_id(d.parent).is_none() {
+                return Err(r.err(format!("dataset {} has a missing parent", d.name)));
+            }
+        }
+        Ok(table)
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<&Dataset> {
+        self.datasets.iter().find(|d| d.name == name)
+    }
+    pub fn by_id(&self, id: u32) -> Option<&Dataset> {
+        self.datasets.iter().find(|d| d.id == id)
+    }
+    pub fn by_id_mut(&mut self, id: u32) -> Option<&mut Dataset> {
+        self.datasets.iter_mut().find(|d| d.id == id)
+    }
+    pub fn children(&self, id: u32) -> impl Iterator<Item = &Dataset> {
+        self.datasets.iter().filter(move |d| d.parent == id)
+    }
+    pub fn next_id(&self) -> u32 {
+        self.datasets.iter().map(|d| d.id + 1).max().unwrap_or(0)
+    }
+
+    /// Effective value of a property and where it comes from (`local`, `inherited from X`,
+    /// `default`).
+    pub fn property(&self, id: u32, key: &str) -> (String, String) {
+        let inheritable = PROPERTIES
+            .iter()
+            .find(|p| p.0 == key)
+            .map(|p| p.2)
+            .unwrap_or(false);
+        let default = PROPERTIES
+            .iter()
+            .find(|p| p.0 == key)
+            .map(|p| p.1)
+            .unwrap_or("-");
+        let mut cur = self.by_id(id);
+        let mut first = true;
+        while let Some(d) = cur {
+            if let Some(v) = d.props.get(key) {
+                let source = if first {
+                    "local".to_string()
+                } else {
+                    format!("inherited from {}", d.name)
+                };
+                return (v.clone(), source);
+            }
+            if !inheritable {
+                break;
+            }
+            first = false;
+            cur = if d.parent == NO_PARENT {
+                None
+            } else {
+                self.by_id(d.parent)
+            };
+        }
+        (default.to_string(), "default".to_string())
+    }
+
+    /// USED of a dataset: its own space plus all descendants'.
+    pub fn used_total(&self, id: u32) -> u64 {
+        let own = self.by_id(id).map(|d| d.used).unwrap_or(0);
+        own + self
+            .children(id)
+            .map(|c| self.used_total(c.id))
+            .sum::<u64>()
+    }
+
+    /// (logical, physical) over a dataset and its descendants, for compressratio.
+    pub fn bytes_total(&self, id: u32) -> (u64, u64) {
+        let (mut l, mut p) = self
+            .by_id(id)
+            .map(|d| (d.logical, d.physical))
+            .unwrap_or((0, 0));
+        for c in self.children(id) {
+            let (cl, cp) = self.bytes_total(c.id);
+            l += cl;
+            p += cp;
+        }
+        (l, p)
+    }
+}
+
+/// Checks a dataset name component.
+pub fn validate_component(name: &str) -> Result<(), StoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadName(
+            name.to_string(),
+            "use letters, digits, '_', '-', '.', ':'".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_properties() {
+        assert_eq!(parse_size("128K"), Some(131072));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("1.5K"), Some(1536));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(validate_property("recordsize", "1M").unwrap(), "1M");
+        assert!(validate_property("recordsize", "3K").is_err());
+        assert!(validate_property("compression", "gzip").is_err());
+        assert!(validate_property("nope", "1").is_err());
+    }
+
+    #[test]
+    fn inheritance_and_round_trip() {
+        let mut t = DatasetTable::default();
+        let mk = |id, parent, name: &str| Dataset {
+            id,
+            parent,
+            kind: DatasetKind::Filesystem,
+            name: name.into(),
+            object: 0,
+            created_txg: 1,
+            used: 10,
+            logical: 20,
+            physical: 10,
+            props: BTreeMap::new(),
+        };
+        t.datasets.push(mk(0, NO_PARENT, "tank"));
+        t.datasets.push(mk(1, 0, "tank/a"));
+        t.datasets.push(mk(2, 1, "tank/a/b"));
+        t.by_id_mut(1)
+            .unwrap()
+            .props
+            .insert("compression".into(), "zstd".into());
+        assert_eq!(
+            t.property(2, "compression"),
+            ("zstd".into(), "inherited from tank/a".into())
+        );
+        assert_eq!(t.property(1, "compression").1, "local");
+        assert_eq!(
+            t.property(0, "compression"),
+            ("lz4".into(), "default".into())
+        );
+        assert_eq!(t.used_total(0), 30);
+        assert_eq!(DatasetTable::decode(&t.encode()).unwrap(), t);
+        assert!(DatasetTable::decode(&t.encode()[..30]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = DatasetTable::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,707 @@
+//! Datasets, properties, files, directories and volumes: what users name with
+//! `POOL/DATASET[/PATH]`.
+
+use std::collections::BTreeMap;
+
+use crate::dataset::{
+    validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
+};
+use crate::dir::{DirEntry, Directory};
+use crate::dnode::{Dnode, ObjectKind};
+use crate::error::StoreError;
+use crate::store::{load_object_bytes, size_property, State, Store};
+
+/// What a path names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub dataset: u32,
+    pub object: u64,
+    pub kind: ObjectKind,
+}
+
+/// One line of `cairn ls`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ListEntry {
+    pub name: String,
+    pub kind: String,
+    pub size: u64,
+    pub object: u64,
+}
+
+/// Space and properties of a dataset, as `cairn dataset list` shows them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub kind: DatasetKind,
+    pub used: u64,
+    pub avail: u64,
+    pub refer: u64,
+    pub compressratio: f64,
+    pub volsize: Option<u64>,
+}
+
+/// Splits `pool/ds/x/y` into the longest existing file-system dataset and the rest.
+fn split_path<'a>(table: &DatasetTable, path: &'a str) -> Option<(&'a str, Vec<&'a str>)> {
+    let path = path.trim_end_matches('/');
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    for n in (1..=parts.len()).rev() {
+        let name = parts[..n].join("/");
+        if table.by_name(&name).is_some() {
+            let ds_len = name.len();
+            return Some((&path[..ds_len], parts[n..].to_vec()));
+        }
+    }
+    None
+}
+
+impl Store {
+    // ---- datasets ------------------------------------------------------------------------
+
+    pub fn datasets(&self) -> DatasetTable {
+        self.lock().datasets.clone()
+    }
+
+    pub(crate) fn create_dataset_locked(
+        &self,
+        st: &mut State,
+        name: &str,
+        parent: Option<u32>,
+        kind: DatasetKind,
+        props: BTreeMap<String, String>,
+        volsize: u64,
+    ) -> Result<u32, StoreError> {
+        if st.datasets.by_name(name).is_some() {
+            return Err(StoreError::DatasetExists(name.to_string()));
+        }
+        let id = st.datasets.next_id();
+        st.datasets.datasets.push(Dataset {
+            id,
+            parent: parent.unwrap_or(NO_PARENT),
+            kind,
+            name: name.to_string(),
+            object: 0,
+            created_txg: st.txg,
+            used: 0,
+            logical: 0,
+            physical: 0,
+            props,
+        });
+        let object = match kind {
+            DatasetKind::Filesystem => {
+                let dir = self.create_object_locked(st, ObjectKind::Directory, id, 16 << 10)?;
+                st.objects.get_mut(&dir).expect("created").dnode.mode = 0o40755;
+                dir
+            }
+            DatasetKind::Volume => {
+                let bs = size_property(&st.datasets, id, "volblocksize");
+                let vol = self.create_object_locked(st, ObjectKind::Volume, id, bs)?;
+                st.objects.get_mut(&vol).expect("created").dnode.size = volsize;
+                vol
+            }
+        };
+        st.datasets.by_id_mut(id).expect("pushed").object = object;
+        st.datasets_dirty = true;
+        Ok(id)
+    }
+
+    /// `cairn dataset create` / `cairn volume create`: the parent must exist (or `parents`).
+    pub fn dataset_create(
+        &self,
+        name: &str,
+        kind: DatasetKind,
+        props: BTreeMap<String, String>,
+        volsize: Option<u64>,
+        parents: bool,
+    ) -> Result<(), StoreError> {
+        let mut props_ok = BTreeMap::new();
+        for (k, v) in props {
+            props_ok.insert(k.clone(), validate_property(&k, &v)?);
+        }
+        let volsize = match kind {
+            DatasetKind::Volume => {
+                let size = volsize.ok_or_else(|| {
+                    StoreError::BadProperty("a volume needs a size (-V SIZE)".into())
+                })?;
+                props_ok.insert("volsize".into(), size.to_string());
+                size
+            }
+            DatasetKind::Filesystem => 0,
+        };
+        if kind == DatasetKind::Volume {
+            let bs = crate::dataset::parse_size(
+                props_ok
+                    .get("volblocksize")
+                    .map(String::as_str)
+                    .unwrap_or("16K"),
+            )
+            .unwrap_or(16384);
+            if volsize % bs != 0 {
+                return Err(StoreError::BadProperty(format!(
+                    "volsize {volsize} must be a multiple of volblocksize {bs}"
+                )));
+            }
+        }
+        let mut st = self.lock();
+        let (parent_name, leaf) = name
+            .rsplit_once('/')
+            .ok_or_else(|| StoreError::BadName(name.to_string(), "give POOL/NAME".into()))?;
+        validate_component(leaf)?;
+        let parent = match st.datasets.by_name(parent_name) {
+            Some(p) => p.clone(),
+            None if parents => {
+                drop(st);
+                self.dataset_create(
+                    parent_name,
+                    DatasetKind::Filesystem,
+                    BTreeMap::new(),
+                    None,
+                    true,
+                )?;
+                st = self.lock();
+                st.datasets
+                    .by_name(parent_name)
+                    .expect("just created")
+                    .clone()
+            }
+            None => return Err(StoreError::NoSuchDataset(parent_name.to_string())),
+        };
+        if parent.kind != DatasetKind::Filesystem {
+            return Err(StoreError::WrongKind(
+                parent_name.into(),
+                "volume",
+                "volumes cannot have children",
+            ));
+        }
+        self.create_dataset_locked(&mut st, name, Some(parent.id), kind, props_ok, volsize)?;
+        self.maybe_sync(&mut st)?;
+        Ok(())
+    }
+
+    /// Destroys a dataset (and with `recursive` its children); its space is freed at sync.
+    pub fn dataset_destroy(&self, name: &str, recursive: bool) -> Result<(), StoreError> {
+        let st = self.lock();
+        let ds = st
+            .datasets
+            .by_name(name)
+            .cloned()
+            .ok_or_else(|| StoreError::NoSuchDataset(name.to_string()))?;
+        if ds.parent == NO_PARENT {
+            return Err(StoreError::BadName(
+                name.into(),
+                "the root dataset goes with the pool (`cairn destroy`)".into(),
+            ));
+        }
+        let children: Vec<String> = st
+            .datasets
+            .children(ds.id)
+            .map(|c| c.name.clone())
+            .collect();
+        if !children.is_empty() && !recursive {
+            return Err(StoreError::NotEmpty(format!(
+                "{name} (has children: {}; use -r)",
+                children.join(", ")
+            )));
+        }
+        drop(st);
+        for c in children {
+            self.dataset_destroy(&c, true)?;
+        }
+        let mut st = self.lock();
+        match ds.kind {
+            DatasetKind::Volume => self.free_object_locked(&mut st, ds.object)?,
+            DatasetKind::Filesystem => self.free_tree_locked(&mut st, ds.object)?,
+        }
+        st.datasets.datasets.retain(|d| d.id != ds.id);
+        st.datasets_dirty = true;
+        Ok(())
+    }
+
+    /// Frees a directory and everything below it.
+    fn free_tree_locked(&self, st: &mut State, dir: u64) -> Result<(), StoreError> {
+        let d = self.read_dir_locked(st, dir)?;
+        for e in d.entries.values() {
+            match e.kind {
+                ObjectKind::Directory => self.free_tree_locked(st, e.object)?,
+                _ => self.free_object_locked(st, e.object)?,
+            }
+        }
+        self.free_object_locked(st, dir)
+    }
+
+    pub fn set_property(&self, dataset: &str, key: &str, value: &str) -> Result<(), StoreError> {
+        let canonical = validate_property(key, value)?;
+        let mut st = self.lock();
+        let ds = st
+            .datasets
+            .by_name(dataset)
+            .cloned()
+            .ok_or_else(|| StoreError::NoSuchDataset(dataset.to_string()))?;
+        match key {
+            "volblocksize" => {
+                return Err(StoreError::BadProperty(
+                    "volblocksize is fixed when the volume is created".into(),
+                ))
+            }
+            "volsize" => {
+                if ds.kind != DatasetKind::Volume {
+                    return Err(StoreError::WrongKind(
+                        dataset.into(),
+                        "file system",
+                        "volsize applies to volumes",
+                    ));
+                }
+                let size: u64 = canonical.parse().unwrap_or(0);
+                let bs = u64::from(self.object_mut(&mut st, ds.object)?.dnode.block_size);
+                if !size.is_multiple_of(bs) {
+                    return Err(StoreError::BadProperty(format!(
+                        "volsize must be a multiple of volblocksize {bs}"
+                    )));
+                }
+                self.truncate_locked(&mut st, ds.object, size)?;
+            }
+            "recordsize" if ds.kind == DatasetKind::Volume => {
+                return Err(StoreError::WrongKind(
+                    dataset.into(),
+                    "volume",
+                    "use volblocksize",
+                ))
+            }
+            _ => {}
+        }
+        st.datasets
+            .by_id_mut(ds.id)
+            .expect("exists")
+            .props
+            .insert(key.to_string(), canonical);
+        st.datasets_dirty = true;
+        Ok(())
+    }
+
+    /// (value, source) of a property; also read-only ones: used, avail, refer, compressratio, type.
+    pub fn get_property(&self, dataset: &str, key: &str) -> Result<(String, String), StoreError> {
+        let info = self.dataset_info(dataset)?;
+        let st = self.lock();
+        let ds = st.datasets.by_name(dataset).expect("info found it");
+        Ok(match key {
+            "used" => (info.used.to_string(), "-".into()),
+            "available" | "avail" => (info.avail.to_string(), "-".into()),
+            "referenced" | "refer" => (info.refer.to_string(), "-".into()),
+            "compressratio" => (format!("{:.2}x", info.compressratio), "-".into()),
+            "type" => (
+                match info.kind {
+                    DatasetKind::Filesystem => "filesystem",
+                    DatasetKind::Volume => "volume",
+                }
+                .into(),
+                "-".into(),
+            ),
+            _ => {
+                validate_known(key)?;
+                st.datasets.property(ds.id, key)
+            }
+        })
+    }
+
+    pub fn dataset_info(&self, name: &str) -> Result<DatasetInfo, StoreError> {
+        let usage = self.space();
+        let st = self.lock();
+        let ds = st
+            .datasets
+            .by_name(name)
+            .ok_or_else(|| StoreError::NoSuchDataset(name.to_string()))?;
+        let (logical, physical) = st.datasets.bytes_total(ds.id);
+        Ok(DatasetInfo {
+            name: ds.name.clone(),
+            kind: ds.kind,
+            used: st.datasets.used_total(ds.id),
+            avail: usage.avail,
+            refer: ds.used,
+            compressratio: if physical == 0 {
+                1.0
+            } else {
+                logical as f64 / physical as f64
+            },
+            volsize: (ds.kind == DatasetKind::Volume).then(|| {
+                ds.props
+                    .get("volsize")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            }),
+        })
+    }
+
+    // ---- directories and files -------------------------------------------------------------
+
+    fn read_dir_locked(&self, st: &mut State, dir: u64) -> Result<Directory, StoreError> {
+        let bytes = load_object_bytes(self.pool(), st, dir)?;
+        Directory::decode(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    fn write_dir_locked(&self, st: &mut State, dir: u64, d: &Directory) -> Result<(), StoreError> {
+        let bytes = d.encode();
+        self.truncate_locked(st, dir, 0)?;
+        self.write_locked(st, dir, 0, &bytes)
+    }
+
+    /// Resolves `POOL/DS/PATH` (PATH may be empty: the dataset's root or the volume).
+    pub fn resolve(&self, path: &str) -> Result<Resolved, StoreError> {
+        let mut st = self.lock();
+        self.resolve_locked(&mut st, path)
+    }
+
+    fn resolve_locked(&self, st: &mut State, path: &str) -> Result<Resolved, StoreError> {
+        let (ds_name, rest) = split_path(&st.datasets, path).ok_or_else(|| {
+            StoreError::NoSuchDataset(path.split('/').next().unwrap_or(path).to_string())
+        })?;
+        let ds = st
+            .datasets
+            .by_name(ds_name)
+            .expect("split found it")
+            .clone();
+        let mut cur = Resolved {
+            dataset: ds.id,
+            object: ds.object,
+            kind: match ds.kind {
+                DatasetKind::Filesystem => ObjectKind::Directory,
+                DatasetKind::Volume => ObjectKind::Volume,
+            },
+        };
+        for (i, part) in rest.iter().enumerate() {
+            if cur.kind != ObjectKind::Directory {
+                return Err(StoreError::NotADirectory(format!(
+                    "{ds_name}/{}",
+                    rest[..i].join("/")
+                )));
+            }
+            let d = self.read_dir_locked(st, cur.object)?;
+            let e = d
+                .entries
+                .get(*part)
+                .ok_or_else(|| StoreError::NotFound(path.to_string()))?;
+            cur = Resolved {
+                dataset: ds.id,
+                object: e.object,
+                kind: e.kind,
+            };
+        }
+        Ok(cur)
+    }
+
+    fn check_writable(&self, st: &State, dataset: u32) -> Result<(), StoreError> {
+        if st.datasets.property(dataset, "readonly").0 == "on" {
+            let name = st
+                .datasets
+                .by_id(dataset)
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            return Err(StoreError::ReadOnly(name));
+        }
+        Ok(())
+    }
+
+    /// Creates (or truncates, with `overwrite`) a file at `path`, making parent directories.
+    pub fn create_file(&self, path: &str, overwrite: bool) -> Result<u64, StoreError> {
+        let mut st = self.lock();
+        let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, true)?;
+        self.check_writable(&st, dataset)?;
+        let mut d = self.read_dir_locked(&mut st, dir)?;
+        if let Some(e) = d.entries.get(&name) {
+            if e.kind == ObjectKind::Directory {
+                return Err(StoreError::IsADirectory(path.into()));
+            }
+            if !overwrite {
+                return Err(StoreError::Exists(path.into()));
+            }
+            let id = e.object;
+            self.truncate_locked(&mut st, id, 0)?;
+            return Ok(id);
+        }
+        let rs = size_property(&st.datasets, dataset, "recordsize");
+        let id = self.create_object_locked(&mut st, ObjectKind::File, dataset, rs)?;
+        st.objects.get_mut(&id).expect("created").dnode.mode = 0o100644;
+        d.entries.insert(
+            name,
+            DirEntry {
+                object: id,
+                kind: ObjectKind::File,
+            },
+        );
+        self.write_dir_locked(&mut st, dir, &d)?;
+        Ok(id)
+    }
+
+    /// Creates a directory (and parents).
+    pub fn mkdir(&self, path: &str) -> Result<u64, StoreError> {
+        let mut st = self.lock();
+        self.mkdir_locked(&mut st, path)
+    }
+
+    fn mkdir_locked(&self, st: &mut State, path: &str) -> Result<u64, StoreError> {
+        if let Ok(r) = self.resolve_locked(st, path) {
+            return match r.kind {
+                ObjectKind::Directory => Ok(r.object),
+                _ => Err(StoreError::Exists(path.into())),
+            };
+        }
+        let (dir, name, dataset) = self.parent_dir_locked(st, path, true)?;
+        self.check_writable(st, dataset)?;
+        let id = self.create_object_locked(st, ObjectKind::Directory, dataset, 16 << 10)?;
+        st.objects.get_mut(&id).expect("created").dnode.mode = 0o40755;
+        let mut d = self.read_dir_locked(st, dir)?;
+        d.entries.insert(
+            name,
+            DirEntry {
+                object: id,
+                kind: ObjectKind::Directory,
+            },
+        );
+        self.write_dir_locked(st, dir, &d)?;
+        Ok(id)
+    }
+
+    /// (parent directory object, last component, dataset) of `path`.
+    fn parent_dir_locked(
+        &self,
+        st: &mut State,
+        path: &str,
+        make: bool,
+    ) -> Result<(u64, String, u32), StoreError> {
+        let (ds_name, rest) = split_path(&st.datasets, path).ok_or_else(|| {
+            StoreError::NoSuchDataset(path.split('/').next().unwrap_or(path).to_string())
+        })?;
+        let ds = st
+            .datasets
+            .by_name(ds_name)
+            .expect("split found it")
+            .clone();
+        if ds.kind != DatasetKind::Filesystem {
+            return Err(StoreError::WrongKind(
+                ds_name.into(),
+                "volume",
+                "volumes hold blocks, not files",
+            ));
+        }
+        let Some((last, dirs)) = rest.split_last() else {
+            return Err(StoreError::BadName(
+                path.into(),
+                "give a path inside the dataset, e.g. POOL/DS/file".into(),
+            ));
+        };
+        validate_file_name(last)?;
+        let parent_path = format!("{ds_name}/{}", dirs.join("/"));
+        let parent = if dirs.is_empty() {
+            ds.object
+        } else if make {
+            self.mkdir_locked(st, &parent_path)?
+        } else {
+            let r = self.resolve_locked(st, &parent_path)?;
+            if r.kind != ObjectKind::Directory {
+                return Err(StoreError::NotADirectory(parent_path));
+            }
+            r.object
+        };
+        Ok((parent, last.to_string(), ds.id))
+    }
+
+    /// Writes into a file or volume object at `offset` (space and read-only checked).
+    pub fn write(&self, r: &Resolved, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        self.check_writable(&st, r.dataset)?;
+        self.check_space(&st, data.len() as u64)?;
+        if r.kind == ObjectKind::Volume {
+            let size = self.object_mut(&mut st, r.object)?.dnode.size;
+            if offset
+                .checked_add(data.len() as u64)
+                .is_none_or(|e| e > size)
+            {
+                let name = st
+                    .datasets
+                    .by_id(r.dataset)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default();
+                return Err(StoreError::PastEnd {
+                    name,
+                    offset,
+                    len: data.len() as u64,
+                    size,
+                });
+            }
+        }
+        self.write_locked(&mut st, r.object, offset, data)?;
+        self.maybe_sync(&mut st)
+    }
+
+    /// Reads from a file or volume; returns bytes read (short at end of file).
+    pub fn read(&self, r: &Resolved, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        let mut st = self.lock();
+        match self.read_locked(&mut st, r.object, offset, buf) {
+            Err(StoreError::Pool(e)) => {
+                st.damaged.insert((r.dataset, r.object));
+                Err(StoreError::Pool(e))
+            }
+            other => other,
+        }
+    }
+
+    /// Zeroes a range of a volume or file, freeing whole blocks (TRIM, hole punching).
+    pub fn punch(&self, r: &Resolved, offset: u64, len: u64) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        self.check_writable(&st, r.dataset)?;
+        self.punch_locked(&mut st, r.object, offset, len)?;
+        self.maybe_sync(&mut st)
+    }
+
+    pub fn truncate(&self, r: &Resolved, size: u64) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        self.check_writable(&st, r.dataset)?;
+        if r.kind == ObjectKind::Volume {
+            return Err(StoreError::WrongKind(
+                "volume".into(),
+                "volume",
+                "set volsize instead",
+            ));
+        }
+        self.truncate_locked(&mut st, r.object, size)
+    }
+
+    pub fn object_dnode(&self, r: &Resolved) -> Result<Dnode, StoreError> {
+        self.dnode(r.object)
+    }
+
+    /// Lists a directory (or describes a single file).
+    pub fn list(&self, path: &str) -> Result<Vec<ListEntry>, StoreError> {
+        let mut st = self.lock();
+        let r = self.resolve_locked(&mut st, path)?;
+        if r.kind != ObjectKind::Directory {
+            let size = self.object_mut(&mut st, r.object)?.dnode.size;
+            let name = path.rsplit('/').next().unwrap_or(path).to_string();
+            return Ok(vec![ListEntry {
+                name,
+                kind: kind_name(r.kind).into(),
+                size,
+                object: r.object,
+            }]);
+        }
+        let d = self.read_dir_locked(&mut st, r.object)?;
+        let mut out = Vec::with_capacity(d.entries.len());
+        for (name, e) in &d.entries {
+            let size = self.object_mut(&mut st, e.object)?.dnode.size;
+            out.push(ListEntry {
+                name: name.clone(),
+                kind: kind_name(e.kind).into(),
+                size,
+                object: e.object,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes a file, or a directory (empty, or any with `recursive`).
+    pub fn remove(&self, path: &str, recursive: bool) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, false)?;
+        self.check_writable(&st, dataset)?;
+        let mut d = self.read_dir_locked(&mut st, dir)?;
+        let e = *d
+            .entries
+            .get(&name)
+            .ok_or_else(|| StoreError::NotFound(path.into()))?;
+        if e.kind == ObjectKind::Directory {
+            let sub = self.read_dir_locked(&mut st, e.object)?;
+            if !sub.entries.is_empty() && !recursive {
+                return Err(StoreError::NotEmpty(path.into()));
+            }
+            self.free_tree_locked(&mut st, e.object)?;
+        } else {
+            self.free_object_locked(&mut st, e.object)?;
+        }
+        d.entries.remove(&name);
+        self.write_dir_locked(&mut st, dir, &d)?;
+        st.damaged.remove(&(dataset, e.object));
+        Ok(())
+    }
+
+    /// Syncs when the open txg holds more dirty data than allowed.
+    fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
+        if self.over_dirty_limit(st) {
+            self.sync_locked(st)?;
+        }
+        Ok(())
+    }
+
+    /// Objects found unreadable, as `(dataset name, path or object)`, for `status -v`.
+    pub fn damaged(&self) -> Vec<(String, u64)> {
+        let st = self.lock();
+        st.damaged
+            .iter()
+            .map(|(ds, obj)| {
+                (
+                    st.datasets
+                        .by_id(*ds)
+                        .map(|d| d.name.clone())
+                        .unwrap_or_default(),
+                    *obj,
+                )
+            })
+            .collect()
+    }
+
+    /// Path of an object inside its dataset (searches directories; for error reports).
+    pub fn path_of(&self, dataset: &str, object: u64) -> Option<String> {
+        let mut st = self.lock();
+        let ds = st.datasets.by_name(dataset)?.clone();
+        if ds.object == object {
+            return Some(ds.name);
+        }
+        if ds.kind != DatasetKind::Filesystem {
+            return None;
+        }
+        let mut stack = vec![(ds.object, ds.name.clone())];
+        while let Some((dir, prefix)) = stack.pop() {
+            let d = self.read_dir_locked(&mut st, dir).ok()?;
+            for (name, e) in &d.entries {
+                let p = format!("{prefix}/{name}");
+                if e.object == object {
+                    return Some(p);
+                }
+                if e.kind == ObjectKind::Directory {
+                    stack.push((e.object, p));
+                }
+            }
+        }
+        None
+    }
+
+    /// Records that an object could not be read (found by scrub).
+    pub(crate) fn mark_damaged(&self, st: &mut State, dataset: u32, object: u64) {
+        st.damaged.insert((dataset, object));
+    }
+}
+
+fn validate_known(key: &str) -> Result<(), StoreError> {
+    if crate::dataset::PROPERTIES.iter().any(|p| p.0 == key) {
+        Ok(())
+    } else {
+        Err(StoreError::BadProperty(format!("unknown property '{key}'")))
+    }
+}
+
+fn validate_file_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty() || name == "." || name == ".." || name.len() > 255 || name.contains('\0') {
+        return Err(StoreError::BadName(
+            name.into(),
+            "not a valid file name".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub fn kind_name(k: ObjectKind) -> &'static str {
+    match k {
+        ObjectKind::File => "file",
+        ObjectKind::Directory => "dir",
+        ObjectKind::Volume => "volume",
+        ObjectKind::Table => "table",
+        ObjectKind::Free => "free",
+    }
+}

@@ -1,0 +1,549 @@
+//! One object's block tree: looking up, reading, and rewriting (copy-on-write) its blocks.
+//!
+//! ```text
+//!   dnode.root ──► L2 indirect [128 BPs] ──► L1 indirect [128 BPs] ──► data block (blkid)
+//!                                       └──► L1 …                 └──► data block …
+//!   blkid → slot at level L: (blkid >> 7·(L−1)) & 127, indirect index at level L: blkid >> 7·L
+//! ```
+//! During a txg the object's new contents live in memory (`ObjectState::dirty`); at sync
+//! `sync_object` writes every dirty data block to new space, rewrites the indirect blocks on
+//! the path to it (bottom-up), points the dnode at the new root, and hands every replaced
+//! block to the deferred-free list. A live block is never overwritten.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use cairn_pool::io::alloc::Allocator;
+use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
+use cairn_pool::io::pipeline::{prepare, PreparedBlock, WriteProps};
+use cairn_pool::{Pool, PoolError};
+
+use crate::dnode::{levels_for, Dnode, BPS_PER_INDIRECT, BPS_PER_INDIRECT_SHIFT, MAX_LEVELS};
+use crate::error::StoreError;
+
+/// In-memory state of an object during the open txg.
+#[derive(Clone, Debug)]
+pub struct ObjectState {
+    pub dnode: Dnode,
+    /// Full new contents of modified data blocks (each `block_size` bytes).
+    pub dirty: BTreeMap<u64, Vec<u8>>,
+    /// Blocks to turn into holes (trim, punch).
+    pub punched: BTreeSet<u64>,
+    /// Set when the object shrank: blocks from this blkid on are freed at sync.
+    pub truncate_from: Option<u64>,
+    /// The object is being deleted: free everything at sync.
+    pub freeing: bool,
+    /// The dnode changed and must be written to the object table.
+    pub dnode_dirty: bool,
+}
+
+impl ObjectState {
+    pub fn new(dnode: Dnode) -> ObjectState {
+        ObjectState {
+            dnode,
+            dirty: BTreeMap::new(),
+            punched: BTreeSet::new(),
+            truncate_from: None,
+            freeing: false,
+            dnode_dirty: false,
+        }
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dnode_dirty
+            || !self.dirty.is_empty()
+            || !self.punched.is_empty()
+            || self.truncate_from.is_some()
+            || self.freeing
+    }
+
+    /// Bytes of dirty data held in memory.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty.values().map(|b| b.len() as u64).sum()
+    }
+}
+
+/// Decoded indirect blocks, shared between lookups: (object, level, index) → pointers.
+pub type IndirectCache = HashMap<(u64, u8, u64), Arc<Vec<BlockPointer>>>;
+
+/// Entries kept before the cache is dropped (bounds memory: ~16 KiB each).
+const INDIRECT_CACHE_MAX: usize = 8192;
+
+pub fn decode_indirect(buf: &[u8]) -> Result<Vec<BlockPointer>, StoreError> {
+    if buf.len() != BPS_PER_INDIRECT * BP_SIZE {
+        return Err(StoreError::Corrupt(format!(
+            "indirect block of {} bytes",
+            buf.len()
+        )));
+    }
+    buf.chunks_exact(BP_SIZE)
+        .map(|c| BlockPointer::decode(c).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .collect()
+}
+
+pub fn encode_indirect(bps: &[BlockPointer]) -> Vec<u8> {
+    let mut out = vec![0u8; BPS_PER_INDIRECT * BP_SIZE];
+    for (i, bp) in bps.iter().enumerate() {
+        bp.encode(&mut out[i * BP_SIZE..(i + 1) * BP_SIZE]);
+    }
+    out
+}
+
+/// Reads (through the cache) the indirect block `bp` = (object, level, index).
+pub fn load_indirect(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    key: (u64, u8, u64),
+    bp: &BlockPointer,
+) -> Result<Arc<Vec<BlockPointer>>, StoreError> {
+    if let Some(v) = cache.get(&key) {
+        return Ok(v.clone());
+    }
+    let v = if bp.is_hole() {
+        Arc::new(vec![BlockPointer::HOLE; BPS_PER_INDIRECT])
+    } else {
+        if bp.kind != BlockKind::Indirect {
+            return Err(StoreError::Corrupt(format!(
+                "expected an indirect block, found {:?}",
+                bp.kind
+            )));
+        }
+        Arc::new(decode_indirect(&pool.read_bp(bp)?)?)
+    };
+    if cache.len() >= INDIRECT_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(key, v.clone());
+    Ok(v)
+}
+
+/// The pointer of data block `blkid` as last synced.
+pub fn lookup_bp(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<BlockPointer, StoreError> {
+    let top = dnode.levels - 1;
+    if top == 0 {
+        return Ok(if blkid == 0 {
+            dnode.root
+        } else {
+            BlockPointer::HOLE
+        });
+    }
+    if blkid >> (BPS_PER_INDIRECT_SHIFT * u32::from(top)) != 0 {
+        return Ok(BlockPointer::HOLE);
+    }
+    let mut bp = dnode.root;
+    for level in (1..=top).rev() {
+        if bp.is_hole() {
+            return Ok(BlockPointer::HOLE);
+        }
+        let index = blkid >> (BPS_PER_INDIRECT_SHIFT * u32::from(level));
+        let entries = load_indirect(pool, cache, (object, level, index), &bp)?;
+        let slot = (blkid >> (BPS_PER_INDIRECT_SHIFT * u32::from(level - 1))) as usize
+            & (BPS_PER_INDIRECT - 1);
+        bp = entries[slot];
+    }
+    Ok(bp)
+}
+
+/// Everything a sync needs besides the object: the pool, allocator, frees, cache.
+pub struct SyncCtx<'a> {
+    pub pool: &'a Pool,
+    pub alloc: &'a mut Allocator,
+    /// Frees of this txg (released to the allocator three txgs later).
+    pub freed: &'a mut Vec<Dva>,
+    pub cache: &'a mut IndirectCache,
+    pub txg: u64,
+    /// Metadata copies (2, or more with `copies`).
+    pub metadata_copies: usize,
+}
+
+impl SyncCtx<'_> {
+    fn free_bp(&mut self, bp: &BlockPointer, dnode: &mut Dnode) {
+        if bp.is_hole() {
+            return;
+        }
+        dnode.used = dnode.used.saturating_sub(self.pool.deflated_size(bp));
+        dnode.logical = dnode.logical.saturating_sub(u64::from(bp.lsize));
+        dnode.physical = dnode.physical.saturating_sub(u64::from(bp.psize));
+        self.freed.extend(bp.copies().copied());
+    }
+
+    fn account_new(&self, bp: &BlockPointer, dnode: &mut Dnode) {
+        dnode.used += self.pool.deflated_size(bp);
+        dnode.logical += u64::from(bp.lsize);
+        dnode.physical += u64::from(bp.psize);
+    }
+
+    fn write(&mut self, block: &PreparedBlock) -> Result<BlockPointer, StoreError> {
+        Ok(self.pool.write_prepared(self.alloc, block, self.txg)?)
+    }
+}
+
+/// Indirect blocks being rewritten in this sync: (level, index) → pointers.
+type DirtyIndirects = BTreeMap<(u8, u64), Vec<BlockPointer>>;
+
+/// Loads the chain of indirect blocks down to (level, index) into `dirty`.
+fn ensure_dirty(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    dnode: &Dnode,
+    dirty: &mut DirtyIndirects,
+    level: u8,
+    index: u64,
+) -> Result<(), StoreError> {
+    if dirty.contains_key(&(level, index)) {
+        return Ok(());
+    }
+    let top = dnode.levels - 1;
+    let bp = if level == top {
+        debug_assert_eq!(index, 0);
+        dnode.root
+    } else {
+        let parent = index >> BPS_PER_INDIRECT_SHIFT;
+        ensure_dirty(ctx, object, dnode, dirty, level + 1, parent)?;
+        dirty[&(level + 1, parent)][index as usize & (BPS_PER_INDIRECT - 1)]
+    };
+    let entries = load_indirect(ctx.pool, ctx.cache, (object, level, index), &bp)?;
+    dirty.insert((level, index), entries.as_ref().clone());
+    Ok(())
+}
+
+/// Replaces the pointer of data block `blkid`, returning the old one.
+fn set_data_bp(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    dnode: &mut Dnode,
+    dirty: &mut DirtyIndirects,
+    blkid: u64,
+    bp: BlockPointer,
+) -> Result<BlockPointer, StoreError> {
+    if dnode.levels == 1 {
+        assert_eq!(blkid, 0, "single-level objects have one block");
+        return Ok(std::mem::replace(&mut dnode.root, bp));
+    }
+    let index = blkid >> BPS_PER_INDIRECT_SHIFT;
+    ensure_dirty(ctx, object, dnode, dirty, 1, index)?;
+    let slot = blkid as usize & (BPS_PER_INDIRECT - 1);
+    let entries = dirty.get_mut(&(1, index)).expect("just loaded");
+    Ok(std::mem::replace(&mut entries[slot], bp))
+}
+
+/// Frees every data block from `from` on, walking only the parts of the tree that exist.
+fn free_from(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    dnode: &mut Dnode,
+    dirty: &mut DirtyIndirects,
+    from: u64,
+) -> Result<(), StoreError> {
+    if dnode.levels == 1 {
+        if from == 0 {
+            let old = std::mem::replace(&mut dnode.root, BlockPointer::HOLE);
+            ctx.free_bp(&old, dnode);
+        }
+        return Ok(());
+    }
+    free_subtree(ctx, object, dnode, dirty, dnode.levels - 1, 0, from)
+}
+
+fn free_subtree(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    dnode: &mut Dnode,
+    dirty: &mut DirtyIndirects,
+    level: u8,
+    index: u64,
+    from: u64,
+) -> Result<(), StoreError> {
+    let span_child = 1u64 << (BPS_PER_INDIRECT_SHIFT * u32::from(level - 1));
+    let first_blk = index << (BPS_PER_INDIRECT_SHIFT * u32::from(level));
+    let end_blk = first_blk + (span_child << BPS_PER_INDIRECT_SHIFT);
+    if end_blk <= from {
+        return Ok(());
+    }
+    let bp_here = if level == dnode.levels - 1 {
+        dnode.root
+    } else {
+        dirty
+            .get(&(level + 1, index >> BPS_PER_INDIRECT_SHIFT))
+            .map(|e| e[index as usize & (BPS_PER_INDIRECT - 1)])
+            .unwrap_or(BlockPointer::HOLE)
+    };
+    if bp_here.is_hole() && !dirty.contains_key(&(level, index)) {
+        return Ok(());
+    }
+    ensure_dirty(ctx, object, dnode, dirty, level, index)?;
+    for slot in 0..BPS_PER_INDIRECT {
+        let child_first = first_blk + slot as u64 * span_child;
+        if child_first + span_child <= from {
+            continue;
+        }
+        if level == 1 {
+            let entries = dirty.get_mut(&(1, index)).expect("loaded");
+            let old = std::mem::replace(&mut entries[slot], BlockPointer::HOLE);
+            ctx.free_bp(&old, dnode);
+        } else {
+            let child = (index << BPS_PER_INDIRECT_SHIFT) + slot as u64;
+            free_subtree(ctx, object, dnode, dirty, level - 1, child, from)?;
+        }
+    }
+    Ok(())
+}
+
+/// Size of data block `blkid` as stored: objects of one block store only what they use
+/// (rounded to 512 B), larger objects store whole blocks.
+fn stored_block_size(dnode: &Dnode, blkid: u64) -> usize {
+    let bs = u64::from(dnode.block_size);
+    if dnode.levels == 1 && blkid == 0 && dnode.size <= bs {
+        dnode.size.clamp(1, bs).next_multiple_of(512) as usize
+    } else {
+        bs as usize
+    }
+}
+
+/// Writes an object's dirty state: data blocks, then indirect blocks bottom-up, then the
+/// new root into the dnode. Old blocks go to `ctx.freed`.
+pub fn sync_object(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    st: &mut ObjectState,
+    props: WriteProps,
+) -> Result<(), StoreError> {
+    let mut dirty: DirtyIndirects = BTreeMap::new();
+    let mut dnode = st.dnode;
+    if st.freeing {
+        free_from(ctx, object, &mut dnode, &mut dirty, 0)?;
+        st.dirty.clear();
+        st.punched.clear();
+    } else if let Some(from) = st.truncate_from {
+        free_from(ctx, object, &mut dnode, &mut dirty, from)?;
+    }
+    // Grow the tree so every block is addressable (a new top level holds the old root).
+    let highest = st.dirty.keys().next_back().map(|b| b + 1).unwrap_or(0);
+    let need = levels_for(dnode.block_count().max(highest).max(1));
+    if need > MAX_LEVELS {
+        return Err(StoreError::TooLarge(object));
+    }
+    if dnode.levels == 1 && need > 1 && !dnode.root.is_hole() {
+        // A single short block becomes block 0 of a multi-block object: rewrite it whole.
+        if let std::collections::btree_map::Entry::Vacant(e) = st.dirty.entry(0) {
+            let mut data = ctx.pool.read_bp(&dnode.root)?;
+            data.resize(dnode.block_size as usize, 0);
+            e.insert(data);
+        }
+    }
+    while dnode.levels < need {
+        let mut entries = vec![BlockPointer::HOLE; BPS_PER_INDIRECT];
+        entries[0] = std::mem::replace(&mut dnode.root, BlockPointer::HOLE);
+        dirty.insert((dnode.levels, 0), entries);
+        dnode.levels += 1;
+    }
+    for blkid in std::mem::take(&mut st.punched) {
+        if !st.dirty.contains_key(&blkid) {
+            let old = set_data_bp(
+                ctx,
+                object,
+                &mut dnode,
+                &mut dirty,
+                blkid,
+                BlockPointer::HOLE,
+            )?;
+            ctx.free_bp(&old, &mut dnode);
+        }
+    }
+    write_data_blocks(ctx, object, st, &mut dnode, &mut dirty, props)?;
+    write_indirects(ctx, object, &mut dnode, dirty)?;
+    st.dnode = dnode;
+    st.truncate_from = None;
+    st.dnode_dirty = true;
+    Ok(())
+}
+
+/// Compresses and checksums dirty blocks on two threads, then allocates and writes them.
+fn write_data_blocks(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    st: &mut ObjectState,
+    dnode: &mut Dnode,
+    dirty: &mut DirtyIndirects,
+    props: WriteProps,
+) -> Result<(), StoreError> {
+    let blocks = std::mem::take(&mut st.dirty);
+    let sector = ctx.pool.max_sector();
+    let compress_zero_as_hole =
+        props.compression.algorithm != cairn_pool::io::compress::Compression::Off;
+    let jobs: Vec<(u64, &[u8])> = blocks
+        .iter()
+        .map(|(&blkid, data)| {
+            (
+                blkid,
+                &data[..stored_block_size(dnode, blkid).min(data.len())],
+            )
+        })
+        .collect();
+    let prepared = prepare_parallel(&jobs, props, sector, compress_zero_as_hole);
+    for (blkid, block) in prepared {
+        let new_bp = match block {
+            Some(b) => {
+                let bp = ctx.write(&b)?;
+                ctx.account_new(&bp, dnode);
+                bp
+            }
+            None => BlockPointer::HOLE,
+        };
+        let old = set_data_bp(ctx, object, dnode, dirty, blkid, new_bp)?;
+        ctx.free_bp(&old, dnode);
+    }
+    Ok(())
+}
+
+/// `prepare` on up to two threads (the machine class has two cores). `None` = all zeros,
+/// stored as a hole.
+fn prepare_parallel(
+    jobs: &[(u64, &[u8])],
+    props: WriteProps,
+    sector: u64,
+    zero_is_hole: bool,
+) -> Vec<(u64, Option<PreparedBlock>)> {
+    let one = |(blkid, data): &(u64, &[u8])| {
+        if zero_is_hole && data.iter().all(|&b| b == 0) {
+            (*blkid, None)
+        } else {
+            (*blkid, Some(prepare(data, props, sector)))
+        }
+    };
+    let bytes: usize = jobs.iter().map(|j| j.1.len()).sum();
+    if jobs.len() < 4 || bytes < (1 << 20) {
+        return jobs.iter().map(one).collect();
+    }
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    let chunk = jobs.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("prepare thread"))
+            .collect()
+    })
+}
+
+/// Writes dirty indirect blocks from level 1 up, linking each into its parent.
+fn write_indirects(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    dnode: &mut Dnode,
+    mut dirty: DirtyIndirects,
+) -> Result<(), StoreError> {
+    let top = dnode.levels - 1;
+    let sector = ctx.pool.max_sector();
+    for level in 1..=top {
+        let keys: Vec<(u8, u64)> = dirty
+            .range((level, 0)..=(level, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            let entries = dirty.remove(&key).expect("key listed");
+            let new_bp = if entries.iter().all(|b| b.is_hole()) {
+                BlockPointer::HOLE
+            } else {
+                let props = BlockKind::Indirect.metadata_props(level, ctx.metadata_copies);
+                let block = prepare(&encode_indirect(&entries), props, sector);
+                let bp = ctx.write(&block)?;
+                ctx.account_new(&bp, dnode);
+                bp
+            };
+            ctx.cache.insert((object, level, key.1), Arc::new(entries));
+            let old = if level == top {
+                std::mem::replace(&mut dnode.root, new_bp)
+            } else {
+                let parent = (level + 1, key.1 >> BPS_PER_INDIRECT_SHIFT);
+                ensure_dirty(ctx, object, dnode, &mut dirty, parent.0, parent.1)?;
+                let slot = key.1 as usize & (BPS_PER_INDIRECT - 1);
+                let entries = dirty.get_mut(&parent).expect("loaded");
+                std::mem::replace(&mut entries[slot], new_bp)
+            };
+            ctx.free_bp(&old, dnode);
+        }
+    }
+    Ok(())
+}
+
+/// Reads `buf.len()` bytes at `offset` of an object (dirty data first, then disk).
+pub fn read_object(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, StoreError> {
+    let size = st.dnode.size;
+    if offset >= size {
+        return Ok(0);
+    }
+    let len = (buf.len() as u64).min(size - offset) as usize;
+    let bs = u64::from(st.dnode.block_size);
+    let mut done = 0usize;
+    while done < len {
+        let pos = offset + done as u64;
+        let blkid = pos / bs;
+        let within = (pos % bs) as usize;
+        let n = (bs as usize - within).min(len - done);
+        let out = &mut buf[done..done + n];
+        if let Some(block) = st.dirty.get(&blkid) {
+            out.copy_from_slice(&block[within..within + n]);
+        } else if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
+            out.fill(0);
+        } else {
+            let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+            if bp.is_hole() {
+                out.fill(0);
+            } else {
+                let data = pool.read_bp(&bp)?;
+                let avail = data.len().saturating_sub(within).min(n);
+                out[..avail].copy_from_slice(&data[within..within + avail]);
+                out[avail..].fill(0);
+            }
+        }
+        done += n;
+    }
+    Ok(len)
+}
+
+/// The current contents of block `blkid` (for read-modify-write), `block_size` bytes.
+pub fn block_for_update(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    blkid: u64,
+) -> Result<Vec<u8>, StoreError> {
+    let bs = st.dnode.block_size as usize;
+    if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
+        return Ok(vec![0u8; bs]);
+    }
+    let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+    if bp.is_hole() {
+        return Ok(vec![0u8; bs]);
+    }
+    let mut data = pool.read_bp(&bp)?;
+    data.resize(bs, 0);
+    Ok(data)
+}
+
+impl From<PoolError> for StoreError {
+    fn from(e: PoolError) -> Self {
+        StoreError::Pool(e)
+    }
+}

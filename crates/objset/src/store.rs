@@ -1,0 +1,884 @@
+//! The store: objects and datasets on a pool, grouped into transaction groups.
+//!
+//! ```text
+//!  uberblock (in every label ring) ──► root block (3 copies)
+//!       root block: txg, next object id, object-table dnode, space-map chunk pointers
+//!         ├─► object table (object 0): dnodes, 64 per 16 KiB block ─► every object's tree
+//!         │     object 1: dataset table   object 2…: directories, files, volumes
+//!         └─► space map chunks: allocated extents + deferred frees
+//! ```
+//! Writes go to the open txg in memory. `sync` writes every dirty object (new blocks only),
+//! the dataset table, the object table, then the space map and the root block, flushes every
+//! leaf, and only then writes the uberblock: the commit point. Blocks freed in txg F are
+//! reused from txg F+2 on, so the trees of the two previous uberblocks stay intact.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use cairn_pool::io::alloc::{decode_space_map, encode_space_map, Allocator, VdevAllocator};
+use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
+use cairn_pool::io::checksum::ChecksumKind;
+use cairn_pool::io::compress::{Compression, CompressionSetting};
+use cairn_pool::io::pipeline::{prepare, WriteProps};
+use cairn_pool::Pool;
+
+use crate::codec::{Reader, Writer};
+use crate::dataset::{parse_size, DatasetTable};
+use crate::dnode::{Dnode, ObjectKind, DNODE_BLOCK_SIZE, DNODE_SIZE};
+use crate::error::StoreError;
+use crate::object::{
+    block_for_update, read_object, sync_object, IndirectCache, ObjectState, SyncCtx,
+};
+
+/// Object id of the dataset table.
+pub const DATASET_TABLE_OBJECT: u64 = 1;
+const ROOT_MAGIC: u64 = 0x3153_4f4e_5249_4143; // "CAIRNOS1"
+const ROOT_BLOCK_SIZE: usize = 4096;
+const SPACE_MAP_CHUNK: usize = 1 << 20;
+const MAX_SPACE_MAP_CHUNKS: usize = 12;
+/// Txgs a freed block waits before reuse (see module docs).
+const FREE_DELAY_TXGS: u64 = 2;
+
+/// Tunables.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreConfig {
+    /// Dirty data that forces a sync (default: 1/8 of RAM, at most 4 GiB).
+    pub dirty_max: u64,
+    /// Copies of metadata blocks (root block gets one more, up to 3).
+    pub metadata_copies: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            dirty_max: default_dirty_max(),
+            metadata_copies: 2,
+        }
+    }
+}
+
+fn default_dirty_max() -> u64 {
+    let ram = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|k| k.parse::<u64>().ok())
+                })
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(8 << 30);
+    (ram / 8).min(4 << 30)
+}
+
+/// Mutable state of the store, behind one lock.
+pub(crate) struct State {
+    pub txg: u64,
+    pub alloc: Allocator,
+    /// (txg freed, dva): released `FREE_DELAY_TXGS` txgs later.
+    pub deferred: Vec<(u64, Dva)>,
+    pub meta: ObjectState,
+    pub objects: HashMap<u64, ObjectState>,
+    pub cache: IndirectCache,
+    pub next_object: u64,
+    pub free_objects: BTreeSet<u64>,
+    pub datasets: DatasetTable,
+    pub datasets_dirty: bool,
+    pub dirty_bytes: u64,
+    pub root_bp: BlockPointer,
+    pub space_map_bps: Vec<BlockPointer>,
+    /// Objects found damaged beyond redundancy (dataset id, object id).
+    pub damaged: BTreeSet<(u32, u64)>,
+}
+
+/// An open store.
+pub struct Store {
+    pool: Pool,
+    state: Mutex<State>,
+    pub config: StoreConfig,
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn fresh_allocator(pool: &Pool) -> Allocator {
+    Allocator::new(
+        pool.tops
+            .iter()
+            .map(|t| VdevAllocator::new(t.config.asize, t.ashift()))
+            .collect(),
+    )
+}
+
+/// The decoded root block.
+struct RootBlock {
+    txg: u64,
+    next_object: u64,
+    meta: Dnode,
+    space_map_len: u64,
+    space_map_bps: Vec<BlockPointer>,
+}
+
+impl RootBlock {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u64(ROOT_MAGIC)
+            .u32(1)
+            .u32(0)
+            .u64(self.txg)
+            .u64(self.next_object);
+        let mut d = [0u8; DNODE_SIZE];
+        self.meta.encode(&mut d);
+        w.buf.extend_from_slice(&d);
+        w.u64(self.space_map_len)
+            .u64(self.space_map_bps.len() as u64);
+        for bp in &self.space_map_bps {
+            w.buf.extend_from_slice(&bp.to_bytes());
+        }
+        w.buf.resize(ROOT_BLOCK_SIZE, 0);
+        w.buf
+    }
+
+    fn decode(buf: &[u8]) -> Result<RootBlock, StoreError> {
+        let corrupt = |e: crate::codec::DecodeError| StoreError::Corrupt(e.to_string());
+        let mut r = Reader::new(buf, "root block");
+        if r.u64().map_err(corrupt)? != ROOT_MAGIC {
+            return Err(StoreError::Corrupt("root block: bad magic".into()));
+        }
+        if r.u32().map_err(corrupt)? != 1 {
+            return Err(StoreError::Corrupt(
+                "root block: unsupported version".into(),
+            ));
+        }
+        let _ = r.u32().map_err(corrupt)?;
+        let txg = r.u64().map_err(corrupt)?;
+        let next_object = r.u64().map_err(corrupt)?;
+        let dn_at = 32;
+        let meta =
+            Dnode::decode(buf.get(dn_at..dn_at + DNODE_SIZE).unwrap_or(&[])).map_err(corrupt)?;
+        let mut r = Reader::new(buf.get(dn_at + DNODE_SIZE..).unwrap_or(&[]), "root block");
+        let space_map_len = r.u64().map_err(corrupt)?;
+        let n = r.u64().map_err(corrupt)? as usize;
+        if n > MAX_SPACE_MAP_CHUNKS {
+            return Err(StoreError::Corrupt(format!(
+                "root block: {n} space map chunks"
+            )));
+        }
+        let base = dn_at + DNODE_SIZE + 16;
+        let mut space_map_bps = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = base + i * BP_SIZE;
+            let bytes = buf
+                .get(at..at + BP_SIZE)
+                .ok_or_else(|| StoreError::Corrupt("root block truncated".into()))?;
+            space_map_bps
+                .push(BlockPointer::decode(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        Ok(RootBlock {
+            txg,
+            next_object,
+            meta,
+            space_map_len,
+            space_map_bps,
+        })
+    }
+}
+
+impl Store {
+    /// Opens the store of a pool; a pool that never synced a tree gets an empty store with
+    /// its root file system (named like the pool).
+    pub fn open(pool: Pool) -> Result<Store, StoreError> {
+        Store::open_with(pool, StoreConfig::default())
+    }
+
+    pub fn open_with(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
+        let ubs = pool.uberblocks();
+        let mut last_err = None;
+        for ub in &ubs {
+            if ub.root.iter().all(|&b| b == 0) {
+                continue;
+            }
+            match Store::load(&pool, &ub.root[..BP_SIZE], ub.txg) {
+                Ok(state) => {
+                    return Ok(Store {
+                        pool,
+                        state: Mutex::new(state),
+                        config,
+                    })
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if let Some(e) = last_err {
+            return Err(e);
+        }
+        Store::create(pool, config)
+    }
+
+    /// Reads the tree of one uberblock; any damage is an error (the caller tries an older one).
+    fn load(pool: &Pool, root_bytes: &[u8], ub_txg: u64) -> Result<State, StoreError> {
+        let root_bp =
+            BlockPointer::decode(root_bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let root = RootBlock::decode(&pool.read_bp(&root_bp)?)?;
+        let mut map = Vec::with_capacity(root.space_map_len as usize);
+        for bp in &root.space_map_bps {
+            map.extend_from_slice(&pool.read_bp(bp)?);
+        }
+        map.truncate(root.space_map_len as usize);
+        let mut alloc = fresh_allocator(pool);
+        let deferred = decode_space_map(&map, &mut alloc).map_err(StoreError::Corrupt)?;
+        let mut state = State {
+            txg: ub_txg.max(root.txg) + 1,
+            alloc,
+            deferred,
+            meta: ObjectState::new(root.meta),
+            objects: HashMap::new(),
+            cache: HashMap::new(),
+            next_object: root.next_object,
+            free_objects: BTreeSet::new(),
+            datasets: DatasetTable::default(),
+            datasets_dirty: false,
+            dirty_bytes: 0,
+            root_bp,
+            space_map_bps: root.space_map_bps,
+            damaged: BTreeSet::new(),
+        };
+        let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
+        state.datasets =
+            DatasetTable::decode(&table).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        Ok(state)
+    }
+
+    /// A new, empty store: object table, dataset table, root file system.
+    fn create(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
+        let txg = pool.uberblocks().first().map(|u| u.txg).unwrap_or(0) + 1;
+        let mut meta = Dnode::new(ObjectKind::Table, 0, DNODE_BLOCK_SIZE, now_ns());
+        meta.nlink = 0;
+        let state = State {
+            txg,
+            alloc: fresh_allocator(&pool),
+            deferred: Vec::new(),
+            meta: ObjectState::new(meta),
+            objects: HashMap::new(),
+            cache: HashMap::new(),
+            next_object: 1,
+            free_objects: BTreeSet::new(),
+            datasets: DatasetTable::default(),
+            datasets_dirty: true,
+            dirty_bytes: 0,
+            root_bp: BlockPointer::HOLE,
+            space_map_bps: Vec::new(),
+            damaged: BTreeSet::new(),
+        };
+        let store = Store {
+            pool,
+            state: Mutex::new(state),
+            config,
+        };
+        {
+            let mut st = store.lock();
+            let table = store.create_object_locked(&mut st, ObjectKind::Table, 0, 16 << 10)?;
+            assert_eq!(table, DATASET_TABLE_OBJECT);
+            let name = store.pool.name().to_string();
+            store.create_dataset_locked(
+                &mut st,
+                &name,
+                None,
+                crate::dataset::DatasetKind::Filesystem,
+                Default::default(),
+                0,
+            )?;
+        }
+        store.sync()?;
+        Ok(store)
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Syncs and returns the pool (for export).
+    pub fn close(self) -> Result<Pool, StoreError> {
+        self.sync()?;
+        Ok(self.pool)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The txg that the next sync will commit.
+    pub fn open_txg(&self) -> u64 {
+        self.lock().txg
+    }
+
+    // ---- objects ----------------------------------------------------------------------
+
+    pub(crate) fn create_object_locked(
+        &self,
+        st: &mut State,
+        kind: ObjectKind,
+        dataset: u32,
+        block_size: u32,
+    ) -> Result<u64, StoreError> {
+        assert!(block_size.is_power_of_two() && (512..=1 << 20).contains(&block_size));
+        let id = match st.free_objects.pop_first() {
+            Some(id) => id,
+            None => {
+                let id = st.next_object;
+                st.next_object += 1;
+                id
+            }
+        };
+        let mut obj = ObjectState::new(Dnode::new(kind, dataset, block_size, now_ns()));
+        obj.dnode_dirty = true;
+        st.objects.insert(id, obj);
+        Ok(id)
+    }
+
+    /// Loads an object's state (dnode from the object table) into memory.
+    pub(crate) fn object_mut<'a>(
+        &self,
+        st: &'a mut State,
+        id: u64,
+    ) -> Result<&'a mut ObjectState, StoreError> {
+        if !st.objects.contains_key(&id) {
+            let dnode = read_dnode(&self.pool, st, id)?;
+            if dnode.kind == ObjectKind::Free {
+                return Err(StoreError::Corrupt(format!("object {id} is free")));
+            }
+            st.objects.insert(id, ObjectState::new(dnode));
+        }
+        Ok(st.objects.get_mut(&id).expect("inserted"))
+    }
+
+    pub fn dnode(&self, id: u64) -> Result<Dnode, StoreError> {
+        let mut st = self.lock();
+        Ok(self.object_mut(&mut st, id)?.dnode)
+    }
+
+    /// Writes `data` at `offset` of an object in the open txg.
+    pub(crate) fn write_locked(
+        &self,
+        st: &mut State,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        let obj = self.object_mut(st, id)?;
+        let bs = u64::from(obj.dnode.block_size);
+        let mut added = 0u64;
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let blkid = pos / bs;
+            let within = (pos % bs) as usize;
+            let n = (bs as usize - within).min(data.len() - done);
+            let obj = st.objects.get_mut(&id).expect("loaded");
+            if !obj.dirty.contains_key(&blkid) {
+                let block = if within == 0 && n == bs as usize {
+                    vec![0u8; bs as usize]
+                } else {
+                    block_for_update(
+                        &self.pool,
+                        &mut st.cache,
+                        id,
+                        st.objects.get(&id).expect("loaded"),
+                        blkid,
+                    )?
+                };
+                let obj = st.objects.get_mut(&id).expect("loaded");
+                obj.dirty.insert(blkid, block);
+                obj.punched.remove(&blkid);
+                added += bs;
+            }
+            let obj = st.objects.get_mut(&id).expect("loaded");
+            let block = obj.dirty.get_mut(&blkid).expect("just inserted");
+            block[within..within + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        let obj = st.objects.get_mut(&id).expect("loaded");
+        let end = offset + data.len() as u64;
+        if end > obj.dnode.size {
+            obj.dnode.size = end;
+        }
+        obj.dnode.mtime_ns = now_ns();
+        obj.dnode_dirty = true;
+        st.dirty_bytes += added;
+        Ok(())
+    }
+
+    pub(crate) fn read_locked(
+        &self,
+        st: &mut State,
+        id: u64,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, StoreError> {
+        self.object_mut(st, id)?;
+        let obj = st.objects.get(&id).expect("loaded");
+        read_object(&self.pool, &mut st.cache, id, obj, offset, buf)
+    }
+
+    /// Sets an object's size; shrinking frees blocks past the end at sync.
+    pub(crate) fn truncate_locked(
+        &self,
+        st: &mut State,
+        id: u64,
+        size: u64,
+    ) -> Result<(), StoreError> {
+        let obj = self.object_mut(st, id)?;
+        let bs = u64::from(obj.dnode.block_size);
+        obj.dnode_dirty = true;
+        if size >= obj.dnode.size {
+            obj.dnode.size = size;
+            return Ok(());
+        }
+        let keep_blocks = size.div_ceil(bs);
+        obj.dirty.retain(|&b, _| b < keep_blocks);
+        obj.punched.retain(|&b| b < keep_blocks);
+        obj.truncate_from = Some(
+            obj.truncate_from
+                .map_or(keep_blocks, |f| f.min(keep_blocks)),
+        );
+        obj.dnode.size = size;
+        // Zero the tail of the last kept block so a later extension reads zeros.
+        let tail = size % bs;
+        if tail != 0 {
+            let last = keep_blocks - 1;
+            self.write_locked(st, id, last * bs + tail, &vec![0u8; (bs - tail) as usize])?;
+            st.objects.get_mut(&id).expect("loaded").dnode.size = size;
+        }
+        Ok(())
+    }
+
+    /// Makes [offset, offset+len) read as zeros, freeing whole blocks inside it.
+    pub(crate) fn punch_locked(
+        &self,
+        st: &mut State,
+        id: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), StoreError> {
+        let obj = self.object_mut(st, id)?;
+        let bs = u64::from(obj.dnode.block_size);
+        let size = obj.dnode.size;
+        let end = (offset + len).min(size);
+        if offset >= end {
+            return Ok(());
+        }
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs; // exclusive
+        if first_full < last_full {
+            let obj = st.objects.get_mut(&id).expect("loaded");
+            for b in first_full..last_full {
+                if obj.dirty.remove(&b).is_some() {
+                    st.dirty_bytes = st.dirty_bytes.saturating_sub(bs);
+                }
+                obj.punched.insert(b);
+            }
+            obj.dnode_dirty = true;
+        }
+        // Partial blocks at either end are zeroed by writing.
+        let head_end = (first_full * bs).min(end);
+        if offset < head_end {
+            self.write_locked(st, id, offset, &vec![0u8; (head_end - offset) as usize])?;
+        }
+        let tail_start = (last_full * bs).max(head_end);
+        if tail_start < end {
+            self.write_locked(st, id, tail_start, &vec![0u8; (end - tail_start) as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Deletes an object: its blocks are freed at sync and its id reused afterwards.
+    pub(crate) fn free_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let obj = self.object_mut(st, id)?;
+        let held = obj.dirty_bytes();
+        obj.freeing = true;
+        obj.dirty.clear();
+        obj.dnode_dirty = true;
+        st.dirty_bytes = st.dirty_bytes.saturating_sub(held);
+        Ok(())
+    }
+
+    /// Whether the open txg holds enough dirty data to sync now.
+    pub(crate) fn over_dirty_limit(&self, st: &State) -> bool {
+        st.dirty_bytes >= self.config.dirty_max
+    }
+
+    // ---- space --------------------------------------------------------------------------
+
+    /// Bytes allocated in `zfs list` units (asize × deflate ratio / 512, per vdev).
+    pub(crate) fn deflated_alloc(&self, st: &State) -> u64 {
+        st.alloc
+            .vdevs
+            .iter()
+            .zip(&self.pool.tops)
+            .map(|(v, t)| (v.allocated_bytes() >> 9) * t.shape().deflate_ratio(t.ashift()))
+            .sum()
+    }
+
+    /// Pool space now: (zpool SIZE, ALLOC raw, AVAIL as zfs list).
+    pub fn space(&self) -> PoolUsage {
+        let st = self.lock();
+        let geo = self.pool.space();
+        let used = self.deflated_alloc(&st);
+        PoolUsage {
+            size: geo.size,
+            alloc: st.alloc.allocated_bytes(),
+            used,
+            avail: geo.dspace.saturating_sub(geo.slop).saturating_sub(used),
+            dirty: st.dirty_bytes,
+        }
+    }
+
+    /// Refuses new data when it would eat into the slop reserve.
+    pub(crate) fn check_space(&self, st: &State, more: u64) -> Result<(), StoreError> {
+        let geo = self.pool.space();
+        let used = self.deflated_alloc(st) + st.dirty_bytes + more;
+        if used > geo.dspace.saturating_sub(geo.slop) {
+            return Err(StoreError::NoSpace(self.pool.name().to_string()));
+        }
+        Ok(())
+    }
+
+    // ---- sync ---------------------------------------------------------------------------
+
+    /// Commits the open txg; returns its number. A failed sync leaves the on-disk pool at
+    /// the previous txg (reopen the store to continue from there).
+    pub fn sync(&self) -> Result<u64, StoreError> {
+        let mut st = self.lock();
+        self.sync_locked(&mut st)
+    }
+
+    pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
+        let txg = st.txg;
+        // Blocks freed two txgs ago are no longer referenced by any kept uberblock.
+        let (release, keep): (Vec<_>, Vec<_>) = st
+            .deferred
+            .drain(..)
+            .partition(|(f, _)| *f + FREE_DELAY_TXGS <= txg);
+        st.deferred = keep;
+        for (_, dva) in &release {
+            st.alloc.free(dva);
+        }
+        let mut freed: Vec<Dva> = Vec::new();
+        let props_by_dataset = self.write_props(st);
+        let metadata_copies = self.config.metadata_copies.min(3);
+        // 1. Every dirty object but the tables.
+        let ids: Vec<u64> = st
+            .objects
+            .iter()
+            .filter(|(&id, o)| id != DATASET_TABLE_OBJECT && o.is_dirty())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &ids {
+            let obj = st.objects.get_mut(id).expect("listed");
+            let before = (obj.dnode.used, obj.dnode.logical, obj.dnode.physical);
+            let props = props_by_dataset
+                .get(&obj.dnode.dataset)
+                .copied()
+                .unwrap_or_else(default_data_props);
+            let mut ctx = SyncCtx {
+                pool: &self.pool,
+                alloc: &mut st.alloc,
+                freed: &mut freed,
+                cache: &mut st.cache,
+                txg,
+                metadata_copies,
+            };
+            sync_object(&mut ctx, *id, obj, props)?;
+            let after = (obj.dnode.used, obj.dnode.logical, obj.dnode.physical);
+            if let Some(ds) = st.datasets.by_id_mut(obj.dnode.dataset) {
+                ds.used = (ds.used + after.0).saturating_sub(before.0);
+                ds.logical = (ds.logical + after.1).saturating_sub(before.1);
+                ds.physical = (ds.physical + after.2).saturating_sub(before.2);
+                st.datasets_dirty |= after != before;
+            }
+        }
+        // 2. The dataset table.
+        if st.datasets_dirty {
+            let bytes = st.datasets.encode();
+            self.truncate_locked(st, DATASET_TABLE_OBJECT, 0)?;
+            self.write_locked(st, DATASET_TABLE_OBJECT, 0, &bytes)?;
+            let obj = st.objects.get_mut(&DATASET_TABLE_OBJECT).expect("written");
+            let mut ctx = SyncCtx {
+                pool: &self.pool,
+                alloc: &mut st.alloc,
+                freed: &mut freed,
+                cache: &mut st.cache,
+                txg,
+                metadata_copies,
+            };
+            sync_object(
+                &mut ctx,
+                DATASET_TABLE_OBJECT,
+                obj,
+                BlockKind::Metadata.metadata_props(0, metadata_copies),
+            )?;
+            st.datasets_dirty = false;
+        }
+        // 3. Dnodes into the object table, then the object table itself.
+        let mut dnode_ids: Vec<u64> = st
+            .objects
+            .iter()
+            .filter(|(_, o)| o.dnode_dirty)
+            .map(|(&id, _)| id)
+            .collect();
+        dnode_ids.sort_unstable();
+        for id in &dnode_ids {
+            let obj = st.objects.get_mut(id).expect("listed");
+            let dnode = if obj.freeing { Dnode::FREE } else { obj.dnode };
+            obj.dnode_dirty = false;
+            let mut bytes = [0u8; DNODE_SIZE];
+            dnode.encode(&mut bytes);
+            write_meta(&self.pool, st, *id, &bytes)?;
+        }
+        let mut ctx = SyncCtx {
+            pool: &self.pool,
+            alloc: &mut st.alloc,
+            freed: &mut freed,
+            cache: &mut st.cache,
+            txg,
+            metadata_copies,
+        };
+        let meta_props = WriteProps {
+            kind: BlockKind::Dnodes,
+            ..BlockKind::Dnodes.metadata_props(0, metadata_copies)
+        };
+        if st.meta.is_dirty() {
+            sync_object(&mut ctx, 0, &mut st.meta, meta_props)?;
+        }
+        st.meta.dnode_dirty = false;
+        for id in &dnode_ids {
+            if st.objects.get(id).is_some_and(|o| o.freeing) {
+                st.objects.remove(id);
+                st.free_objects.insert(*id);
+            }
+        }
+        // 4. Space map and root block: allocate the root block first so the map includes it.
+        freed.extend(st.root_bp.copies().copied());
+        for bp in std::mem::take(&mut st.space_map_bps) {
+            freed.extend(bp.copies().copied());
+        }
+        st.deferred.extend(freed.into_iter().map(|d| (txg, d)));
+        let sector = self.pool.max_sector();
+        let root_copies = (metadata_copies + 1).min(3);
+        let root_dvas = self.pool.allocate(
+            &mut st.alloc,
+            (ROOT_BLOCK_SIZE as u64).next_multiple_of(sector),
+            root_copies,
+        )?;
+        let (map_len, map_bps) = self.write_space_map(st, txg, sector, metadata_copies)?;
+        let root = RootBlock {
+            txg,
+            next_object: st.next_object,
+            meta: st.meta.dnode,
+            space_map_len: map_len,
+            space_map_bps: map_bps.clone(),
+        };
+        let block = prepare(
+            &root.encode(),
+            raw_props(BlockKind::ObjsetRoot, root_copies),
+            sector,
+        );
+        debug_assert_eq!(
+            block.physical.len() as u64,
+            (ROOT_BLOCK_SIZE as u64).next_multiple_of(sector)
+        );
+        let root_bp = self
+            .pool
+            .write_at_dvas(&mut st.alloc, root_dvas, &block, txg)?;
+        // 5. Commit: everything durable, then the uberblock.
+        self.pool.flush()?;
+        self.pool.write_uberblock(txg, &root_bp.to_bytes())?;
+        st.root_bp = root_bp;
+        st.space_map_bps = map_bps;
+        st.txg = txg + 1;
+        st.dirty_bytes = 0;
+        st.objects.retain(|_, o| o.is_dirty());
+        Ok(txg)
+    }
+
+    /// Encodes the space map (which must include its own chunks), writes it uncompressed.
+    fn write_space_map(
+        &self,
+        st: &mut State,
+        txg: u64,
+        sector: u64,
+        copies: usize,
+    ) -> Result<(u64, Vec<BlockPointer>), StoreError> {
+        let mut slack = 64 * 16 + 4096;
+        for _attempt in 0..8 {
+            let estimate = encode_space_map(&st.alloc, &st.deferred).len() + slack;
+            let chunks = estimate.div_ceil(SPACE_MAP_CHUNK);
+            if chunks > MAX_SPACE_MAP_CHUNKS {
+                return Err(StoreError::Corrupt(format!(
+                    "space map of {estimate} bytes exceeds {MAX_SPACE_MAP_CHUNKS} MiB (pool too fragmented)"
+                )));
+            }
+            let mut sizes = Vec::with_capacity(chunks);
+            let mut left = estimate;
+            for _ in 0..chunks {
+                let n = left.min(SPACE_MAP_CHUNK);
+                sizes.push((n as u64).next_multiple_of(sector) as usize);
+                left -= n;
+            }
+            let mut dvas = Vec::with_capacity(chunks);
+            for &sz in &sizes {
+                dvas.push(self.pool.allocate(&mut st.alloc, sz as u64, copies)?);
+            }
+            let map = encode_space_map(&st.alloc, &st.deferred);
+            let capacity: usize = sizes.iter().sum();
+            if map.len() > capacity {
+                for d in dvas.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
+                    st.alloc.free(d);
+                }
+                slack *= 4;
+                continue;
+            }
+            let mut bps = Vec::with_capacity(chunks);
+            let mut pos = 0;
+            for (sz, dva) in sizes.iter().zip(dvas) {
+                let mut chunk = vec![0u8; *sz];
+                let n = map.len().saturating_sub(pos).min(*sz);
+                chunk[..n].copy_from_slice(&map[pos..pos + n]);
+                pos += n;
+                let block = prepare(&chunk, raw_props(BlockKind::Metadata, copies), sector);
+                bps.push(self.pool.write_at_dvas(&mut st.alloc, dva, &block, txg)?);
+            }
+            return Ok((map.len() as u64, bps));
+        }
+        Err(StoreError::NoSpace(self.pool.name().to_string()))
+    }
+
+    /// Write props of every dataset, resolved through inheritance.
+    fn write_props(&self, st: &State) -> HashMap<u32, WriteProps> {
+        st.datasets
+            .datasets
+            .iter()
+            .map(|d| (d.id, props_of(&st.datasets, d.id)))
+            .collect()
+    }
+}
+
+/// Space of the pool as the store sees it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct PoolUsage {
+    pub size: u64,
+    /// Raw allocated bytes (zpool list ALLOC).
+    pub alloc: u64,
+    /// Allocated, in zfs list units.
+    pub used: u64,
+    pub avail: u64,
+    /// Dirty bytes waiting for the next sync.
+    pub dirty: u64,
+}
+
+fn raw_props(kind: BlockKind, copies: usize) -> WriteProps {
+    WriteProps {
+        compression: CompressionSetting::OFF,
+        checksum: ChecksumKind::Blake3,
+        copies,
+        kind,
+        level: 0,
+    }
+}
+
+fn default_data_props() -> WriteProps {
+    WriteProps {
+        compression: CompressionSetting::LZ4,
+        checksum: ChecksumKind::Blake3,
+        copies: 1,
+        kind: BlockKind::Data,
+        level: 0,
+    }
+}
+
+/// Data write props of a dataset from its effective properties.
+pub fn props_of(table: &DatasetTable, id: u32) -> WriteProps {
+    let get = |k: &str| table.property(id, k).0;
+    WriteProps {
+        compression: CompressionSetting::parse(&get("compression"))
+            .unwrap_or(CompressionSetting::LZ4),
+        checksum: ChecksumKind::from_name(&get("checksum")).unwrap_or(ChecksumKind::Blake3),
+        copies: get("copies").parse().unwrap_or(1),
+        kind: BlockKind::Data,
+        level: 0,
+    }
+}
+
+/// Effective block size property (`recordsize` / `volblocksize`) in bytes.
+pub fn size_property(table: &DatasetTable, id: u32, key: &str) -> u32 {
+    parse_size(&table.property(id, key).0).unwrap_or(128 << 10) as u32
+}
+
+/// Reads dnode `id` from the object table (object 0).
+fn read_dnode(pool: &Pool, st: &mut State, id: u64) -> Result<Dnode, StoreError> {
+    if id >= st.next_object {
+        return Err(StoreError::Corrupt(format!("object {id} does not exist")));
+    }
+    let mut buf = [0u8; DNODE_SIZE];
+    let n = read_object(
+        pool,
+        &mut st.cache,
+        0,
+        &st.meta,
+        id * DNODE_SIZE as u64,
+        &mut buf,
+    )?;
+    if n < DNODE_SIZE {
+        return Ok(Dnode::FREE);
+    }
+    Dnode::decode(&buf).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Writes dnode bytes for `id` into the object table's dirty blocks.
+fn write_meta(
+    pool: &Pool,
+    st: &mut State,
+    id: u64,
+    bytes: &[u8; DNODE_SIZE],
+) -> Result<(), StoreError> {
+    let bs = u64::from(st.meta.dnode.block_size);
+    let offset = id * DNODE_SIZE as u64;
+    let blkid = offset / bs;
+    if !st.meta.dirty.contains_key(&blkid) {
+        let block = block_for_update(pool, &mut st.cache, 0, &st.meta, blkid)?;
+        st.meta.dirty.insert(blkid, block);
+    }
+    let within = (offset % bs) as usize;
+    st.meta.dirty.get_mut(&blkid).expect("inserted")[within..within + DNODE_SIZE]
+        .copy_from_slice(bytes);
+    st.meta.dnode.size = st.meta.dnode.size.max(offset + DNODE_SIZE as u64);
+    Ok(())
+}
+
+/// Whole contents of an object (tables, directories).
+pub(crate) fn load_object_bytes(
+    pool: &Pool,
+    st: &mut State,
+    id: u64,
+) -> Result<Vec<u8>, StoreError> {
+    if !st.objects.contains_key(&id) {
+        let dnode = read_dnode(pool, st, id)?;
+        st.objects.insert(id, ObjectState::new(dnode));
+    }
+    let obj = st.objects.get(&id).expect("loaded");
+    let mut buf = vec![0u8; obj.dnode.size as usize];
+    read_object(pool, &mut st.cache, id, obj, 0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Compression of metadata is lz4; exposed for tests.
+pub fn metadata_compression() -> Compression {
+    Compression::Lz4
+}
