@@ -93,3 +93,67 @@ impl Leaf for FaultLeaf {
         self.inner.flush()
     }
 }
+
+/// Shared "power" of a set of `CrashLeaf`s: writes are numbered across all of them; from
+/// write number `persist_limit` on nothing reaches the disk (writes still report success,
+/// as a volatile cache would before a power cut). With `tear`, that one write is persisted
+/// only in its first half.
+#[derive(Debug)]
+pub struct PowerCut {
+    pub writes: AtomicU64,
+    pub persist_limit: AtomicU64,
+    pub tear: AtomicBool,
+}
+
+impl PowerCut {
+    pub fn new(persist_limit: u64, tear: bool) -> Arc<PowerCut> {
+        Arc::new(PowerCut {
+            writes: AtomicU64::new(0),
+            persist_limit: AtomicU64::new(persist_limit),
+            tear: AtomicBool::new(tear),
+        })
+    }
+}
+
+/// A leaf that stops persisting writes after a given write number (crash tests).
+#[derive(Debug)]
+pub struct CrashLeaf {
+    inner: Arc<dyn Leaf>,
+    power: Arc<PowerCut>,
+}
+
+impl CrashLeaf {
+    pub fn new(inner: Arc<dyn Leaf>, power: Arc<PowerCut>) -> CrashLeaf {
+        CrashLeaf { inner, power }
+    }
+}
+
+impl Leaf for CrashLeaf {
+    fn path(&self) -> &str {
+        self.inner.path()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn physical_sector_size(&self) -> u32 {
+        self.inner.physical_sector_size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let n = self.power.writes.fetch_add(1, Ordering::SeqCst);
+        let limit = self.power.persist_limit.load(Ordering::SeqCst);
+        if n < limit {
+            return self.inner.write_at(buf, offset);
+        }
+        if n == limit && self.power.tear.load(Ordering::SeqCst) {
+            let half = (buf.len() / 2) & !511;
+            return self.inner.write_at(&buf[..half], offset);
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}

@@ -14,7 +14,7 @@ pub mod top;
 
 pub use config::{LeafConfig, Owner, PoolConfig, TopConfig};
 pub use error::VdevError;
-pub use fault::{FaultLeaf, FaultSwitches};
+pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
 pub use leaf::{FileLeaf, Leaf, LeafOptions};
 pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, TopVdev};
