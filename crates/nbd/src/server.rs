@@ -196,7 +196,12 @@ impl NbdServer {
         Ok(())
     }
 
-    /// Serves one connection from handshake to close. Never panics on client input.
+    /// Serves one already-accepted connection from handshake to close, on this thread.
+    /// Never panics on client input; returns when the client leaves or `stop` is set.
+    pub fn serve_connection(&self, conn: Box<dyn Connection>, stop: Arc<AtomicBool>) {
+        self.handle(conn, stop)
+    }
+
     fn handle(&self, conn: Box<dyn Connection>, stop: Arc<AtomicBool>) {
         if conn.set_read_poll(Some(POLL_INTERVAL)).is_err() {
             return;
