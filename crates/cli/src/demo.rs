@@ -1,9 +1,12 @@
 //! `cairn demo`: the embedded default job. Builds a raidz2 pool over six sparse files in a
-//! temporary folder, writes blocks of many sizes, loses two disks, reads every byte back,
-//! and shows `status` and `list` along the way.
+//! temporary folder, stores files in it, loses two disks, reads every byte back, then lets
+//! bit rot hit a surviving disk and scrubs it away — showing `status` along the way.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use cairn_objset::scrub::ScrubControl;
+use cairn_objset::{DatasetKind, Store};
 use cairn_pool::status::{render_list, render_status, ListRow};
 use cairn_pool::{CreateOptions, Home, Pool};
 use rand::{Rng, RngCore, SeedableRng};
@@ -16,9 +19,9 @@ pub struct DemoArgs {
     /// Size of each leaf file in MiB.
     #[arg(long, default_value_t = 256)]
     leaf_mib: u64,
-    /// Number of blocks to write.
-    #[arg(long, default_value_t = 400)]
-    blocks: usize,
+    /// MiB of data to store.
+    #[arg(long, default_value_t = 200)]
+    data_mib: u64,
     /// Keep the folder afterwards.
     #[arg(long)]
     keep: bool,
@@ -30,85 +33,181 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("cairn-demo-{}", std::process::id())));
     let result = run_in(&dir, &a);
-    if !a.keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
+    if a.keep {
         println!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
     }
     result
 }
 
-fn run_in(dir: &std::path::Path, a: &DemoArgs) -> Result<(), String> {
-    let e = |e: cairn_pool::PoolError| e.to_string();
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn e(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Deterministic test files: half random (incompressible), half text.
+fn make_files(total: u64) -> Vec<(String, Vec<u8>)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut files = Vec::new();
+    let mut left = total;
+    let mut i = 0;
+    while left > 0 {
+        let size = rng.gen_range(1u64 << 16..=16 << 20).min(left);
+        let data = if i % 2 == 0 {
+            let mut d = vec![0u8; size as usize];
+            rng.fill_bytes(&mut d);
+            d
+        } else {
+            format!("line {i} of a log file that compresses well\n")
+                .into_bytes()
+                .into_iter()
+                .cycle()
+                .take(size as usize)
+                .collect()
+        };
+        let path = if i % 3 == 0 {
+            format!("demo/logs/file{i}")
+        } else {
+            format!("demo/data/file{i}")
+        };
+        files.push((path, data));
+        left -= size;
+        i += 1;
+    }
+    files
+}
+
+fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
     let home = Home::at(dir.join("home"));
     let mut tokens = vec!["raidz2".to_string()];
     for i in 0..6 {
         let path = dir.join(format!("d{i}"));
-        let f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        f.set_len(a.leaf_mib << 20).map_err(|e| e.to_string())?;
+        let f = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+        f.set_len(a.leaf_mib << 20).map_err(e)?;
         tokens.push(path.display().to_string());
     }
     println!("$ cairn create demo {}", tokens.join(" "));
-    let outcome = Pool::create(&home, "demo", &tokens, CreateOptions::default()).map_err(e)?;
-    let pool = outcome.pool.expect("not a dry run");
+    let pool = Pool::create(&home, "demo", &tokens, CreateOptions::default())
+        .map_err(e)?
+        .pool
+        .ok_or("dry run")?;
     print!("{}", render_status(&pool, false));
-    println!("\n$ cairn list");
-    print!("{}", render_list(&[ListRow::of(&pool)], false, false));
 
-    // Write blocks of 4 KiB .. 1 MiB at consecutive offsets (the object store's allocator
-    // will place them later; here a bump pointer does).
-    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let top = &pool.tops[0];
-    let mut offset = 0u64;
-    let mut written: Vec<(u64, Vec<u8>)> = Vec::new();
-    let start = std::time::Instant::now();
-    for _ in 0..a.blocks {
-        let sectors = rng.gen_range(1..=256u64);
-        let mut data = vec![0u8; (sectors * top.sector()) as usize];
-        rng.fill_bytes(&mut data);
-        if offset + top.block_asize(data.len() as u64) > top.config.asize {
-            break;
-        }
-        pool.write_block(0, offset, &data).map_err(e)?;
-        written.push((offset, data));
-        offset += top.block_asize(sectors * top.sector());
+    let store = Store::open(pool).map_err(e)?;
+    store
+        .dataset_create(
+            "demo/logs",
+            DatasetKind::Filesystem,
+            [("compression".into(), "zstd".into())].into(),
+            None,
+            false,
+        )
+        .map_err(e)?;
+    let files = make_files(a.data_mib << 20);
+    let start = Instant::now();
+    for (path, data) in &files {
+        store.create_file(path, true).map_err(e)?;
+        let r = store.resolve(path).map_err(e)?;
+        store.write(&r, 0, data).map_err(e)?;
     }
-    pool.flush().map_err(e)?;
-    let bytes: usize = written.iter().map(|(_, d)| d.len()).sum();
+    store.sync().map_err(e)?;
+    let bytes: usize = files.iter().map(|f| f.1.len()).sum();
     println!(
-        "\nwrote {} blocks, {:.1} MiB in {:.2} s",
-        written.len(),
+        "\nstored {} files, {:.1} MiB in {:.2} s (checksummed, compressed, raidz2 parity)",
+        files.len(),
         bytes as f64 / 1048576.0,
         start.elapsed().as_secs_f64()
     );
+    let usage = store.space();
+    println!("\n$ cairn list");
+    print!(
+        "{}",
+        render_list(
+            &[ListRow::with_usage(store.pool(), usage.alloc, usage.used)],
+            false,
+            false
+        )
+    );
+    let pool = store.close().map_err(e)?;
     drop(pool);
 
     for i in [1, 4] {
         let path = dir.join(format!("d{i}"));
-        std::fs::remove_file(&path).map_err(|e| e.to_string())?;
-        println!("$ rm {}   # a disk dies", path.display());
+        std::fs::rename(&path, dir.join(format!("d{i}.pulled"))).map_err(e)?;
+        println!(
+            "$ mv {0} {0}.pulled   # two disks are pulled",
+            path.display()
+        );
     }
-    let pool = Pool::open(&home, "demo").map_err(e)?;
+    let store = Store::open(Pool::open(&home, "demo").map_err(e)?).map_err(e)?;
     println!();
-    print!("{}", render_status(&pool, false));
-    let start = std::time::Instant::now();
-    let mut reconstructed = 0;
-    for (offset, data) in &written {
-        let mut out = vec![0u8; data.len()];
-        let report = pool.read_block(0, *offset, &mut out, None).map_err(e)?;
-        if &out != data {
-            return Err(format!("block at {offset} read back wrong: this is a bug"));
-        }
-        reconstructed += usize::from(report.reconstructed);
+    print!("{}", render_status(store.pool(), false));
+    check(&store, &files)?;
+    println!(
+        "\nread back all {} files identical with 2 of 6 disks gone",
+        files.len()
+    );
+    drop(store);
+
+    // Put the disks back, then let bit rot hit two of them.
+    for i in [1, 4] {
+        std::fs::rename(dir.join(format!("d{i}.pulled")), dir.join(format!("d{i}"))).map_err(e)?;
     }
     println!(
-        "\nread back all {} blocks identical with 2 of 6 disks gone ({} rebuilt from parity) in {:.2} s",
-        written.len(),
-        reconstructed,
-        start.elapsed().as_secs_f64()
+        "$ # the disks are back; now 2000 random 4 KiB sectors of d2 and of d5 turn to garbage"
     );
+    rot(&dir.join("d2"), 2000, 7)?;
+    rot(&dir.join("d5"), 2000, 8)?;
+    let store = Store::open(Pool::open(&home, "demo").map_err(e)?).map_err(e)?;
+    check(&store, &files)?;
+    println!(
+        "read back all files identical: damaged columns were rebuilt from parity and rewritten"
+    );
+    let (p, _) = store
+        .scrub(0, Duration::from_secs(3600), &mut |_| {
+            ScrubControl::Continue
+        })
+        .map_err(e)?;
+    println!(
+        "\n$ cairn scrub demo\nscrub repaired {:.1} MiB, {} errors, {} blocks in {:.2} s",
+        p.repaired_bytes as f64 / 1048576.0,
+        p.errors,
+        p.blocks,
+        p.elapsed_secs
+    );
+    print!("{}", render_status(store.pool(), false));
+    let pool = store.close().map_err(e)?;
     println!("\n$ cairn export demo");
     pool.export().map_err(e)?;
+    Ok(())
+}
+
+fn check(store: &Store, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    for (path, data) in files {
+        let r = store.resolve(path).map_err(e)?;
+        let mut buf = vec![0u8; data.len()];
+        store.read(&r, 0, &mut buf).map_err(e)?;
+        if &buf != data {
+            return Err(format!("{path} read back wrong: this is a bug"));
+        }
+    }
+    Ok(())
+}
+
+fn rot(path: &Path, sectors: usize, seed: u64) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(e)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut junk = vec![0u8; 4096];
+    let span = (f.metadata().map_err(e)?.len() - (5 << 20)) / 4096;
+    for _ in 0..sectors {
+        rng.fill_bytes(&mut junk);
+        let at = (4 << 20) + rng.gen_range(0..span.min(64 << 8)) * 4096;
+        f.write_all_at(&junk, at).map_err(e)?;
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The `cairn` binary: a thin clap front end over the library crates.
 
+mod data_cmds;
 mod demo;
 mod pool_cmds;
 
@@ -34,6 +35,29 @@ enum Command {
     Clear(PoolName),
     /// Dump the four labels of a device, like `zdb -l`.
     Labels(LabelsArgs),
+    /// Copy a local file into a dataset: `cairn put SRC POOL/DS[/PATH]`.
+    Put(data_cmds::PutArgs),
+    /// `cairn get POOL/DS/PATH DEST` copies a file out; `cairn get PROP[,PROP]|all DATASET`
+    /// shows properties.
+    Get(data_cmds::GetCmdArgs),
+    /// Print a file to standard output.
+    Cat(data_cmds::CatArgs),
+    /// List a directory of a dataset.
+    Ls(data_cmds::LsArgs),
+    /// Remove a file (or with -r a directory).
+    Rm(data_cmds::RmArgs),
+    /// Make a directory (and its parents).
+    Mkdir(data_cmds::MkdirArgs),
+    /// Datasets: create, destroy, list.
+    #[command(subcommand)]
+    Dataset(data_cmds::DatasetCmd),
+    /// Volumes (block devices, served over NBD): create.
+    #[command(subcommand)]
+    Volume(data_cmds::VolumeCmd),
+    /// Set a property: `cairn set PROP=VALUE DATASET`.
+    Set(data_cmds::SetArgs),
+    /// Scrub a pool: read and verify every copy and parity column, repair what is wrong.
+    Scrub(data_cmds::ScrubArgs),
     /// Run the embedded demo: a raidz2 pool over six files in a temp folder, data written,
     /// two disks lost, every byte read back.
     Demo(demo::DemoArgs),
@@ -132,6 +156,16 @@ fn main() {
         Command::Destroy(a) => pool_cmds::destroy(a),
         Command::Clear(a) => pool_cmds::clear(a),
         Command::Labels(a) => pool_cmds::labels(a),
+        Command::Put(a) => data_cmds::put(a),
+        Command::Get(a) => data_cmds::get(a),
+        Command::Cat(a) => data_cmds::cat(a),
+        Command::Ls(a) => data_cmds::ls(a),
+        Command::Rm(a) => data_cmds::rm(a),
+        Command::Mkdir(a) => data_cmds::mkdir(a),
+        Command::Dataset(c) => data_cmds::dataset(c),
+        Command::Volume(c) => data_cmds::volume(c),
+        Command::Set(a) => data_cmds::set(a),
+        Command::Scrub(a) => data_cmds::scrub(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),

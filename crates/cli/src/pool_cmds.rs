@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use cairn_geometry::format_zfs_size;
-use cairn_pool::status::{render_list, render_status, status_json, ListRow};
+use cairn_pool::status::{render_list, render_status_with, status_json, ListRow};
 use cairn_pool::{CreateOptions, Home, Pool};
 use cairn_vdev::label::read_leaf_labels;
 use cairn_vdev::{FileLeaf, LeafOptions};
@@ -99,7 +99,14 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
     if pools.is_empty() {
         println!("no pools available");
     }
-    let texts: Vec<String> = pools.iter().map(|p| render_status(p, a.verbose)).collect();
+    let texts: Vec<String> = pools
+        .iter()
+        .map(|p| {
+            let scan = crate::data_cmds::scan_line(&home, p.name());
+            let damaged = crate::data_cmds::load_errors(&home, p.name());
+            render_status_with(p, a.verbose, scan.as_deref(), &damaged)
+        })
+        .collect();
     print!("{}", texts.join("\n"));
     Ok(())
 }
@@ -107,7 +114,10 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
 pub fn list(a: ListArgs) -> Result<(), String> {
     let home = Home::from_env();
     let pools = pools_to_show(&home, a.pool.as_deref())?;
-    let rows: Vec<ListRow> = pools.iter().map(ListRow::of).collect();
+    let mut rows: Vec<ListRow> = Vec::new();
+    for pool in pools {
+        rows.push(list_row(pool)?);
+    }
     if a.json {
         println!("{}", serde_json::json!({ "pools": rows }));
     } else if rows.is_empty() {
@@ -116,6 +126,21 @@ pub fn list(a: ListArgs) -> Result<(), String> {
         print!("{}", render_list(&rows, a.scripted, a.parsable));
     }
     Ok(())
+}
+
+/// A `list` row: a pool that holds no tree yet has nothing allocated; otherwise the
+/// store's allocator says what is in use.
+fn list_row(pool: Pool) -> Result<ListRow, String> {
+    let has_tree = pool
+        .uberblocks()
+        .first()
+        .is_some_and(|u| u.root.iter().any(|&b| b != 0));
+    if !has_tree {
+        return Ok(ListRow::of(&pool));
+    }
+    let store = cairn_objset::Store::open(pool).map_err(err)?;
+    let usage = store.space();
+    Ok(ListRow::with_usage(store.pool(), usage.alloc, usage.used))
 }
 
 fn default_scan_dirs() -> Vec<PathBuf> {
@@ -172,21 +197,27 @@ pub fn export(a: PoolName) -> Result<(), String> {
     let home = Home::from_env();
     Pool::open(&home, &a.pool)
         .and_then(|p| p.export())
-        .map_err(err)
+        .map_err(err)?;
+    crate::data_cmds::forget_state(&home, &a.pool);
+    Ok(())
 }
 
 pub fn destroy(a: PoolName) -> Result<(), String> {
     let home = Home::from_env();
     Pool::open(&home, &a.pool)
         .and_then(|p| p.destroy())
-        .map_err(err)
+        .map_err(err)?;
+    crate::data_cmds::forget_state(&home, &a.pool);
+    Ok(())
 }
 
 pub fn clear(a: PoolName) -> Result<(), String> {
     let home = Home::from_env();
     Pool::open(&home, &a.pool)
         .and_then(|p| p.clear_errors())
-        .map_err(err)
+        .map_err(err)?;
+    let _ = std::fs::remove_file(crate::data_cmds::state_file(&home, &a.pool, "errors"));
+    Ok(())
 }
 
 pub fn labels(a: LabelsArgs) -> Result<(), String> {

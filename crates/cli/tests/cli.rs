@@ -210,3 +210,170 @@ fn bad_input_gets_a_clear_error_and_nonzero_exit() {
     ));
     assert!(e.contains("no such pool"), "{e}");
 }
+
+#[test]
+fn data_path_put_get_datasets_properties_and_scrub() {
+    use rand::{RngCore, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let src = dir.path().join("random.bin");
+    let mut data = vec![0u8; 3 * MIB as usize + 777];
+    rand::rngs::StdRng::seed_from_u64(3).fill_bytes(&mut data);
+    std::fs::write(&src, &data).unwrap();
+    let text = dir.path().join("text.txt");
+    let lines: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&text, &lines).unwrap();
+
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/"]));
+    let e = fails(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/random.bin"],
+    ));
+    assert!(e.contains("use -f"), "{e}");
+    ok(&cairn(
+        &home,
+        &["dataset", "create", "-o", "compression=zstd", "tank/docs"],
+    ));
+    ok(&cairn(
+        &home,
+        &["put", text.to_str().unwrap(), "tank/docs/sub/text.txt"],
+    ));
+    let ls = ok(&cairn(&home, &["ls", "tank"]));
+    assert!(ls.contains("random.bin") && ls.contains("docs"), "{ls}");
+    let ls: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["ls", "--json", "tank/docs/sub"]))).unwrap();
+    assert_eq!(ls["entries"][0]["name"], "text.txt");
+    assert_eq!(
+        ls["entries"][0]["size"].as_u64().unwrap(),
+        lines.len() as u64
+    );
+
+    let out = dir.path().join("out.bin");
+    ok(&cairn(
+        &home,
+        &["get", "tank/random.bin", out.to_str().unwrap()],
+    ));
+    assert!(std::fs::read(&out).unwrap() == data);
+    assert_eq!(ok(&cairn(&home, &["cat", "tank/docs/sub/text.txt"])), lines);
+
+    let props = ok(&cairn(
+        &home,
+        &["get", "compression,compressratio", "tank/docs"],
+    ));
+    assert!(props.contains("zstd") && props.contains("local"), "{props}");
+    let ratio: serde_json::Value = serde_json::from_str(&ok(&cairn(
+        &home,
+        &["get", "--json", "compressratio", "tank/docs"],
+    )))
+    .unwrap();
+    let r: f64 = ratio["properties"][0]["value"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('x')
+        .parse()
+        .unwrap();
+    assert!(r > 3.0, "text should compress: {r}");
+    ok(&cairn(&home, &["set", "recordsize=16K", "tank/docs"]));
+    let e = fails(&cairn(&home, &["set", "recordsize=3K", "tank/docs"]));
+    assert!(e.contains("power of two"), "{e}");
+    ok(&cairn(
+        &home,
+        &["volume", "create", "-V", "64M", "-b", "8K", "tank/vol"],
+    ));
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["dataset", "list", "--json", "tank"]))).unwrap();
+    let names: Vec<&str> = list["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tank", "tank/docs", "tank/vol"]);
+    let root_used = list["datasets"][0]["used"].as_u64().unwrap();
+    assert!(
+        root_used >= data.len() as u64,
+        "USED counts the file: {root_used}"
+    );
+
+    // zpool list: ALLOC is what the allocator holds; AVAIL = geometry's empty-pool AVAIL minus
+    // the allocated space in zfs-list units.
+    let pools: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["list", "--json"]))).unwrap();
+    let expect = pool_space(
+        &[VdevSpaceInput {
+            shape: VdevShape::Raidz {
+                width: 3,
+                parity: 1,
+            },
+            min_leaf_asize: leaf_asize(128 * MIB),
+            ashift: 12,
+        }],
+        ZfsEra::Cairn,
+    );
+    let p = &pools["pools"][0];
+    let alloc = p["alloc"].as_u64().unwrap();
+    assert!(alloc > data.len() as u64);
+    let deflated = (alloc >> 9)
+        * VdevShape::Raidz {
+            width: 3,
+            parity: 1,
+        }
+        .deflate_ratio(12);
+    assert_eq!(p["avail"].as_u64().unwrap(), expect.avail - deflated);
+
+    // Damage two columns (one more than raidz1 rebuilds) of the first block of random.bin.
+    let (bp, map) = {
+        let pool = cairn_pool::Pool::open(&cairn_pool::Home::at(&home), "tank").unwrap();
+        let store = cairn_objset::Store::open(pool).unwrap();
+        let r = store.resolve("tank/random.bin").unwrap();
+        let (_, bp) = store.object_blocks(r.object).unwrap()[0];
+        let map = cairn_geometry::raidz_map(bp.dvas[0].offset, u64::from(bp.psize), 3, 1, 12);
+        (bp, map)
+    };
+    assert!(bp.copies().count() == 1);
+    for col in &map.columns[..2] {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&d[col.child])
+            .unwrap();
+        f.write_all_at(
+            &vec![0x5Au8; col.size as usize],
+            cairn_geometry::LEAF_DATA_START + col.offset,
+        )
+        .unwrap();
+    }
+    let e = fails(&cairn(
+        &home,
+        &["get", "tank/random.bin", out.to_str().unwrap()],
+    ));
+    assert!(e.contains("I/O error") && e.contains("status -v"), "{e}");
+    let status = ok(&cairn(&home, &["status", "-v", "tank"]));
+    assert!(
+        status.contains("Permanent errors") && status.contains("tank/random.bin"),
+        "{status}"
+    );
+    assert_eq!(
+        ok(&cairn(&home, &["cat", "tank/docs/sub/text.txt"])),
+        lines,
+        "other files still read"
+    );
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("1 errors") || scrub.contains(" errors"),
+        "{scrub}"
+    );
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub repaired"), "{status}");
+    ok(&cairn(&home, &["rm", "tank/random.bin"]));
+    ok(&cairn(&home, &["clear", "tank"]));
+    let status = ok(&cairn(&home, &["status", "-v", "tank"]));
+    assert!(status.contains("No known data errors"), "{status}");
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(scrub.contains(", 0 errors"), "{scrub}");
+}

@@ -584,6 +584,23 @@ impl Store {
         }
         let d = self.read_dir_locked(&mut st, r.object)?;
         let mut out = Vec::with_capacity(d.entries.len());
+        // Child datasets appear where a mount would put them: in their parent's root.
+        let here = st.datasets.by_id(r.dataset).cloned();
+        if let Some(ds) = here.filter(|ds| ds.object == r.object) {
+            for c in st.datasets.children(ds.id) {
+                let name = c.name.rsplit('/').next().unwrap_or(&c.name).to_string();
+                let kind = match c.kind {
+                    DatasetKind::Filesystem => "dataset",
+                    DatasetKind::Volume => "volume",
+                };
+                out.push(ListEntry {
+                    name,
+                    kind: kind.into(),
+                    size: c.used,
+                    object: c.object,
+                });
+            }
+        }
         for (name, e) in &d.entries {
             let size = self.object_mut(&mut st, e.object)?.dnode.size;
             out.push(ListEntry {

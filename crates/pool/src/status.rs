@@ -20,15 +20,20 @@ pub struct ListRow {
 }
 
 impl ListRow {
+    /// A pool with nothing allocated (as `create -n` would show it).
     pub fn of(pool: &Pool) -> ListRow {
+        ListRow::with_usage(pool, 0, 0)
+    }
+
+    /// `alloc`: raw allocated bytes; `used`: allocated in zfs-list units.
+    pub fn with_usage(pool: &Pool, alloc: u64, used: u64) -> ListRow {
         let space = pool.space();
-        let alloc = 0; // nothing is allocated until the object store writes (next layer)
         ListRow {
             name: pool.name().to_string(),
             size: space.size,
             alloc,
-            free: space.size - alloc,
-            avail: space.avail,
+            free: space.size.saturating_sub(alloc),
+            avail: space.avail.saturating_sub(used),
             health: pool.health(),
         }
     }
@@ -168,6 +173,16 @@ fn shape_kind(shape: cairn_geometry::VdevShape) -> String {
 
 /// Renders `cairn status` like `zpool status`.
 pub fn render_status(pool: &Pool, verbose: bool) -> String {
+    render_status_with(pool, verbose, None, &[])
+}
+
+/// `cairn status` with a scan line (scrub state) and the files with permanent errors.
+pub fn render_status_with(
+    pool: &Pool,
+    verbose: bool,
+    scan: Option<&str>,
+    damaged: &[String],
+) -> String {
     let s = status_json(pool);
     let mut out = String::new();
     let _ = writeln!(out, "  pool: {}", s.name);
@@ -175,6 +190,9 @@ pub fn render_status(pool: &Pool, verbose: bool) -> String {
     if let Some((status, action)) = advice(pool) {
         let _ = writeln!(out, "status: {status}");
         let _ = writeln!(out, "action: {action}");
+    }
+    if let Some(scan) = scan {
+        let _ = writeln!(out, "  scan: {scan}");
     }
     let _ = writeln!(out, "config:\n");
     let mut rows: Vec<(String, String, u64, u64, u64, Option<String>)> = Vec::new();
@@ -226,19 +244,21 @@ pub fn render_status(pool: &Pool, verbose: bool) -> String {
         let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "errors: No known data errors");
-    if verbose {
-        let space = pool.space();
+    if damaged.is_empty() {
+        let _ = writeln!(out, "errors: No known data errors");
+    } else if verbose {
         let _ = writeln!(
             out,
-            "\nspace: size {} ({} B), usable {} ({} B), avail {} ({} B), slop {} B",
-            format_zfs_size(space.size),
-            space.size,
-            format_zfs_size(space.dspace),
-            space.dspace,
-            format_zfs_size(space.avail),
-            space.avail,
-            space.slop
+            "errors: Permanent errors have been detected in the following files:\n"
+        );
+        for d in damaged {
+            let _ = writeln!(out, "        {d}");
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "errors: {} data errors, use '-v' for a list",
+            damaged.len()
         );
     }
     out

@@ -1,0 +1,733 @@
+//! Data commands: put, get, cat, ls, rm, mkdir; datasets, volumes and properties; scrub.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_geometry::format_zfs_size;
+use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
+use cairn_objset::{DatasetKind, Store};
+use cairn_pool::{Home, Pool};
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+
+/// Bytes moved per read/write call of put/get.
+const CHUNK: usize = 1 << 20;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Pool name of `POOL[/…]`.
+fn pool_of(path: &str) -> &str {
+    path.split('/').next().unwrap_or(path)
+}
+
+/// Opens the pool and its store.
+pub fn open(name: &str) -> Result<(Home, Store), String> {
+    let home = Home::from_env();
+    let pool = Pool::open(&home, name).map_err(err)?;
+    let store = Store::open(pool).map_err(err)?;
+    Ok((home, store))
+}
+
+/// Syncs, records counters and damaged files in the state directory.
+pub fn finish(home: &Home, store: Store) -> Result<(), String> {
+    let damaged: Vec<String> = store
+        .damaged()
+        .into_iter()
+        .map(|(ds, obj)| {
+            store
+                .path_of(&ds, obj)
+                .unwrap_or_else(|| format!("{ds}:<object {obj}>"))
+        })
+        .collect();
+    let name = store.pool().name().to_string();
+    let pool = store.close().map_err(err)?;
+    pool.save_record().map_err(err)?;
+    if !damaged.is_empty() {
+        let mut errors = load_errors(home, &name);
+        errors.extend(damaged);
+        errors.sort();
+        errors.dedup();
+        save_json(&state_file(home, &name, "errors"), &errors)?;
+    }
+    Ok(())
+}
+
+/// Per-pool state besides the pool record: `$CAIRN_HOME/state/POOL.WHAT.json`.
+pub fn state_file(home: &Home, pool: &str, what: &str) -> PathBuf {
+    home.root()
+        .join("state")
+        .join(format!("{pool}.{what}.json"))
+}
+
+/// Forgets a pool's scrub and error state (export, destroy).
+pub fn forget_state(home: &Home, pool: &str) {
+    for what in ["scan", "errors", "scan-ctl"] {
+        let _ = std::fs::remove_file(state_file(home, pool, what));
+    }
+}
+
+fn save_json<T: Serialize>(path: &Path, v: &T) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v).map_err(err)?).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+fn load_json<T: for<'a> Deserialize<'a>>(path: &Path) -> Option<T> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Files recorded as damaged (for `status -v`).
+pub fn load_errors(home: &Home, pool: &str) -> Vec<String> {
+    load_json(&state_file(home, pool, "errors")).unwrap_or_default()
+}
+
+fn progress_bar(total: u64, what: &str) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() || total < (64 << 20) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(what.to_string());
+    Some(bar)
+}
+
+// ---- put / get / cat / ls / rm / mkdir ---------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// Overwrite an existing file.
+    #[arg(short = 'f')]
+    force: bool,
+    /// Local file to copy in (`-` = standard input).
+    src: PathBuf,
+    /// Destination `POOL/DATASET[/PATH]`; a directory gets the source's file name.
+    dest: String,
+}
+
+pub fn put(a: PutArgs) -> Result<(), String> {
+    let (home, store) = open(pool_of(&a.dest))?;
+    let mut dest = a.dest.trim_end_matches('/').to_string();
+    if let Ok(r) = store.resolve(&dest) {
+        if r.kind == cairn_objset::dnode::ObjectKind::Directory {
+            let name = a
+                .src
+                .file_name()
+                .ok_or("give a file name for data from stdin")?;
+            dest = format!("{dest}/{}", name.to_string_lossy());
+        }
+    }
+    let (mut input, total): (Box<dyn Read>, u64) = if a.src.as_os_str() == "-" {
+        (Box::new(std::io::stdin().lock()), 0)
+    } else {
+        let f = std::fs::File::open(&a.src).map_err(|e| format!("{}: {e}", a.src.display()))?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (Box::new(f), len)
+    };
+    store.create_file(&dest, a.force).map_err(|e| match e {
+        cairn_objset::StoreError::Exists(p) => format!("'{p}' exists; use -f to overwrite"),
+        other => other.to_string(),
+    })?;
+    let r = store.resolve(&dest).map_err(err)?;
+    let bar = progress_bar(total, "put");
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    loop {
+        let n = read_full(&mut input, &mut buf).map_err(|e| format!("{}: {e}", a.src.display()))?;
+        if n == 0 {
+            break;
+        }
+        store.write(&r, offset, &buf[..n]).map_err(err)?;
+        offset += n as u64;
+        if let Some(b) = &bar {
+            b.set_position(offset);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    finish(&home, store)
+}
+
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// `POOL/DATASET/PATH` of a file, or a volume.
+    src: String,
+    /// Local destination (`-` = standard output).
+    dest: PathBuf,
+}
+
+pub fn get_file(a: GetArgs) -> Result<(), String> {
+    let (home, store) = open(pool_of(&a.src))?;
+    let result = copy_out(&store, &a.src, &a.dest);
+    finish(&home, store)?;
+    result
+}
+
+fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
+    let r = store.resolve(src).map_err(err)?;
+    if r.kind == cairn_objset::dnode::ObjectKind::Directory {
+        return Err(format!("'{src}' is a directory; `cairn ls {src}` lists it"));
+    }
+    let size = store.object_dnode(&r).map_err(err)?.size;
+    let mut out: Box<dyn Write> = if dest.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?)
+    };
+    let bar = if dest.as_os_str() == "-" {
+        None
+    } else {
+        progress_bar(size, "get")
+    };
+    let mut buf = vec![0u8; CHUNK];
+    let mut offset = 0u64;
+    while offset < size {
+        let n = store.read(&r, offset, &mut buf).map_err(|e| {
+            if e.is_data_loss() {
+                format!("{src}: I/O error: data damaged beyond the pool's redundancy at offset {offset} (see `cairn status -v`)")
+            } else {
+                e.to_string()
+            }
+        })?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])
+            .map_err(|e| format!("{}: {e}", dest.display()))?;
+        offset += n as u64;
+        if let Some(b) = &bar {
+            b.set_position(offset);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    out.flush().map_err(err)
+}
+
+#[derive(Args, Debug)]
+pub struct CatArgs {
+    path: String,
+}
+
+pub fn cat(a: CatArgs) -> Result<(), String> {
+    get_file(GetArgs {
+        src: a.path,
+        dest: PathBuf::from("-"),
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Exact sizes in bytes.
+    #[arg(short = 'p')]
+    parsable: bool,
+    path: String,
+}
+
+pub fn ls(a: LsArgs) -> Result<(), String> {
+    let (home, store) = open(pool_of(&a.path))?;
+    let entries = store.list(&a.path).map_err(err)?;
+    if a.json {
+        println!("{}", serde_json::json!({ "entries": entries }));
+    } else {
+        for e in &entries {
+            let size = if a.parsable {
+                e.size.to_string()
+            } else {
+                format_zfs_size(e.size)
+            };
+            let name = if e.kind == "dir" {
+                format!("{}/", e.name)
+            } else {
+                e.name.clone()
+            };
+            println!("{:<6} {:>10}  {name}", e.kind, size);
+        }
+    }
+    finish(&home, store)
+}
+
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    /// Remove directories and their contents.
+    #[arg(short = 'r')]
+    recursive: bool,
+    path: String,
+}
+
+pub fn rm(a: RmArgs) -> Result<(), String> {
+    let (home, store) = open(pool_of(&a.path))?;
+    store.remove(&a.path, a.recursive).map_err(err)?;
+    finish(&home, store)
+}
+
+#[derive(Args, Debug)]
+pub struct MkdirArgs {
+    path: String,
+}
+
+pub fn mkdir(a: MkdirArgs) -> Result<(), String> {
+    let (home, store) = open(pool_of(&a.path))?;
+    store.mkdir(&a.path).map_err(err)?;
+    finish(&home, store)
+}
+
+// ---- datasets, volumes, properties --------------------------------------------------------
+
+#[derive(Subcommand, Debug)]
+pub enum DatasetCmd {
+    /// Create a file system dataset: `cairn dataset create [-p] [-o PROP=VAL]… POOL/NAME`.
+    Create {
+        /// Create missing parents.
+        #[arg(short = 'p')]
+        parents: bool,
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        name: String,
+    },
+    /// Destroy a dataset or volume (`-r`: with its children).
+    Destroy {
+        #[arg(short = 'r')]
+        recursive: bool,
+        name: String,
+    },
+    /// List datasets and volumes with USED AVAIL REFER RATIO, like `zfs list`.
+    List {
+        #[arg(short = 'H')]
+        scripted: bool,
+        #[arg(short = 'p')]
+        parsable: bool,
+        #[arg(long)]
+        json: bool,
+        pool: String,
+    },
+}
+
+fn parse_props(options: &[String]) -> Result<BTreeMap<String, String>, String> {
+    options
+        .iter()
+        .map(|o| {
+            o.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("'{o}': use PROP=VALUE"))
+        })
+        .collect()
+}
+
+pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
+    match cmd {
+        DatasetCmd::Create {
+            parents,
+            options,
+            name,
+        } => {
+            let (home, store) = open(pool_of(&name))?;
+            store
+                .dataset_create(
+                    &name,
+                    DatasetKind::Filesystem,
+                    parse_props(&options)?,
+                    None,
+                    parents,
+                )
+                .map_err(err)?;
+            finish(&home, store)
+        }
+        DatasetCmd::Destroy { recursive, name } => {
+            let (home, store) = open(pool_of(&name))?;
+            store.dataset_destroy(&name, recursive).map_err(err)?;
+            finish(&home, store)
+        }
+        DatasetCmd::List {
+            scripted,
+            parsable,
+            json,
+            pool,
+        } => {
+            let (home, store) = open(&pool)?;
+            let table = store.datasets();
+            let mut infos = Vec::new();
+            for d in &table.datasets {
+                infos.push(store.dataset_info(&d.name).map_err(err)?);
+            }
+            infos.sort_by(|a, b| a.name.cmp(&b.name));
+            if json {
+                println!("{}", serde_json::json!({ "datasets": infos }));
+            } else {
+                print_dataset_table(&infos, scripted, parsable);
+            }
+            finish(&home, store)
+        }
+    }
+}
+
+fn print_dataset_table(infos: &[cairn_objset::DatasetInfo], scripted: bool, parsable: bool) {
+    let size = |b: u64| {
+        if parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    if !scripted {
+        rows.push(["NAME", "USED", "AVAIL", "REFER", "RATIO", "TYPE"].map(String::from));
+    }
+    for i in infos {
+        rows.push([
+            i.name.clone(),
+            size(i.used),
+            size(i.avail),
+            size(i.refer),
+            format!("{:.2}x", i.compressratio),
+            match i.kind {
+                DatasetKind::Filesystem => "filesystem".into(),
+                DatasetKind::Volume => "volume".into(),
+            },
+        ]);
+    }
+    if scripted {
+        for r in rows {
+            println!("{}", r.join("\t"));
+        }
+        return;
+    }
+    let w: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        println!(
+            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        );
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeCmd {
+    /// Create a volume: `cairn volume create -V SIZE [-b BLOCKSIZE] [-o PROP=VAL]… POOL/NAME`.
+    Create {
+        /// Size, e.g. 10G.
+        #[arg(short = 'V')]
+        size: String,
+        /// volblocksize (default 16K).
+        #[arg(short = 'b')]
+        blocksize: Option<String>,
+        #[arg(short = 'o', value_name = "PROP=VALUE")]
+        options: Vec<String>,
+        name: String,
+    },
+}
+
+pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
+    match cmd {
+        VolumeCmd::Create {
+            size,
+            blocksize,
+            options,
+            name,
+        } => {
+            let bytes = cairn_objset::dataset::parse_size(&size)
+                .ok_or_else(|| format!("bad size '{size}'"))?;
+            let mut props = parse_props(&options)?;
+            if let Some(b) = blocksize {
+                props.insert("volblocksize".into(), b);
+            }
+            let (home, store) = open(pool_of(&name))?;
+            store
+                .dataset_create(&name, DatasetKind::Volume, props, Some(bytes), false)
+                .map_err(err)?;
+            finish(&home, store)
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SetArgs {
+    /// PROP=VALUE
+    assignment: String,
+    /// Dataset or volume.
+    target: String,
+}
+
+pub fn set(a: SetArgs) -> Result<(), String> {
+    let (k, v) = a
+        .assignment
+        .split_once('=')
+        .ok_or("use `cairn set PROP=VALUE DATASET`")?;
+    let (home, store) = open(pool_of(&a.target))?;
+    store.set_property(&a.target, k, v).map_err(err)?;
+    finish(&home, store)
+}
+
+/// `cairn get PROP[,PROP…]|all DATASET` (properties) or `cairn get POOL/DS/PATH DEST` (a file).
+#[derive(Args, Debug)]
+pub struct GetCmdArgs {
+    /// Scripted output: no header, tab separated.
+    #[arg(short = 'H')]
+    scripted: bool,
+    #[arg(long)]
+    json: bool,
+    /// Property list (or a file path `POOL/DS/PATH`).
+    first: String,
+    /// Dataset (or the local destination of a file).
+    second: String,
+}
+
+pub fn get(a: GetCmdArgs) -> Result<(), String> {
+    if a.first.contains('/') {
+        return get_file(GetArgs {
+            src: a.first,
+            dest: PathBuf::from(a.second),
+        });
+    }
+    let (home, store) = open(pool_of(&a.second))?;
+    let keys: Vec<String> = if a.first == "all" {
+        ["type", "used", "available", "referenced", "compressratio"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(
+                cairn_objset::dataset::PROPERTIES
+                    .iter()
+                    .map(|p| p.0.to_string()),
+            )
+            .collect()
+    } else {
+        a.first.split(',').map(String::from).collect()
+    };
+    let mut rows = Vec::new();
+    for k in &keys {
+        let (v, src) = store.get_property(&a.second, k).map_err(err)?;
+        rows.push((k.clone(), v, src));
+    }
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(k, v, s)| serde_json::json!({"property": k, "value": v, "source": s}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "name": a.second, "properties": v })
+        );
+    } else {
+        if !a.scripted {
+            println!("{:<24} {:<16} {:<14} SOURCE", "NAME", "PROPERTY", "VALUE");
+        }
+        for (k, v, s) in rows {
+            if a.scripted {
+                println!("{}\t{k}\t{v}\t{s}", a.second);
+            } else {
+                println!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
+            }
+        }
+    }
+    finish(&home, store)
+}
+
+// ---- scrub ---------------------------------------------------------------------------------
+
+/// Scrub state kept in the state directory (what `status` shows in its `scan:` line).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ScanState {
+    /// scanning | paused | finished | canceled
+    pub state: String,
+    pub progress: ScrubProgress,
+    pub started: u64,
+    pub ended: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The `scan:` line of `status`.
+pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
+    let s: ScanState = load_json(&state_file(home, pool, "scan"))?;
+    let p = &s.progress;
+    let hms = |secs: f64| {
+        let s = secs as u64;
+        format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    };
+    Some(match s.state.as_str() {
+        "finished" => format!(
+            "scrub repaired {} in {} with {} errors",
+            format_zfs_size(p.repaired_bytes),
+            hms(p.elapsed_secs),
+            p.errors
+        ),
+        "canceled" => "scrub canceled".into(),
+        state => {
+            let pct = if p.total_bytes > 0 {
+                100.0 * p.examined_bytes as f64 / p.total_bytes as f64
+            } else {
+                0.0
+            };
+            let eta = p.eta_secs().map(hms).unwrap_or_else(|| "unknown".into());
+            format!(
+                "scrub {state}: {} examined of {} at {}/s, {pct:.1}% done, {} repaired, {} errors, {eta} to go",
+                format_zfs_size(p.examined_bytes),
+                format_zfs_size(p.total_bytes),
+                format_zfs_size(p.rate() as u64),
+                format_zfs_size(p.repaired_bytes),
+                p.errors
+            )
+        }
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    /// Show a progress bar and wait (cairn always runs the scrub in this process).
+    #[arg(short = 'w')]
+    wait: bool,
+    /// Stop (cancel) a running or paused scrub.
+    #[arg(short = 's', conflicts_with = "pause")]
+    stop: bool,
+    /// Pause a running scrub; `cairn scrub POOL` resumes it.
+    #[arg(short = 'p')]
+    pause: bool,
+    pool: String,
+}
+
+pub fn scrub(a: ScrubArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let scan_path = state_file(&home, &a.pool, "scan");
+    let ctl_path = state_file(&home, &a.pool, "scan-ctl");
+    if a.stop || a.pause {
+        let running = load_json::<ScanState>(&scan_path).is_some_and(|s| s.state == "scanning");
+        if running && Pool::open(&home, &a.pool).is_err() {
+            // Another process is scrubbing: ask it.
+            std::fs::write(&ctl_path, if a.stop { "stop" } else { "pause" }).map_err(err)?;
+            return Ok(());
+        }
+        let mut s: ScanState = load_json(&scan_path).ok_or("no scrub in progress")?;
+        if s.state == "finished" || s.state == "canceled" {
+            return Err("no scrub in progress".into());
+        }
+        s.state = if a.stop {
+            "canceled".into()
+        } else {
+            "paused".into()
+        };
+        return save_json(&scan_path, &s);
+    }
+    let (home, store) = open(&a.pool)?;
+    let _ = std::fs::remove_file(&ctl_path);
+    let previous: Option<ScanState> = load_json(&scan_path);
+    let resume = previous
+        .as_ref()
+        .filter(|s| s.state == "paused" || s.state == "scanning");
+    let resume_from = resume.map(|s| s.progress.next_object).unwrap_or(0);
+    let started = resume.map(|s| s.started).unwrap_or_else(unix_now);
+    let bar = (a.wait && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(store.space().alloc);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "scrub [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut report = |p: &ScrubProgress| {
+        let state = ScanState {
+            state: "scanning".into(),
+            progress: p.clone(),
+            started,
+            ended: 0,
+        };
+        let _ = save_json(&scan_path, &state);
+        if let Some(b) = &bar {
+            b.set_length(p.total_bytes);
+            b.set_position(p.examined_bytes);
+            b.set_message(format!(
+                "{} repaired, {} errors",
+                format_zfs_size(p.repaired_bytes),
+                p.errors
+            ));
+        }
+        match std::fs::read_to_string(&ctl_path)
+            .ok()
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("pause") => ScrubControl::Pause,
+            Some("stop") => ScrubControl::Stop,
+            _ => ScrubControl::Continue,
+        }
+    };
+    let (p, end) = store
+        .scrub(resume_from, Duration::from_millis(500), &mut report)
+        .map_err(err)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let _ = std::fs::remove_file(&ctl_path);
+    let state = match end {
+        ScrubEnd::Finished => "finished",
+        ScrubEnd::Paused => "paused",
+        ScrubEnd::Stopped => "canceled",
+    };
+    save_json(
+        &scan_path,
+        &ScanState {
+            state: state.into(),
+            progress: p.clone(),
+            started,
+            ended: unix_now(),
+        },
+    )?;
+    match end {
+        ScrubEnd::Finished => println!(
+            "scrub of '{}' repaired {} ({} bytes), {} errors, {} blocks in {:.1} s",
+            a.pool,
+            format_zfs_size(p.repaired_bytes),
+            p.repaired_bytes,
+            p.errors,
+            p.blocks,
+            p.elapsed_secs
+        ),
+        _ => println!("scrub of '{}' {state}", a.pool),
+    }
+    finish(&home, store)
+}
