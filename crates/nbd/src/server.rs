@@ -7,7 +7,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -537,6 +537,8 @@ struct Replies {
     out: Mutex<Box<dyn Connection>>,
     structured: bool,
     broken: AtomicBool,
+    /// Requests handed to the workers and not finished yet.
+    queued: AtomicUsize,
 }
 
 impl Replies {
@@ -615,6 +617,7 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
         out: Mutex::new(output),
         structured: session.structured,
         broken: AtomicBool::new(false),
+        queued: AtomicUsize::new(0),
     });
     let export = session.export.clone();
     let (queue, jobs) = sync_channel::<Job>(config.queue_depth);
@@ -627,7 +630,13 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
         .collect();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session) {
+            // Nothing else in flight (queue depth 1): run it here and save the thread
+            // hand-off; otherwise let the workers run it while the next request is read.
+            Ok(Some(job)) if replies.queued.load(Ordering::SeqCst) == 0 && is_quick(&job) => {
+                run(job, &replies, &*export)
+            }
             Ok(Some(job)) => {
+                replies.queued.fetch_add(1, Ordering::SeqCst);
                 if queue.send(job).is_err() {
                     break;
                 }
@@ -691,7 +700,16 @@ fn work(jobs: &Mutex<Receiver<Job>>, replies: &Replies, export: &dyn BlockExport
             return;
         };
         run(job, replies, export);
+        replies.queued.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Requests worth running on the reading thread when nothing else is in flight: small
+/// reads and writes (a FLUSH or a big transfer would hold up reading the next request).
+fn is_quick(job: &Job) -> bool {
+    let small = job.request.length <= 256 << 10;
+    let fua = job.request.flags & CMD_FLAG_FUA != 0;
+    matches!(job.request.command, Command::Read | Command::Write) && small && !fua
 }
 
 fn run(job: Job, replies: &Replies, export: &dyn BlockExport) {
