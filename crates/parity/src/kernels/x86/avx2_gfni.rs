@@ -5,6 +5,9 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 32;
+/// Vectors per column per block: plain XOR, and jobs with multiplications.
+const UNROLL_XOR: usize = 8;
+const UNROLL_MUL: usize = 2;
 type Vector = __m256i;
 type Coef = __m256i;
 

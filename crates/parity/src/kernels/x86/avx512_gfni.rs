@@ -6,6 +6,9 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 64;
+/// Vectors per column per block: plain XOR, and jobs with multiplications.
+const UNROLL_XOR: usize = 4;
+const UNROLL_MUL: usize = 2;
 type Vector = __m512i;
 type Coef = __m512i;
 

@@ -4,7 +4,8 @@
 //! `#[target_feature]` set (a generic function cannot carry per-instantiation features).
 
 /// Generates `combine(job, outputs)` for a kernel module. The module must define
-/// `WIDTH` (bytes per vector), `Vector`, `Coef` and the primitives listed above (plus
+/// `WIDTH` (bytes per vector), `UNROLL_XOR` / `UNROLL_MUL` (vectors per column per block for
+/// plain XOR and for jobs with multiplications), `Vector`, `Coef` and the primitives listed above (plus
 /// `stream`, a non-temporal store to a `WIDTH`-aligned address), all enabled
 /// for `$features`.
 macro_rules! simd_kernel {
@@ -50,13 +51,13 @@ macro_rules! simd_kernel {
             outputs: &mut [&mut [u8]],
         ) -> usize {
             match (job.rows, job.row0_is_xor) {
-                // Plain XOR has the fewest instructions per load: unroll it further.
-                (1, true) => run::<1, true, 4, STREAM>(job, outputs),
-                (1, false) => run::<1, false, 2, STREAM>(job, outputs),
-                (2, true) => run::<2, true, 2, STREAM>(job, outputs),
-                (2, false) => run::<2, false, 2, STREAM>(job, outputs),
-                (3, true) => run::<3, true, 2, STREAM>(job, outputs),
-                _ => run::<3, false, 2, STREAM>(job, outputs),
+                // Plain XOR has the fewest instructions per load: it is unrolled further.
+                (1, true) => run::<1, true, UNROLL_XOR, STREAM>(job, outputs),
+                (1, false) => run::<1, false, UNROLL_MUL, STREAM>(job, outputs),
+                (2, true) => run::<2, true, UNROLL_MUL, STREAM>(job, outputs),
+                (2, false) => run::<2, false, UNROLL_MUL, STREAM>(job, outputs),
+                (3, true) => run::<3, true, UNROLL_MUL, STREAM>(job, outputs),
+                _ => run::<3, false, UNROLL_MUL, STREAM>(job, outputs),
             }
         }
 

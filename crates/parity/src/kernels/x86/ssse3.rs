@@ -5,6 +5,9 @@ use crate::Kernel;
 use std::arch::x86_64::*;
 
 const WIDTH: usize = 16;
+/// Vectors per column per block: plain XOR, and jobs with multiplications.
+const UNROLL_XOR: usize = 4;
+const UNROLL_MUL: usize = 2;
 type Vector = __m128i;
 /// (low-nibble table, high-nibble table).
 type Coef = (__m128i, __m128i);
