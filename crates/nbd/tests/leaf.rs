@@ -126,3 +126,15 @@ fn leaf_reconnects_and_reports_enxio_when_the_server_stays_away() {
         "{took:?}"
     );
 }
+
+#[test]
+fn leaf_over_tcp() {
+    let export: Arc<dyn BlockExport> = Arc::new(MemoryExport::new(SIZE));
+    let (_server, port) = serve_tcp(vec![("tcp disk", export)]);
+    let leaf = open_nbd_leaf(&format!("nbd://127.0.0.1:{port}/tcp%20disk")).unwrap();
+    assert_eq!(leaf.size(), SIZE);
+    leaf.write_at(&[4; 8192], 1 << 20).unwrap();
+    let mut back = [0u8; 8192];
+    leaf.read_at(&mut back, 1 << 20).unwrap();
+    assert_eq!(back, [4; 8192]);
+}
