@@ -71,15 +71,10 @@ macro_rules! simd_kernel {
             job: &Combine,
             outputs: &mut [&mut [u8]],
         ) -> usize {
-            let mut transform = [[prepare(0); MAX_ROWS]; MAX_ROWS];
-            if let Some(t) = job.transform {
-                for (prepared_row, row) in transform.iter_mut().zip(t) {
-                    for (prepared, &coef) in prepared_row.iter_mut().zip(row) {
-                        *prepared = prepare(coef);
-                    }
-                }
-            }
-            let transform = job.transform.map(|_| &transform);
+            // The transform stays as coefficient bytes, prepared where used: prepared once
+            // up front, its up to 9 (GFNI) or 18 (pshufb) vectors would stay live across the
+            // loop and push the accumulators out of the 16 AVX2 registers.
+            let transform = job.transform;
             let columns = Columns::new(job, outputs);
             let mut offset = 0;
             while offset + UNROLL * WIDTH <= job.len {
@@ -144,7 +139,7 @@ macro_rules! simd_kernel {
         >(
             job: &Combine,
             columns: &Columns,
-            transform: Option<&[[Coef; MAX_ROWS]; MAX_ROWS]>,
+            transform: Option<&[[u8; MAX_ROWS]; MAX_ROWS]>,
             offset: usize,
         ) {
             // Index loops with constant bounds (ROWS, UNROLL) throughout: they unroll fully,
@@ -188,7 +183,8 @@ macro_rules! simd_kernel {
                         for u in 0..UNROLL {
                             let mut value = zero();
                             for j in 0..ROWS {
-                                value = xor(value, mul(transform[k][j], acc[j][u]));
+                                let coef = prepare(transform[k][j]);
+                                value = xor(value, mul(coef, acc[j][u]));
                             }
                             put::<STREAM>(columns.outputs[k].add(offset + u * WIDTH), value);
                         }
