@@ -18,6 +18,8 @@ use crate::wire::*;
 
 /// How often blocked reads and the accept loop look at the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// A client that takes no reply bytes for this long is dropped (its threads end).
+const WRITE_LIMIT: Duration = Duration::from_secs(60);
 /// A WRITE larger than the maximum payload is read and discarded (keeping the stream in
 /// sync) up to this size; beyond it the connection is closed.
 const MAX_DRAINED_PAYLOAD: u32 = 256 << 20;
@@ -29,6 +31,7 @@ pub trait Connection: Read + Write + Send + 'static {
     fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
     fn shutdown_both(&self);
     fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()>;
+    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()>;
 }
 
 impl Connection for TcpStream {
@@ -41,6 +44,9 @@ impl Connection for TcpStream {
     fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
         self.set_read_timeout(interval)
     }
+    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(limit)
+    }
 }
 
 impl Connection for UnixStream {
@@ -52,6 +58,9 @@ impl Connection for UnixStream {
     }
     fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
         self.set_read_timeout(interval)
+    }
+    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_write_timeout(limit)
     }
 }
 
@@ -175,12 +184,17 @@ impl NbdServer {
         stop: &Arc<AtomicBool>,
         mut accept: impl FnMut() -> io::Result<Option<Box<dyn Connection>>>,
     ) -> io::Result<()> {
-        let mut connections: Vec<JoinHandle<()>> = Vec::new();
+        // Each connection's thread, and a handle on its socket to shut it down at stop
+        // (that unblocks workers stuck writing to a client that stopped reading).
+        let mut connections: Vec<(JoinHandle<()>, Box<dyn Connection>)> = Vec::new();
         while !stop.load(Ordering::SeqCst) {
             match accept() {
                 Ok(Some(conn)) => {
+                    let Ok(handle) = conn.try_clone_connection() else {
+                        continue;
+                    };
                     let (server, flag) = (self.clone(), stop.clone());
-                    connections.push(thread::spawn(move || server.handle(conn, flag)));
+                    connections.push((thread::spawn(move || server.handle(conn, flag)), handle));
                 }
                 Ok(None) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(POLL_INTERVAL),
@@ -188,10 +202,13 @@ impl NbdServer {
                 // Transient accept failures (aborted handshakes, fd exhaustion): back off.
                 Err(_) => thread::sleep(POLL_INTERVAL),
             }
-            connections.retain(|h| !h.is_finished());
+            connections.retain(|(thread, _)| !thread.is_finished());
         }
-        for handle in connections {
-            let _ = handle.join();
+        for (_, socket) in &connections {
+            socket.shutdown_both();
+        }
+        for (thread, _) in connections {
+            let _ = thread.join();
         }
         Ok(())
     }
@@ -203,7 +220,9 @@ impl NbdServer {
     }
 
     fn handle(&self, conn: Box<dyn Connection>, stop: Arc<AtomicBool>) {
-        if conn.set_read_poll(Some(POLL_INTERVAL)).is_err() {
+        if conn.set_read_poll(Some(POLL_INTERVAL)).is_err()
+            || conn.set_write_limit(Some(WRITE_LIMIT)).is_err()
+        {
             return;
         }
         let Ok(writer) = conn.try_clone_connection() else {

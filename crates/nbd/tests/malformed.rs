@@ -464,6 +464,13 @@ fn stop_is_bounded_even_with_idle_clients() {
     let mut idle_in_negotiation = Raw::connect(&served.socket);
     idle_in_negotiation.greet(CLIENT_FLAG_FIXED_NEWSTYLE);
     let mut idle_in_transmission = Raw::open(&served.socket, "disk", false);
+    // A client that queues many big reads and never reads the replies: workers block
+    // writing to it until the stop shuts its socket down.
+    let mut not_reading = Raw::open(&served.socket, "disk", false);
+    for i in 0..32 {
+        not_reading.request(Command::Read, 0, i, 0, 1 << 20);
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
     served.server.take().unwrap().stop().unwrap();
     assert!(
