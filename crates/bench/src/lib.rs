@@ -1,8 +1,10 @@
 //! The bench lab: programs that measure and print figures (and JSON), never timed
 //! assertions. `cairn bench parity` measures the RAID-Z parity kernels against ISA-L.
 
+pub mod io;
 pub mod parity;
 
+pub use io::IoBenchArgs;
 pub use parity::ParityBenchArgs;
 
 /// `cairn bench …` subcommands.
@@ -10,11 +12,15 @@ pub use parity::ParityBenchArgs;
 pub enum BenchCommand {
     /// Parity kernel throughput (GB/s of data, single thread), against ISA-L when installed.
     Parity(ParityBenchArgs),
+    /// Sequential write/read of a large file through the whole stack on tmpfs leaves, per
+    /// layout, side by side with zfs-fuse when it is installed.
+    Io(IoBenchArgs),
 }
 
 /// Runs a benchmark, printing to stdout.
 pub fn run(cmd: &BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         BenchCommand::Parity(args) => parity::run(args),
+        BenchCommand::Io(args) => io::run(args),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cairn_pool::io::alloc::Allocator;
 use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
-use cairn_pool::io::pipeline::{prepare, PreparedBlock, WriteProps};
+use cairn_pool::io::pipeline::{prepare, prepare_owned, PreparedBlock, WriteProps};
 use cairn_pool::{Pool, PoolError};
 
 use crate::dnode::{levels_for, Dnode, BPS_PER_INDIRECT, BPS_PER_INDIRECT_SHIFT, MAX_LEVELS};
@@ -364,7 +364,11 @@ pub fn sync_object(
     Ok(())
 }
 
-/// Compresses and checksums dirty blocks on two threads, then allocates and writes them.
+/// Bytes of dirty data prepared and written per batch (bounds the extra memory of a sync).
+const SYNC_BATCH_BYTES: usize = 64 << 20;
+
+/// Compresses and checksums dirty blocks on two threads, then allocates and writes them in
+/// batches, each batch as a few large requests per leaf.
 fn write_data_blocks(
     ctx: &mut SyncCtx<'_>,
     object: u64,
@@ -373,31 +377,41 @@ fn write_data_blocks(
     dirty: &mut DirtyIndirects,
     props: WriteProps,
 ) -> Result<(), StoreError> {
-    let blocks = std::mem::take(&mut st.dirty);
     let sector = ctx.pool.max_sector();
-    let compress_zero_as_hole =
-        props.compression.algorithm != cairn_pool::io::compress::Compression::Off;
-    let jobs: Vec<(u64, &[u8])> = blocks
-        .iter()
-        .map(|(&blkid, data)| {
-            (
-                blkid,
-                &data[..stored_block_size(dnode, blkid).min(data.len())],
-            )
-        })
-        .collect();
-    let prepared = prepare_parallel(&jobs, props, sector, compress_zero_as_hole);
-    for (blkid, block) in prepared {
-        let new_bp = match block {
-            Some(b) => {
-                let bp = ctx.write(&b)?;
+    let zero_is_hole = props.compression.algorithm != cairn_pool::io::compress::Compression::Off;
+    let mut blocks = std::mem::take(&mut st.dirty).into_iter().peekable();
+    while blocks.peek().is_some() {
+        let mut batch: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut bytes = 0usize;
+        while let Some((blkid, mut data)) = blocks.next_if(|_| bytes < SYNC_BATCH_BYTES) {
+            data.truncate(stored_block_size(dnode, blkid));
+            bytes += data.len();
+            batch.push((blkid, data));
+        }
+        let prepared = prepare_parallel(batch, props, sector, zero_is_hole);
+        let mut order: Vec<(u64, bool)> = Vec::with_capacity(prepared.len());
+        let mut to_write: Vec<PreparedBlock> = Vec::with_capacity(prepared.len());
+        for (blkid, block) in prepared {
+            order.push((blkid, block.is_some()));
+            to_write.extend(block);
+        }
+        let written = ctx
+            .pool
+            .write_prepared_batch(ctx.alloc, &to_write, ctx.txg)?;
+        drop(to_write);
+        let mut written = written.into_iter();
+        for (blkid, stored) in order {
+            let bp = if stored {
+                written.next().expect("one pointer per block")
+            } else {
+                BlockPointer::HOLE
+            };
+            if !bp.is_hole() {
                 ctx.account_new(&bp, dnode);
-                bp
             }
-            None => BlockPointer::HOLE,
-        };
-        let old = set_data_bp(ctx, object, dnode, dirty, blkid, new_bp)?;
-        ctx.free_bp(&old, dnode);
+            let old = set_data_bp(ctx, object, dnode, dirty, blkid, bp)?;
+            ctx.free_bp(&old, dnode);
+        }
     }
     Ok(())
 }
@@ -405,36 +419,29 @@ fn write_data_blocks(
 /// `prepare` on up to two threads (the machine class has two cores). `None` = all zeros,
 /// stored as a hole.
 fn prepare_parallel(
-    jobs: &[(u64, &[u8])],
+    jobs: Vec<(u64, Vec<u8>)>,
     props: WriteProps,
     sector: u64,
     zero_is_hole: bool,
 ) -> Vec<(u64, Option<PreparedBlock>)> {
-    let one = |(blkid, data): &(u64, &[u8])| {
+    let one = |(blkid, data): (u64, Vec<u8>)| {
         if zero_is_hole && data.iter().all(|&b| b == 0) {
-            (*blkid, None)
+            (blkid, None)
         } else {
-            (*blkid, Some(prepare(data, props, sector)))
+            (blkid, Some(prepare_owned(data, props, sector)))
         }
     };
     let bytes: usize = jobs.iter().map(|j| j.1.len()).sum();
     if jobs.len() < 4 || bytes < (1 << 20) {
-        return jobs.iter().map(one).collect();
+        return jobs.into_iter().map(one).collect();
     }
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4);
-    let chunk = jobs.len().div_ceil(threads);
+    let mut first = jobs;
+    let second = first.split_off(first.len() / 2);
     std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("prepare thread"))
-            .collect()
+        let other = s.spawn(move || second.into_iter().map(one).collect::<Vec<_>>());
+        let mut mine: Vec<_> = first.into_iter().map(one).collect();
+        mine.extend(other.join().expect("prepare thread"));
+        mine
     })
 }
 
@@ -479,7 +486,8 @@ fn write_indirects(
     Ok(())
 }
 
-/// Reads `buf.len()` bytes at `offset` of an object (dirty data first, then disk).
+/// Reads `buf.len()` bytes at `offset` of an object (dirty data first, then disk). Blocks
+/// that come from disk are fetched in one batch.
 pub fn read_object(
     pool: &Pool,
     cache: &mut IndirectCache,
@@ -494,6 +502,31 @@ pub fn read_object(
     }
     let len = (buf.len() as u64).min(size - offset) as usize;
     let bs = u64::from(st.dnode.block_size);
+    let first = offset / bs;
+    let last = (offset + len as u64 - 1) / bs;
+    // Which blocks must come from disk, and their pointers.
+    let mut wanted: Vec<(u64, BlockPointer)> = Vec::new();
+    for blkid in first..=last {
+        if st.dirty.contains_key(&blkid)
+            || st.punched.contains(&blkid)
+            || st.truncate_from.is_some_and(|f| blkid >= f)
+        {
+            continue;
+        }
+        let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+        if !bp.is_hole() {
+            wanted.push((blkid, bp));
+        }
+    }
+    let mut fetched: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    if wanted.len() == 1 {
+        fetched.insert(wanted[0].0, pool.read_bp(&wanted[0].1)?);
+    } else if !wanted.is_empty() {
+        let bps: Vec<BlockPointer> = wanted.iter().map(|w| w.1).collect();
+        for ((blkid, _), data) in wanted.iter().zip(pool.read_bps_batch(&bps)) {
+            fetched.insert(*blkid, data?);
+        }
+    }
     let mut done = 0usize;
     while done < len {
         let pos = offset + done as u64;
@@ -503,18 +536,12 @@ pub fn read_object(
         let out = &mut buf[done..done + n];
         if let Some(block) = st.dirty.get(&blkid) {
             out.copy_from_slice(&block[within..within + n]);
-        } else if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
-            out.fill(0);
+        } else if let Some(data) = fetched.get(&blkid) {
+            let avail = data.len().saturating_sub(within).min(n);
+            out[..avail].copy_from_slice(&data[within..within + avail]);
+            out[avail..].fill(0);
         } else {
-            let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
-            if bp.is_hole() {
-                out.fill(0);
-            } else {
-                let data = pool.read_bp(&bp)?;
-                let avail = data.len().saturating_sub(within).min(n);
-                out[..avail].copy_from_slice(&data[within..within + avail]);
-                out[avail..].fill(0);
-            }
+            out.fill(0);
         }
         done += n;
     }

@@ -381,27 +381,41 @@ impl Store {
             let blkid = pos / bs;
             let within = (pos % bs) as usize;
             let n = (bs as usize - within).min(data.len() - done);
+            let whole = within == 0 && n == bs as usize;
+            let present = st
+                .objects
+                .get(&id)
+                .expect("loaded")
+                .dirty
+                .contains_key(&blkid);
+            // A partial write to a block not yet dirty starts from its current contents.
+            let base = if present || whole {
+                None
+            } else {
+                Some(block_for_update(
+                    &self.pool,
+                    &mut st.cache,
+                    id,
+                    st.objects.get(&id).expect("loaded"),
+                    blkid,
+                )?)
+            };
             let obj = st.objects.get_mut(&id).expect("loaded");
-            if !obj.dirty.contains_key(&blkid) {
-                let block = if within == 0 && n == bs as usize {
-                    vec![0u8; bs as usize]
-                } else {
-                    block_for_update(
-                        &self.pool,
-                        &mut st.cache,
-                        id,
-                        st.objects.get(&id).expect("loaded"),
-                        blkid,
-                    )?
-                };
-                let obj = st.objects.get_mut(&id).expect("loaded");
-                obj.dirty.insert(blkid, block);
+            if !present {
                 obj.punched.remove(&blkid);
                 added += bs;
             }
-            let obj = st.objects.get_mut(&id).expect("loaded");
-            let block = obj.dirty.get_mut(&blkid).expect("just inserted");
-            block[within..within + n].copy_from_slice(&data[done..done + n]);
+            let piece = &data[done..done + n];
+            if whole {
+                // A whole block: take the data as is (no zero fill, no second copy).
+                obj.dirty.insert(blkid, piece.to_vec());
+            } else {
+                let block = obj
+                    .dirty
+                    .entry(blkid)
+                    .or_insert_with(|| base.unwrap_or_default());
+                block[within..within + n].copy_from_slice(piece);
+            }
             done += n;
         }
         let obj = st.objects.get_mut(&id).expect("loaded");

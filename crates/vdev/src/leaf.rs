@@ -23,6 +23,24 @@ pub trait Leaf: Send + Sync + fmt::Debug {
     fn physical_sector_size(&self) -> u32;
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs` back to back starting at `offset` (one request where the device can).
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
+    /// Reads into `bufs` back to back starting at `offset`.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for b in bufs.iter_mut() {
+            self.read_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
 }
@@ -179,9 +197,93 @@ impl Leaf for FileLeaf {
         }
         self.file.write_all_at(buf, offset)
     }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        if self.direct {
+            let mut at = offset;
+            for b in bufs {
+                self.write_at(b, at)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        let iov: Vec<libc::iovec> = bufs
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        vectored_io(self.file.as_raw_fd(), iov, offset, true)
+    }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        if self.direct {
+            let mut at = offset;
+            for b in bufs.iter_mut() {
+                self.read_at(b, at)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        let iov: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        vectored_io(self.file.as_raw_fd(), iov, offset, false)
+    }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+}
+
+/// pwritev/preadv over all of `iov`, resuming after short transfers, IOV_MAX at a time.
+fn vectored_io(fd: i32, mut iov: Vec<libc::iovec>, mut offset: u64, write: bool) -> io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut first = 0usize;
+    while first < iov.len() {
+        let n = (iov.len() - first).min(IOV_MAX);
+        let batch = &iov[first..first + n];
+        // SAFETY: every iovec points into a live buffer borrowed by the caller for the call;
+        // preadv writes only within those buffers.
+        let done = unsafe {
+            if write {
+                libc::pwritev(fd, batch.as_ptr(), n as i32, offset as libc::off_t)
+            } else {
+                libc::preadv(fd, batch.as_ptr(), n as i32, offset as libc::off_t)
+            }
+        };
+        if done < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if done == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short vectored transfer",
+            ));
+        }
+        offset += done as u64;
+        let mut left = done as usize;
+        while left > 0 && first < iov.len() {
+            let len = iov[first].iov_len;
+            if left >= len {
+                left -= len;
+                first += 1;
+            } else {
+                // SAFETY: advancing within the same buffer.
+                iov[first].iov_base =
+                    unsafe { (iov[first].iov_base as *mut u8).add(left) } as *mut libc::c_void;
+                iov[first].iov_len = len - left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn is_direct_aligned(ptr: *const u8, len: usize, offset: u64) -> bool {

@@ -5,6 +5,7 @@
 //! config in the labels and calls `write_block` / `read_block`; this crate calls the
 //! `cairn-parity` kernels and the `cairn-geometry` map, and nothing above it.
 
+pub mod batch;
 pub mod config;
 pub mod error;
 pub mod fault;

@@ -71,7 +71,7 @@ impl Child {
         }
     }
     /// The device, if it can take I/O.
-    fn usable(&self) -> Option<&Arc<dyn Leaf>> {
+    pub(crate) fn usable(&self) -> Option<&Arc<dyn Leaf>> {
         if self.offline.load(Ordering::Relaxed) || self.removed.load(Ordering::Relaxed) {
             return None;
         }
@@ -79,7 +79,7 @@ impl Child {
     }
 
     /// Counts an I/O error; a device that is gone is marked removed so I/O stops going to it.
-    fn note_error(&self, counter: &AtomicU64, err: &std::io::Error) {
+    pub(crate) fn note_error(&self, counter: &AtomicU64, err: &std::io::Error) {
         counter.fetch_add(1, Ordering::Relaxed);
         if matches!(err.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)) {
             self.removed.store(true, Ordering::Relaxed);
@@ -160,6 +160,10 @@ impl TopVdev {
         self
     }
 
+    pub(crate) fn parity(&self) -> &RaidzParity {
+        self.parity
+    }
+
     pub fn shape(&self) -> VdevShape {
         self.config.shape
     }
@@ -187,7 +191,7 @@ impl TopVdev {
         self.unusable_children() <= self.config.shape.redundancy()
     }
 
-    fn check_address(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
+    pub(crate) fn check_address(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
         let sector = self.sector();
         let fits = offset
             .checked_add(self.block_asize(psize))

@@ -37,16 +37,36 @@ pub struct PreparedBlock {
 /// Compresses (if it saves ≥ 1/8), pads to `sector` and checksums a logical block.
 pub fn prepare(data: &[u8], props: WriteProps, sector: u64) -> PreparedBlock {
     assert!(!data.is_empty(), "blocks are never empty");
-    let (mut physical, compression) = match compress(props.compression, data) {
-        Some(c) => (c, props.compression.algorithm),
-        None => (data.to_vec(), Compression::Off),
-    };
+    match compress(props.compression, data) {
+        Some(c) => finish_prepare(c, data.len(), props.compression.algorithm, props, sector),
+        None => finish_prepare(data.to_vec(), data.len(), Compression::Off, props, sector),
+    }
+}
+
+/// `prepare` for a block the caller gives up: stored as is without a copy when it does not
+/// compress.
+pub fn prepare_owned(data: Vec<u8>, props: WriteProps, sector: u64) -> PreparedBlock {
+    assert!(!data.is_empty(), "blocks are never empty");
+    let lsize = data.len();
+    match compress(props.compression, &data) {
+        Some(c) => finish_prepare(c, lsize, props.compression.algorithm, props, sector),
+        None => finish_prepare(data, lsize, Compression::Off, props, sector),
+    }
+}
+
+fn finish_prepare(
+    mut physical: Vec<u8>,
+    lsize: usize,
+    compression: Compression,
+    props: WriteProps,
+    sector: u64,
+) -> PreparedBlock {
     let padded = (physical.len() as u64).div_ceil(sector) * sector;
     physical.resize(padded as usize, 0);
     let checksum = props.checksum.digest(&physical);
     PreparedBlock {
         physical,
-        lsize: data.len() as u32,
+        lsize: lsize as u32,
         compression,
         checksum,
         props,
@@ -124,6 +144,125 @@ impl Pool {
             level: block.props.level,
             birth: txg,
             checksum: block.checksum,
+        })
+    }
+
+    /// Allocates and writes many prepared blocks, grouped per top-level vdev so every leaf
+    /// gets few, large, sequential requests. All or nothing: on failure every allocation of
+    /// the batch is released.
+    pub fn write_prepared_batch(
+        &self,
+        alloc: &mut Allocator,
+        blocks: &[PreparedBlock],
+        txg: u64,
+    ) -> Result<Vec<BlockPointer>, PoolError> {
+        let mut all_dvas: Vec<[Dva; 3]> = Vec::with_capacity(blocks.len());
+        let release = |alloc: &mut Allocator, all: &[[Dva; 3]]| {
+            for d in all.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
+                alloc.free(d);
+            }
+        };
+        for b in blocks {
+            match self.allocate(alloc, b.physical.len() as u64, b.props.copies) {
+                Ok(d) => all_dvas.push(d),
+                Err(e) => {
+                    release(alloc, &all_dvas);
+                    return Err(e);
+                }
+            }
+        }
+        let mut per_vdev: Vec<Vec<(u64, &[u8])>> = vec![Vec::new(); self.tops.len()];
+        let mut owner: Vec<Vec<usize>> = vec![Vec::new(); self.tops.len()];
+        for (i, (b, dvas)) in blocks.iter().zip(&all_dvas).enumerate() {
+            for d in dvas.iter().filter(|d| !d.is_empty()) {
+                per_vdev[d.vdev as usize].push((d.offset, &b.physical));
+                owner[d.vdev as usize].push(i);
+            }
+        }
+        let mut copies_written = vec![0usize; blocks.len()];
+        let mut last_err = None;
+        for (v, list) in per_vdev.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
+            for (k, r) in self.tops[v].write_batch(list).into_iter().enumerate() {
+                match r {
+                    Ok(_) => copies_written[owner[v][k]] += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        if copies_written.contains(&0) {
+            release(alloc, &all_dvas);
+            return Err(PoolError::Vdev(last_err.expect("a block failed")));
+        }
+        Ok(blocks
+            .iter()
+            .zip(all_dvas)
+            .map(|(b, dvas)| BlockPointer {
+                dvas,
+                lsize: b.lsize,
+                psize: b.physical.len() as u32,
+                compression: b.compression,
+                checksum_kind: b.props.checksum,
+                kind: b.props.kind,
+                level: b.props.level,
+                birth: txg,
+                checksum: b.checksum,
+            })
+            .collect())
+    }
+
+    /// Reads many blocks: a fast batched read of data columns per vdev, then checksum and
+    /// decompression on two threads; any block that did not arrive or verify goes through
+    /// `read_bp` (reconstruction, other copies, self-heal).
+    pub fn read_bps_batch(&self, bps: &[BlockPointer]) -> Vec<Result<Vec<u8>, PoolError>> {
+        let mut phys: Vec<Vec<u8>> = bps.iter().map(|bp| vec![0u8; bp.psize as usize]).collect();
+        let mut arrived = vec![false; bps.len()];
+        {
+            let mut per_vdev: Vec<Vec<(u64, &mut [u8])>> =
+                (0..self.tops.len()).map(|_| Vec::new()).collect();
+            let mut owner: Vec<Vec<usize>> = vec![Vec::new(); self.tops.len()];
+            for (i, (bp, buf)) in bps.iter().zip(phys.iter_mut()).enumerate() {
+                let d = bp.dvas[0];
+                if let Some(list) = per_vdev.get_mut(d.vdev as usize) {
+                    list.push((d.offset, buf.as_mut_slice()));
+                    owner[d.vdev as usize].push(i);
+                }
+            }
+            for (v, list) in per_vdev
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, l)| !l.is_empty())
+            {
+                for (k, ok) in self.tops[v].read_batch(list).into_iter().enumerate() {
+                    arrived[owner[v][k]] = ok;
+                }
+            }
+        }
+        let finish =
+            |(bp, (data, ok)): (&BlockPointer, (Vec<u8>, bool))| -> Result<Vec<u8>, PoolError> {
+                if ok && bp.checksum_kind.digest(&data) == bp.checksum {
+                    return decompress(bp.compression, &data, bp.lsize as usize)
+                        .map_err(|e| PoolError::Corrupt(e.to_string()));
+                }
+                self.read_bp(bp)
+            };
+        let items: Vec<(Vec<u8>, bool)> = phys.into_iter().zip(arrived).collect();
+        if bps.len() < 4 {
+            return bps.iter().zip(items).map(finish).collect();
+        }
+        let half = bps.len().div_ceil(2);
+        let mut items = items;
+        let second: Vec<(Vec<u8>, bool)> = items.split_off(half);
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                bps[half..]
+                    .iter()
+                    .zip(second)
+                    .map(finish)
+                    .collect::<Vec<_>>()
+            });
+            let mut mine: Vec<_> = bps[..half].iter().zip(items).map(finish).collect();
+            mine.extend(other.join().expect("verify thread"));
+            mine
         })
     }
 

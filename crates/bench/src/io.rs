@@ -1,0 +1,438 @@
+//! `cairn bench io`: sequential write and read of one large incompressible file through the
+//! whole stack (object store, checksums, compression attempt, parity, leaves) on files in
+//! tmpfs, per layout; and the same file through zfs-fuse on the same files when installed.
+//! Prints MB/s, CPU seconds and peak RSS, and JSON.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_objset::{Store, StoreConfig};
+use cairn_pool::{CreateOptions, Home, Pool};
+use rand::{RngCore, SeedableRng};
+use serde::Serialize;
+
+/// Bytes per write/read call.
+const CHUNK: usize = 1 << 20;
+/// Size of the random pattern that the file repeats (incompressible per block).
+const PATTERN: usize = 64 << 20;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct IoBenchArgs {
+    /// Bytes written and read per layout (K/M/G suffixes).
+    #[arg(long, default_value = "4G")]
+    pub size: String,
+    /// Folder for the leaf files (tmpfs, so the disks are not the limit).
+    #[arg(long, default_value = "/dev/shm")]
+    pub dir: PathBuf,
+    /// Layouts: raidzPxW (one raidz of W leaves), mirrorNxG (G mirrors of N), stripeN.
+    #[arg(long, value_delimiter = ',', default_value = "raidz2x6,mirror2x3")]
+    pub layouts: Vec<String>,
+    /// Skip the zfs-fuse comparison.
+    #[arg(long)]
+    pub no_zfs_fuse: bool,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct IoResult {
+    pub engine: String,
+    pub layout: String,
+    pub bytes: u64,
+    pub write_mbs: f64,
+    pub read_mbs: f64,
+    pub write_cpu_secs: f64,
+    pub read_cpu_secs: f64,
+    /// Peak resident set of the process so far, MiB.
+    pub peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: String,
+    dirty_max_mib: u64,
+    results: Vec<IoResult>,
+    ratios_vs_zfs_fuse: Vec<(String, f64, f64)>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (n, m) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<u64>()
+        .map(|v| v * m)
+        .map_err(|_| format!("bad size '{s}'"))
+}
+
+/// (zpool tokens with placeholders dN, number of leaves, data fraction).
+fn layout_tokens(layout: &str) -> Result<(Vec<String>, usize, f64), String> {
+    let bad = || format!("unknown layout '{layout}': use raidzPxW, mirrorNxG or stripeN");
+    if let Some(rest) = layout.strip_prefix("raidz") {
+        let (p, w) = rest.split_once('x').ok_or_else(bad)?;
+        let (p, w): (usize, usize) = (p.parse().map_err(|_| bad())?, w.parse().map_err(|_| bad())?);
+        let mut t = vec![format!("raidz{p}")];
+        t.extend((0..w).map(|i| format!("d{i}")));
+        return Ok((t, w, (w - p) as f64 / w as f64));
+    }
+    if let Some(rest) = layout.strip_prefix("mirror") {
+        let (n, g) = rest.split_once('x').ok_or_else(bad)?;
+        let (n, g): (usize, usize) = (n.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?);
+        let mut t = Vec::new();
+        for j in 0..g {
+            t.push("mirror".to_string());
+            t.extend((0..n).map(|i| format!("d{}", j * n + i)));
+        }
+        return Ok((t, n * g, 1.0 / n as f64));
+    }
+    if let Some(n) = layout.strip_prefix("stripe") {
+        let n: usize = n.parse().map_err(|_| bad())?;
+        return Ok(((0..n).map(|i| format!("d{i}")).collect(), n, 1.0));
+    }
+    Err(bad())
+}
+
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn peak_rss_mib() -> f64 {
+    // SAFETY: as above.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss as f64 / 1024.0
+}
+
+fn pattern() -> Vec<u8> {
+    let mut p = vec![0u8; PATTERN];
+    rand::rngs::StdRng::seed_from_u64(1).fill_bytes(&mut p);
+    p
+}
+
+/// The chunk at `offset` of the benchmark file (the pattern repeated).
+fn chunk_at(pattern: &[u8], offset: u64, len: usize) -> &[u8] {
+    let start = (offset as usize) % pattern.len();
+    &pattern[start..start + len]
+}
+
+fn make_leaves(dir: &Path, n: usize, size: u64) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("d{i}"));
+            let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            f.set_len(size).map_err(|e| e.to_string())?;
+            Ok(p)
+        })
+        .collect()
+}
+
+fn bench_cairn(dir: &Path, layout: &str, bytes: u64, pattern: &[u8]) -> Result<IoResult, String> {
+    let (template, n, fraction) = layout_tokens(layout)?;
+    let leaf_size = ((bytes as f64 / fraction / n as f64) * 1.25) as u64 + (256 << 20);
+    let leaves = make_leaves(dir, n, leaf_size)?;
+    let tokens: Vec<String> = template
+        .iter()
+        .map(
+            |t| match t.strip_prefix('d').and_then(|i| i.parse::<usize>().ok()) {
+                Some(i) => leaves[i].display().to_string(),
+                None => t.clone(),
+            },
+        )
+        .collect();
+    let home = Home::at(dir.join("home"));
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let pool = Pool::create(&home, "bench", &tokens, CreateOptions::default())
+        .map_err(|x| e(&x))?
+        .pool
+        .ok_or("dry run")?;
+    let store = Store::open(pool).map_err(|x| e(&x))?;
+    store
+        .set_property("bench", "compression", "lz4")
+        .map_err(|x| e(&x))?;
+    store.create_file("bench/file", true).map_err(|x| e(&x))?;
+    let r = store.resolve("bench/file").map_err(|x| e(&x))?;
+
+    let (t0, c0) = (Instant::now(), cpu_secs());
+    let mut off = 0u64;
+    while off < bytes {
+        let len = CHUNK.min((bytes - off) as usize);
+        store
+            .write(&r, off, chunk_at(pattern, off, len))
+            .map_err(|x| e(&x))?;
+        off += len as u64;
+    }
+    store.sync().map_err(|x| e(&x))?;
+    let (write_secs, write_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
+    let pool = store.close().map_err(|x| e(&x))?;
+    drop(pool);
+
+    let store = Store::open(Pool::open(&home, "bench").map_err(|x| e(&x))?).map_err(|x| e(&x))?;
+    let r = store.resolve("bench/file").map_err(|x| e(&x))?;
+    let mut buf = vec![0u8; CHUNK];
+    let (t0, c0) = (Instant::now(), cpu_secs());
+    let mut off = 0u64;
+    let mut i = 0u64;
+    while off < bytes {
+        let n = store.read(&r, off, &mut buf).map_err(|x| e(&x))?;
+        if n == 0 {
+            return Err(format!("file ended early at {off}"));
+        }
+        // Spot-check the contents (every 64th chunk) so a fast wrong answer cannot pass.
+        if i.is_multiple_of(64) && buf[..n] != *chunk_at(pattern, off, n) {
+            return Err(format!("read back wrong data at offset {off}"));
+        }
+        off += n as u64;
+        i += 1;
+    }
+    let (read_secs, read_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(IoResult {
+        engine: "cairn".into(),
+        layout: layout.into(),
+        bytes,
+        write_mbs: bytes as f64 / 1e6 / write_secs,
+        read_mbs: bytes as f64 / 1e6 / read_secs,
+        write_cpu_secs: write_cpu,
+        read_cpu_secs: read_cpu,
+        peak_rss_mib: peak_rss_mib(),
+    })
+}
+
+/// A zfs-fuse daemon for the duration of the benchmark.
+struct ZfsFuse {
+    daemon: Child,
+}
+
+impl ZfsFuse {
+    fn start() -> Result<ZfsFuse, String> {
+        let daemon = Command::new("zfs-fuse")
+            .args(["--no-daemon", "--no-kstat-mount"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start zfs-fuse: {e}"))?;
+        let z = ZfsFuse { daemon };
+        for _ in 0..100 {
+            if Command::new("zpool")
+                .arg("list")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                return Ok(z);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err("zfs-fuse did not come up within 10 s".into())
+    }
+}
+
+impl Drop for ZfsFuse {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+fn run_cmd(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn bench_zfs_fuse(
+    dir: &Path,
+    layout: &str,
+    bytes: u64,
+    pattern: &[u8],
+) -> Result<IoResult, String> {
+    let (template, n, fraction) = layout_tokens(layout)?;
+    let leaf_size = ((bytes as f64 / fraction / n as f64) * 1.25) as u64 + (256 << 20);
+    let leaves = make_leaves(dir, n, leaf_size)?;
+    let mnt = dir.join("mnt");
+    let tokens: Vec<String> = template
+        .iter()
+        .map(
+            |t| match t.strip_prefix('d').and_then(|i| i.parse::<usize>().ok()) {
+                Some(i) => leaves[i].display().to_string(),
+                None => t.clone(),
+            },
+        )
+        .collect();
+    let _daemon = ZfsFuse::start()?;
+    let name = "cairnbenchzf";
+    let mut args: Vec<&str> = vec!["create", "-f", "-m", mnt.to_str().ok_or("path")?, name];
+    args.extend(tokens.iter().map(String::as_str));
+    run_cmd("zpool", &args)?;
+    let result = (|| {
+        run_cmd("zfs", &["set", "compression=lz4", name])
+            .or_else(|_| run_cmd("zfs", &["set", "compression=on", name]))?;
+        let path = mnt.join("file");
+        let (t0, c0) = (Instant::now(), cpu_secs());
+        let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut off = 0u64;
+        while off < bytes {
+            let len = CHUNK.min((bytes - off) as usize);
+            f.write_all(chunk_at(pattern, off, len))
+                .map_err(|e| e.to_string())?;
+            off += len as u64;
+        }
+        f.sync_all().map_err(|e| e.to_string())?;
+        drop(f);
+        let (write_secs, write_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
+        // Export/import drops zfs-fuse's ARC so the read comes from the leaves.
+        run_cmd("zpool", &["export", name])?;
+        run_cmd(
+            "zpool",
+            &["import", "-d", dir.to_str().ok_or("path")?, name],
+        )?;
+        let mut f = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; CHUNK];
+        let (t0, c0) = (Instant::now(), cpu_secs());
+        let mut off = 0u64;
+        while off < bytes {
+            let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+            if n == 0 {
+                break;
+            }
+            off += n as u64;
+        }
+        let (read_secs, read_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
+        Ok::<_, String>(IoResult {
+            engine: "zfs-fuse".into(),
+            layout: layout.into(),
+            bytes,
+            write_mbs: bytes as f64 / 1e6 / write_secs,
+            read_mbs: off as f64 / 1e6 / read_secs,
+            // zfs-fuse works in its daemon: this process's CPU time is only the client side.
+            write_cpu_secs: write_cpu,
+            read_cpu_secs: read_cpu,
+            peak_rss_mib: peak_rss_mib(),
+        })
+    })();
+    let _ = run_cmd("zpool", &["destroy", "-f", name]);
+    let _ = std::fs::remove_dir_all(dir);
+    result
+}
+
+fn zfs_fuse_installed() -> bool {
+    Command::new("zfs-fuse").arg("--help").output().is_ok()
+}
+
+pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = parse_size(&a.size)?;
+    let pattern = pattern();
+    let base = a.dir.join(format!("cairn-bench-io-{}", std::process::id()));
+    let mut results = Vec::new();
+    let mut ratios = Vec::new();
+    for layout in &a.layouts {
+        if !a.json {
+            eprintln!("cairn: {layout}, {} MiB …", bytes >> 20);
+        }
+        let ours = bench_cairn(
+            &base.join(format!("cairn-{layout}")),
+            layout,
+            bytes,
+            &pattern,
+        )?;
+        results.push(ours.clone());
+        if !a.no_zfs_fuse && zfs_fuse_installed() {
+            if !a.json {
+                eprintln!("zfs-fuse: {layout} …");
+            }
+            match bench_zfs_fuse(&base.join(format!("zfs-{layout}")), layout, bytes, &pattern) {
+                Ok(z) => {
+                    ratios.push((
+                        layout.clone(),
+                        ours.write_mbs / z.write_mbs,
+                        ours.read_mbs / z.read_mbs,
+                    ));
+                    results.push(z);
+                }
+                Err(e) => eprintln!("zfs-fuse comparison skipped for {layout}: {e}"),
+            }
+        } else if !a.no_zfs_fuse {
+            eprintln!("zfs-fuse is not installed (Debian package zfs-fuse): no comparison");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    let report = Report {
+        machine: machine(),
+        dirty_max_mib: StoreConfig::default().dirty_max >> 20,
+        results,
+        ratios_vs_zfs_fuse: ratios,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(p) = &a.json_out {
+        std::fs::write(p, &json)?;
+    }
+    if a.json {
+        println!("{json}");
+        return Ok(());
+    }
+    println!(
+        "{}  (dirty cap {} MiB)",
+        report.machine, report.dirty_max_mib
+    );
+    println!(
+        "{:<9} {:<10} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "engine", "layout", "MiB", "write MB/s", "read MB/s", "write CPU", "read CPU", "peak RSS"
+    );
+    for r in &report.results {
+        println!(
+            "{:<9} {:<10} {:>8} {:>10.0} {:>10.0} {:>8.1}s {:>8.1}s {:>6.0}MiB",
+            r.engine,
+            r.layout,
+            r.bytes >> 20,
+            r.write_mbs,
+            r.read_mbs,
+            r.write_cpu_secs,
+            r.read_cpu_secs,
+            r.peak_rss_mib
+        );
+    }
+    for (layout, w, r) in &report.ratios_vs_zfs_fuse {
+        println!("cairn / zfs-fuse on {layout}: write {w:.1}x, read {r:.1}x");
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!(
+        "{cpu}, {} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    )
+}
