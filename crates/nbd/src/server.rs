@@ -11,13 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::export::{BlockExport, ExportSource};
 use crate::wire::*;
 
 /// How often blocked reads and the accept loop look at the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// A client must finish option haggling within this time.
+const NEGOTIATION_LIMIT: Duration = Duration::from_secs(30);
 /// A client that takes no reply bytes for this long is dropped (its threads end).
 const WRITE_LIMIT: Duration = Duration::from_secs(60);
 /// A WRITE larger than the maximum payload is read and discarded (keeping the stream in
@@ -228,9 +230,14 @@ impl NbdServer {
         let Ok(writer) = conn.try_clone_connection() else {
             return;
         };
-        let mut input = Input { conn, stop };
+        let mut input = Input {
+            conn,
+            stop,
+            deadline: Some(Instant::now() + NEGOTIATION_LIMIT),
+        };
         let mut output = writer;
         if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
+            input.deadline = None;
             transmit(session, input, output, self.config);
         } else {
             output.shutdown_both();
@@ -255,6 +262,8 @@ enum Closed {
 struct Input {
     conn: Box<dyn Connection>,
     stop: Arc<AtomicBool>,
+    /// When set, reads give up at this instant (bounds negotiation).
+    deadline: Option<Instant>,
 }
 
 impl Input {
@@ -275,6 +284,9 @@ impl Input {
                 {
                     if self.stop.load(Ordering::SeqCst) {
                         return Err(Closed::Stopped);
+                    }
+                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(Closed::Eof);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
