@@ -369,10 +369,18 @@ impl NbdLeaf {
 
     fn take_client(&self) -> io::Result<NbdClient> {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match idle {
-            Some(c) => Ok(c),
-            None => NbdClient::connect(&self.url),
+        if let Some(c) = idle {
+            return Ok(c);
         }
+        let client = NbdClient::connect(&self.url)?;
+        // A server that came back with a different disk behind the URL gets no I/O.
+        let size = client.size();
+        if size != self.size {
+            client.disconnect();
+            let msg = format!("export size changed from {} to {size} bytes", self.size);
+            return Err(io::Error::other(msg));
+        }
+        Ok(client)
     }
 
     fn put_client(&self, client: NbdClient) {

@@ -138,3 +138,30 @@ fn leaf_over_tcp() {
     leaf.read_at(&mut back, 1 << 20).unwrap();
     assert_eq!(back, [4; 8192]);
 }
+
+#[test]
+fn leaf_refuses_a_different_disk_after_reconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s");
+    let first = table(vec![(
+        "d",
+        Arc::new(MemoryExport::new(SIZE)) as Arc<dyn BlockExport>,
+    )]);
+    let server = NbdServer::new(first).spawn_unix(UnixListener::bind(&socket).unwrap());
+    let url = format!("nbd+unix:///d?socket={}", socket.display());
+    let options = NbdLeafOptions {
+        reconnect_window: Duration::from_millis(500),
+        ..NbdLeafOptions::default()
+    };
+    let leaf = NbdLeaf::open(&url, options).unwrap();
+    server.stop().unwrap();
+    std::fs::remove_file(&socket).unwrap();
+    let other = table(vec![(
+        "d",
+        Arc::new(MemoryExport::new(2 * SIZE)) as Arc<dyn BlockExport>,
+    )]);
+    let _server = NbdServer::new(other).spawn_unix(UnixListener::bind(&socket).unwrap());
+    use cairn_vdev::Leaf;
+    let err = leaf.write_at(&[1; 4096], 0).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENXIO));
+}
