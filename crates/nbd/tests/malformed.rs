@@ -481,3 +481,28 @@ fn stop_is_bounded_even_with_idle_clients() {
     assert!(idle_in_negotiation.closed());
     assert!(idle_in_transmission.closed());
 }
+
+#[test]
+fn export_name_for_old_clients() {
+    let served = serve_unix(vec![("disk", memory(SIZE))]);
+    for no_zeroes in [true, false] {
+        let mut c = Raw::connect(&served.socket);
+        let flags = if no_zeroes { CLIENT_FLAG_NO_ZEROES } else { 0 };
+        c.greet(CLIENT_FLAG_FIXED_NEWSTYLE | flags);
+        c.send(&encode_option(&ClientOption::ExportName("disk".into())));
+        let answer = c.read_n(10);
+        assert_eq!(answer[..8], SIZE.to_be_bytes());
+        let tflags = u16::from_be_bytes([answer[8], answer[9]]);
+        assert!(tflags & FLAG_HAS_FLAGS != 0 && tflags & FLAG_CAN_MULTI_CONN != 0);
+        if !no_zeroes {
+            assert_eq!(c.read_n(124), vec![0; 124]);
+        }
+        assert_eq!(c.write(0, 0, &[8; 512]), 0);
+        assert_eq!(c.read(0, 512).unwrap(), vec![8; 512]);
+    }
+    // An unknown name cannot be refused politely with EXPORT_NAME: the server closes.
+    let mut c = Raw::connect(&served.socket);
+    c.greet(CLIENT_FLAG_FIXED_NEWSTYLE);
+    c.send(&encode_option(&ClientOption::ExportName("nope".into())));
+    assert!(c.closed());
+}
