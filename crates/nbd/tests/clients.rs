@@ -142,6 +142,7 @@ fn fio(uri: &str, extra: &[&str]) -> serde_json::Value {
         "--offset_increment=16m",
         "--iodepth=16",
         "--group_reporting=1",
+        "--verify_state_save=0",
     ];
     args.extend_from_slice(extra);
     let out = run_ok("fio", &args);
