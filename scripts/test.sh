@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for pkg in libisal2; do
+# qemu-utils, libnbd-bin, fio: real NBD clients for the serve tests; nbdkit: remote leaves;
+# fuse3: nbdfuse; libisal2: the parity bench peer.
+for pkg in libisal2 qemu-utils libnbd-bin fio nbdkit fuse3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

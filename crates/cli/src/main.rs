@@ -3,6 +3,7 @@
 mod data_cmds;
 mod demo;
 mod pool_cmds;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -58,6 +59,8 @@ enum Command {
     Set(data_cmds::SetArgs),
     /// Scrub a pool: read and verify every copy and parity column, repair what is wrong.
     Scrub(data_cmds::ScrubArgs),
+    /// Hold a pool and export its volumes over NBD (`--nbd ADDR:PORT`, `--nbd-socket PATH`).
+    Serve(serve::ServeArgs),
     /// Run the embedded demo: a raidz2 pool over six files in a temp folder, data written,
     /// two disks lost, every byte read back.
     Demo(demo::DemoArgs),
@@ -166,6 +169,7 @@ fn main() {
         Command::Volume(c) => data_cmds::volume(c),
         Command::Set(a) => data_cmds::set(a),
         Command::Scrub(a) => data_cmds::scrub(a),
+        Command::Serve(a) => serve::serve(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),

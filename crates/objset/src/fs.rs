@@ -638,6 +638,51 @@ impl Store {
         Ok(())
     }
 
+    /// Allocation of `[offset, offset+len)` of a file or volume as runs of (bytes, is_hole),
+    /// for NBD `base:allocation`. Covers at most 64 Ki blocks per call (a prefix of the
+    /// range, as the NBD spec allows).
+    pub fn allocation_map(
+        &self,
+        r: &Resolved,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<(u64, bool)>, StoreError> {
+        let mut st = self.lock();
+        self.object_mut(&mut st, r.object)?;
+        let obj = st.objects.get(&r.object).expect("loaded").clone();
+        let bs = u64::from(obj.dnode.block_size);
+        let end = (offset + len).min(obj.dnode.size);
+        let mut runs: Vec<(u64, bool)> = Vec::new();
+        let mut pos = offset;
+        let mut blocks = 0;
+        while pos < end && blocks < 65536 {
+            let blkid = pos / bs;
+            let next = ((blkid + 1) * bs).min(end);
+            let hole = if obj.dirty.contains_key(&blkid) {
+                false
+            } else if obj.punched.contains(&blkid) || obj.truncate_from.is_some_and(|f| blkid >= f)
+            {
+                true
+            } else {
+                crate::object::lookup_bp(self.pool(), &mut st.cache, r.object, &obj.dnode, blkid)?
+                    .is_hole()
+            };
+            match runs.last_mut() {
+                Some((n, h)) if *h == hole => *n += next - pos,
+                _ => runs.push((next - pos, hole)),
+            }
+            pos = next;
+            blocks += 1;
+        }
+        Ok(runs)
+    }
+
+    /// Whether the open txg holds any change (an idle pool need not sync).
+    pub fn is_dirty(&self) -> bool {
+        let st = self.lock();
+        st.datasets_dirty || st.objects.values().any(|o| o.is_dirty())
+    }
+
     /// Syncs when the open txg holds more dirty data than allowed.
     fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
         if self.over_dirty_limit(st) {

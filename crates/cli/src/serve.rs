@@ -1,0 +1,244 @@
+//! `cairn serve POOL`: hold the pool and export its volumes over NBD.
+//!
+//! Each volume is an NBD export named after the volume (`POOL/NAME`, or just `NAME`).
+//! Writes land in the open txg; FLUSH (and FUA) sync the txg, so they return only once the
+//! data is on stable storage — for every connection at once, which is what makes multi-conn
+//! safe. TRIM and WRITE_ZEROES punch holes; `base:allocation` reports them. A txg is also
+//! synced every `--sync-interval` seconds when something changed.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_nbd::{BlockExport, ExportSource, NbdServer};
+use cairn_objset::dnode::ObjectKind;
+use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
+
+use crate::data_cmds::{finish, open};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// TCP address to serve NBD on, e.g. 127.0.0.1:10809 (repeatable).
+    #[arg(long = "nbd", value_name = "ADDR:PORT")]
+    tcp: Vec<String>,
+    /// Unix socket to serve NBD on (repeatable).
+    #[arg(long = "nbd-socket", value_name = "PATH")]
+    sockets: Vec<PathBuf>,
+    /// Seconds between txg syncs when data changed.
+    #[arg(long, default_value_t = 5.0)]
+    sync_interval: f64,
+    /// Stop after this many seconds (for scripts and tests); default: until SIGINT/SIGTERM.
+    #[arg(long)]
+    duration: Option<f64>,
+    pool: String,
+}
+
+/// A volume as an NBD export.
+struct VolumeExport {
+    store: Arc<Store>,
+    volume: Resolved,
+    size: u64,
+    block_size: u32,
+    read_only: bool,
+}
+
+fn to_io(e: StoreError) -> io::Error {
+    match e {
+        StoreError::NoSpace(_) => io::Error::from_raw_os_error(libc::ENOSPC),
+        StoreError::ReadOnly(_) => io::Error::from_raw_os_error(libc::EPERM),
+        StoreError::PastEnd { .. } => io::Error::from_raw_os_error(libc::EINVAL),
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+impl BlockExport for VolumeExport {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+    fn preferred_block_size(&self) -> u32 {
+        self.block_size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let n = self.store.read(&self.volume, offset, buf).map_err(to_io)?;
+        buf[n..].fill(0);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.store.write(&self.volume, offset, buf).map_err(to_io)
+    }
+    fn flush(&self) -> io::Result<()> {
+        if self.store.is_dirty() {
+            self.store.sync().map_err(to_io)?;
+        }
+        Ok(())
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.store.punch(&self.volume, offset, len).map_err(to_io)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, may_punch: bool) -> io::Result<()> {
+        if may_punch {
+            return self.store.punch(&self.volume, offset, len).map_err(to_io);
+        }
+        // NO_HOLE: write real zeros (they still compress to almost nothing with lz4/zstd).
+        let chunk = vec![0u8; 1 << 20];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            self.store
+                .write(&self.volume, offset + done, &chunk[..n])
+                .map_err(to_io)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+    fn fast_zero(&self) -> bool {
+        true
+    }
+    fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<(u32, u32)>> {
+        let runs = self
+            .store
+            .allocation_map(&self.volume, offset, len)
+            .map_err(to_io)?;
+        let mut out = Vec::new();
+        for (mut bytes, hole) in runs {
+            let flags = if hole {
+                cairn_nbd::wire::STATE_HOLE | cairn_nbd::wire::STATE_ZERO
+            } else {
+                0
+            };
+            while bytes > 0 {
+                let n = bytes.min(u64::from(u32::MAX) & !0xfff);
+                out.push((n as u32, flags));
+                bytes -= n;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The pool's volumes, by name.
+struct VolumeSource {
+    store: Arc<Store>,
+}
+
+impl VolumeSource {
+    fn full_name(&self, name: &str) -> String {
+        let pool = self.store.pool().name();
+        if name.starts_with(&format!("{pool}/")) {
+            name.to_string()
+        } else {
+            format!("{pool}/{}", name.trim_start_matches('/'))
+        }
+    }
+}
+
+impl ExportSource for VolumeSource {
+    fn list(&self) -> Vec<String> {
+        self.store
+            .datasets()
+            .datasets
+            .iter()
+            .filter(|d| d.kind == DatasetKind::Volume)
+            .map(|d| d.name.clone())
+            .collect()
+    }
+    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>> {
+        let full = self.full_name(name);
+        let volume = self.store.resolve(&full).ok()?;
+        if volume.kind != ObjectKind::Volume {
+            return None;
+        }
+        let dnode = self.store.object_dnode(&volume).ok()?;
+        let read_only = self
+            .store
+            .get_property(&full, "readonly")
+            .map(|v| v.0 == "on")
+            .unwrap_or(false);
+        Some(Arc::new(VolumeExport {
+            store: self.store.clone(),
+            volume,
+            size: dnode.size,
+            block_size: dnode.block_size,
+            read_only,
+        }))
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn serve(a: ServeArgs) -> Result<(), String> {
+    if a.tcp.is_empty() && a.sockets.is_empty() {
+        return Err("give --nbd ADDR:PORT and/or --nbd-socket PATH".into());
+    }
+    let (home, store) = open(&a.pool)?;
+    let store = Arc::new(store);
+    let source = Arc::new(VolumeSource {
+        store: store.clone(),
+    });
+    let server = NbdServer::new(source.clone());
+    let mut running = Vec::new();
+    for addr in &a.tcp {
+        let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        eprintln!(
+            "cairn: serving NBD on {}",
+            l.local_addr()
+                .map(|x| x.to_string())
+                .unwrap_or(addr.clone())
+        );
+        running.push(server.spawn_tcp(l));
+    }
+    for path in &a.sockets {
+        let _ = std::fs::remove_file(path);
+        let l = UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        eprintln!("cairn: serving NBD on unix socket {}", path.display());
+        running.push(server.spawn_unix(l));
+    }
+    eprintln!("cairn: exports: {}", source.list().join(", "));
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(a.sync_interval.max(0.1));
+    let mut last_sync = Instant::now();
+    let mut sync_error = None;
+    while !STOP.load(Ordering::SeqCst)
+        && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        if last_sync.elapsed() >= interval {
+            last_sync = Instant::now();
+            if store.is_dirty() {
+                if let Err(e) = store.sync() {
+                    sync_error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+    }
+    for r in running {
+        let _ = r.stop();
+    }
+    drop(server);
+    drop(source);
+    let store =
+        Arc::try_unwrap(store).map_err(|_| "a connection still holds the pool".to_string())?;
+    finish(&home, store)?;
+    match sync_error {
+        Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
+        None => Ok(()),
+    }
+}
