@@ -11,6 +11,7 @@ pub mod dnode;
 pub mod error;
 pub mod fs;
 pub mod object;
+pub mod resilver;
 pub mod scrub;
 pub mod store;
 

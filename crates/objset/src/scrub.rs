@@ -213,7 +213,11 @@ impl Store {
 }
 
 /// The synced dnode of `id` (straight from the object table).
-fn read_synced_dnode(store: &Store, st: &mut State, id: u64) -> Result<Dnode, StoreError> {
+pub(crate) fn read_synced_dnode(
+    store: &Store,
+    st: &mut State,
+    id: u64,
+) -> Result<Dnode, StoreError> {
     let mut buf = [0u8; DNODE_SIZE];
     let n = read_object(
         store.pool(),

@@ -713,6 +713,8 @@ impl Store {
             .write_at_dvas(&mut st.alloc, root_dvas, &block, txg)?;
         // 5. Commit: everything durable, then the uberblock.
         self.pool.flush()?;
+        // Leaves that missed this txg get it in their DTL before the txg is committed.
+        self.pool.record_synced_txg(txg)?;
         self.pool.write_uberblock(txg, &root_bp.to_bytes())?;
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;

@@ -38,6 +38,12 @@ pub enum PoolError {
     },
     #[error("pool '{0}' is out of space; delete files or add a vdev (`cairn add`)")]
     NoSpace(String),
+    #[error("cannot {op} '{device}': {why}")]
+    Device {
+        op: &'static str,
+        device: String,
+        why: String,
+    },
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
     #[error("state file {path} is corrupt ({why}); remove it and run `cairn import -d DIR`")]

@@ -10,7 +10,7 @@ use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
 use cairn_vdev::label::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
 use cairn_vdev::{
     new_guid, Child, FileLeaf, IoReport, LabelConfig, Leaf, LeafConfig, LeafOptions, Owner,
-    PoolConfig, PoolState, TopConfig, TopVdev, Uberblock, VdevError,
+    PoolConfig, PoolState, ResilverCheckpoint, TopConfig, TopVdev, Uberblock, VdevError,
 };
 
 use crate::error::PoolError;
@@ -66,7 +66,12 @@ pub struct Pool {
     pub tops: Vec<TopVdev>,
     /// Warnings and notes gathered while creating or opening (printed by the CLI).
     pub notes: Vec<String>,
-    home: Home,
+    pub(crate) home: Home,
+    /// Resume point of a resilver in progress (persisted with the config).
+    pub(crate) resilver: std::sync::Mutex<Option<ResilverCheckpoint>>,
+    /// Txg of the newest config written to the labels: config writes between syncs (DTL,
+    /// resilver progress) take the next number so the newest config always wins on open.
+    pub(crate) config_txg: std::sync::atomic::AtomicU64,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -179,7 +184,10 @@ pub fn config_space(config: &PoolConfig) -> PoolSpace {
     pool_space(&space_inputs(config), ZfsEra::Cairn)
 }
 
-fn ashift_for(leaves: &[Arc<dyn Leaf>], requested: Option<u32>) -> Result<u32, PoolError> {
+pub(crate) fn ashift_for(
+    leaves: &[Arc<dyn Leaf>],
+    requested: Option<u32>,
+) -> Result<u32, PoolError> {
     let probed = leaves
         .iter()
         .map(|l| l.physical_sector_size().max(512).trailing_zeros())
@@ -194,7 +202,7 @@ fn ashift_for(leaves: &[Arc<dyn Leaf>], requested: Option<u32>) -> Result<u32, P
     }
 }
 
-fn open_new_leaves(
+pub(crate) fn open_new_leaves(
     specs: &[TopSpec],
     opts: &CreateOptions,
 ) -> Result<Vec<Vec<Arc<dyn Leaf>>>, PoolError> {
@@ -217,7 +225,7 @@ fn open_new_leaves(
     Ok(tops)
 }
 
-fn refuse_if_in_use(leaf: &dyn Leaf) -> Result<(), PoolError> {
+pub(crate) fn refuse_if_in_use(leaf: &dyn Leaf) -> Result<(), PoolError> {
     let labels = read_leaf_labels(leaf);
     if let Some(cfg) = labels.best_config() {
         let state = match cfg.pool.state {
@@ -269,11 +277,8 @@ impl Pool {
                 asize: shape.vdev_asize(min),
                 leaves: tleaves
                     .iter()
-                    .map(|l| LeafConfig {
-                        guid: new_guid(),
-                        path: l.path().to_string(),
-                        asize: leaf_asize(l.size()),
-                        offline: false,
+                    .map(|l| {
+                        LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
                     })
                     .collect(),
             };
@@ -295,6 +300,7 @@ impl Pool {
             state: PoolState::Active,
             owner: Some(owner_of(home)?),
             vdevs,
+            resilver: None,
         };
         config.validate().map_err(PoolError::BadSpec)?;
         let space = config_space(&config);
@@ -313,11 +319,10 @@ impl Pool {
                 .map(|(l, _)| Ok(l.clone()))
                 .unwrap_or_else(|| Err("not opened".to_string()))
         });
+        let pool = Pool::assemble(config.clone(), tops, home);
         let pool = Pool {
-            config: config.clone(),
-            tops,
             notes: notes.clone(),
-            home: home.clone(),
+            ..pool
         };
         pool.write_labels(true)?;
         pool.save_record()?;
@@ -361,12 +366,7 @@ impl Pool {
             Some(Err(why)) => Err(why.clone()),
             None => Err("not in this host's record of the pool".into()),
         });
-        let pool = Pool {
-            config,
-            tops,
-            notes: Vec::new(),
-            home: home.clone(),
-        };
+        let pool = Pool::assemble(config, tops, home);
         pool.apply_counters(&record.counters);
         Ok(pool)
     }
@@ -488,18 +488,20 @@ impl Pool {
         }
         config.state = PoolState::Active;
         config.owner = Some(me);
+        // `offline -t` lasts until the next import.
+        for leaf in config.vdevs.iter_mut().flat_map(|t| t.leaves.iter_mut()) {
+            if leaf.offline_temporary {
+                leaf.offline = false;
+                leaf.offline_temporary = false;
+            }
+        }
         let tops = build_tops(&config, |guid| {
             opened
                 .get(&guid)
                 .cloned()
                 .unwrap_or_else(|| Err("not found by the device scan".into()))
         });
-        let mut pool = Pool {
-            config,
-            tops,
-            notes: Vec::new(),
-            home: home.clone(),
-        };
+        let mut pool = Pool::assemble(config, tops, home);
         pool.bump_config()?;
         pool.save_record()?;
         Ok(pool)
@@ -521,6 +523,18 @@ impl Pool {
         self.home.remove(&self.config.name)
     }
 
+    /// A pool value over built top-level vdevs.
+    fn assemble(config: PoolConfig, tops: Vec<TopVdev>, home: &Home) -> Pool {
+        Pool {
+            resilver: std::sync::Mutex::new(config.resilver.clone()),
+            config_txg: std::sync::atomic::AtomicU64::new(config.txg),
+            config,
+            tops,
+            notes: Vec::new(),
+            home: home.clone(),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.config.name
     }
@@ -536,6 +550,8 @@ impl Pool {
             Health::Offline
         } else if child.leaf.is_none() {
             Health::Unavail
+        } else if child.faulted.load(Ordering::Relaxed) {
+            Health::Faulted
         } else if child.removed.load(Ordering::Relaxed) {
             Health::Removed
         } else {
@@ -648,10 +664,99 @@ impl Pool {
 
     /// Moves the config to a txg after every synced one and writes config + uberblock
     /// (pointing at the newest tree) to every usable leaf.
-    fn bump_config(&mut self) -> Result<(), PoolError> {
+    pub(crate) fn bump_config(&mut self) -> Result<(), PoolError> {
         let newest = self.uberblocks().first().map(|u| u.txg).unwrap_or(0);
+        self.config = self.live_config();
         self.config.txg = self.config.txg.max(newest) + 1;
+        self.config_txg.store(self.config.txg, Ordering::SeqCst);
         self.write_labels(false)
+    }
+
+    /// The config with each leaf's current state (offline, faulted, DTL) and the resilver
+    /// resume point, as the labels should say.
+    pub fn live_config(&self) -> PoolConfig {
+        let mut config = self.config.clone();
+        config.txg = self.config_txg.load(Ordering::SeqCst).max(config.txg);
+        for (tc, top) in config.vdevs.iter_mut().zip(&self.tops) {
+            for (lc, child) in tc.leaves.iter_mut().zip(&top.children) {
+                lc.offline = child.offline.load(Ordering::Relaxed);
+                lc.faulted = child.faulted.load(Ordering::Relaxed);
+                lc.dtl = child.dtl_ranges();
+            }
+        }
+        config.resilver = self.resilver_checkpoint();
+        config
+    }
+
+    /// The resilver in progress, if any.
+    pub fn resilver_checkpoint(&self) -> Option<ResilverCheckpoint> {
+        self.resilver
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records (and persists) the resilver resume point; `None` when it finished.
+    pub fn set_resilver_checkpoint(
+        &self,
+        checkpoint: Option<ResilverCheckpoint>,
+    ) -> Result<(), PoolError> {
+        *self.resilver.lock().unwrap_or_else(|p| p.into_inner()) = checkpoint;
+        self.write_config_labels(0)
+    }
+
+    /// Called by a txg sync after its blocks are durable and before its uberblock: leaves
+    /// that could not take this txg's writes get it added to their DTL, and a changed config
+    /// is written to the labels first, so a committed txg is never missing from a DTL.
+    pub fn record_synced_txg(&self, txg: u64) -> Result<(), PoolError> {
+        let mut changed = false;
+        for child in self.tops.iter().flat_map(|t| t.children.iter()) {
+            changed |= child.note_txg_synced(txg);
+        }
+        if changed {
+            self.write_config_labels(txg)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the live config (no uberblock) to every leaf that takes writes, under a config
+    /// txg above every earlier one and at least `min_txg`. Leaves that fail are skipped.
+    pub fn write_config_labels(&self, min_txg: u64) -> Result<(), PoolError> {
+        let txg = (self.config_txg.load(Ordering::SeqCst) + 1).max(min_txg);
+        self.config_txg.store(txg, Ordering::SeqCst);
+        let mut config = self.live_config();
+        config.txg = txg;
+        let mut written = 0;
+        let mut last_err = None;
+        for top in &self.tops {
+            for child in top.children.iter().filter(|c| c.is_usable()) {
+                let Some(leaf) = &child.leaf else { continue };
+                let label = LabelConfig {
+                    pool: config.clone(),
+                    leaf_guid: child.guid,
+                    top_guid: top.config.guid,
+                };
+                let result = write_leaf_config(leaf.as_ref(), &label).and_then(|_| {
+                    leaf.flush().map_err(|e| VdevError::Io {
+                        path: child.path.clone(),
+                        source: e,
+                    })
+                });
+                match result {
+                    Ok(()) => written += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        if written == 0 {
+            return Err(last_err
+                .map(PoolError::Vdev)
+                .unwrap_or(PoolError::Unavailable {
+                    pool: self.config.name.clone(),
+                    why: "no device could take the configuration".into(),
+                }));
+        }
+        Ok(())
     }
 
     /// Commits a txg: writes its uberblock (root pointer `root`) into every usable leaf's
@@ -717,6 +822,14 @@ impl Pool {
     /// Writes the current config (and an uberblock at its txg) to every usable leaf.
     fn write_labels(&self, fresh: bool) -> Result<(), PoolError> {
         let root = if fresh { None } else { self.newest_root() };
+        self.write_labels_with_root(root)
+    }
+
+    /// Writes the config and an uberblock at its txg pointing at `root` to every leaf.
+    pub(crate) fn write_labels_with_root(
+        &self,
+        root: Option<[u8; cairn_vdev::label::ROOT_POINTER_SIZE]>,
+    ) -> Result<(), PoolError> {
         let ub = Uberblock {
             txg: self.config.txg,
             guid_sum: self.config.guid_sum(),
@@ -724,28 +837,40 @@ impl Pool {
             root: root.unwrap_or([0u8; cairn_vdev::label::ROOT_POINTER_SIZE]),
         };
         let mut written = 0;
+        let mut last_err = None;
         for top in &self.tops {
-            for child in &top.children {
+            // Faulted and removed leaves are skipped: their labels say what they last held.
+            let writable = top.children.iter().filter(|c| {
+                !c.faulted.load(Ordering::Relaxed) && !c.removed.load(Ordering::Relaxed)
+            });
+            for child in writable {
                 let Some(leaf) = &child.leaf else { continue };
                 let label = LabelConfig {
                     pool: self.config.clone(),
                     leaf_guid: child.guid,
                     top_guid: top.config.guid,
                 };
-                write_leaf_config(leaf.as_ref(), &label)?;
-                write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift())?;
-                leaf.flush().map_err(|e| VdevError::Io {
-                    path: child.path.clone(),
-                    source: e,
-                })?;
-                written += 1;
+                let result = write_leaf_config(leaf.as_ref(), &label)
+                    .and_then(|_| write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift()))
+                    .and_then(|_| {
+                        leaf.flush().map_err(|e| VdevError::Io {
+                            path: child.path.clone(),
+                            source: e,
+                        })
+                    });
+                match result {
+                    Ok(()) => written += 1,
+                    Err(e) => last_err = Some(e),
+                }
             }
         }
         if written == 0 {
-            return Err(PoolError::Unavailable {
-                pool: self.config.name.clone(),
-                why: "no device could be written".into(),
-            });
+            return Err(last_err
+                .map(PoolError::Vdev)
+                .unwrap_or(PoolError::Unavailable {
+                    pool: self.config.name.clone(),
+                    why: "no device could be written".into(),
+                }));
         }
         Ok(())
     }
@@ -760,7 +885,7 @@ impl Pool {
 type Member = (Arc<dyn Leaf>, LabelConfig);
 
 /// Opens a leaf of an imported pool and checks its label says it belongs there.
-fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
+pub(crate) fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
     let leaf = open_leaf(spec, LeafOptions::default()).map_err(|e| match e {
         VdevError::Missing { .. } => "cannot open: device is missing".to_string(),
         VdevError::Locked { .. } => "cannot open: in use by another process".to_string(),
@@ -784,7 +909,7 @@ fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<Member, Str
 }
 
 /// Builds top-level vdevs from a config, asking `open` for each leaf by GUID.
-fn build_tops(
+pub(crate) fn build_tops(
     config: &PoolConfig,
     open: impl Fn(u64) -> Result<Arc<dyn Leaf>, String>,
 ) -> Vec<TopVdev> {
@@ -807,6 +932,10 @@ fn build_tops(
                     let mut child = Child::new(lc.guid, path, leaf);
                     child.unavailable_reason = why;
                     child.offline.store(lc.offline, Ordering::Relaxed);
+                    child.faulted.store(lc.faulted, Ordering::Relaxed);
+                    // A leaf that missed txgs is not trusted for reads until resilvered.
+                    child.stale.store(!lc.dtl.is_empty(), Ordering::Relaxed);
+                    child.set_dtl(lc.dtl.clone());
                     child
                 })
                 .collect();

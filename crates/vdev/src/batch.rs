@@ -234,7 +234,7 @@ impl TopVdev {
                     let first = ((*off >> 20) as usize) % n;
                     let c = (0..n)
                         .map(|k| (first + k) % n)
-                        .find(|&c| self.children[c].is_usable());
+                        .find(|&c| self.children[c].is_readable());
                     match c {
                         Some(c) => jobs[c].push((LEAF_DATA_START + *off, &mut **out, i)),
                         None => ok[i] = false,
@@ -262,7 +262,7 @@ impl TopVdev {
 
     fn read_child_jobs(&self, c: usize, mut list: Vec<ReadJob<'_>>) -> Vec<usize> {
         let child = &self.children[c];
-        let Some(leaf) = child.usable() else {
+        let Some(leaf) = child.readable() else {
             return list.iter().map(|j| j.2).collect();
         };
         list.sort_unstable_by_key(|j| j.0);

@@ -17,6 +17,9 @@ pub struct PoolConfig {
     #[serde(default)]
     pub owner: Option<Owner>,
     pub vdevs: Vec<TopConfig>,
+    /// Resilver in progress (its resume point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resilver: Option<ResilverCheckpoint>,
 }
 
 /// Identity of the importer of a pool: refuses a second import from elsewhere.
@@ -51,7 +54,48 @@ pub struct LeafConfig {
     /// Set when the administrator took the leaf offline.
     #[serde(default)]
     pub offline: bool,
+    /// `offline -t`: the leaf comes back online at the next import.
+    #[serde(default)]
+    pub offline_temporary: bool,
+    /// Set when the leaf failed too many I/Os; `cairn clear` or `online` lifts it.
+    #[serde(default)]
+    pub faulted: bool,
+    /// Dirty time log: txg ranges `[start, end)` whose writes this leaf missed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtl: Vec<(u64, u64)>,
 }
+
+impl LeafConfig {
+    /// A healthy leaf that holds everything.
+    pub fn new(guid: u64, path: String, asize: u64) -> LeafConfig {
+        LeafConfig {
+            guid,
+            path,
+            asize,
+            offline: false,
+            offline_temporary: false,
+            faulted: false,
+            dtl: Vec::new(),
+        }
+    }
+}
+
+/// A resilver in progress, persisted so an interrupted one resumes where it was.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResilverCheckpoint {
+    /// Unix time the resilver started.
+    pub started: u64,
+    /// Next object to walk (0: start with the pool's metadata).
+    pub next_object: u64,
+    /// Bytes of blocks examined and rewritten so far.
+    pub examined_bytes: u64,
+    pub repaired_bytes: u64,
+    /// Bytes allocated when the resilver started (upper bound of the work).
+    pub total_bytes: u64,
+}
+
+/// Full-copy DTL of a new or replaced leaf: every txg.
+pub const DTL_EVERYTHING: (u64, u64) = (0, u64::MAX);
 
 impl PoolConfig {
     /// Checks the invariants a decoded config must hold, so later code can rely on them.

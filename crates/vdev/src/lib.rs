@@ -7,13 +7,14 @@
 
 pub mod batch;
 pub mod config;
+pub mod dtl;
 pub mod error;
 pub mod fault;
 pub mod label;
 pub mod leaf;
 pub mod top;
 
-pub use config::{LeafConfig, Owner, PoolConfig, TopConfig};
+pub use config::{LeafConfig, Owner, PoolConfig, ResilverCheckpoint, TopConfig, DTL_EVERYTHING};
 pub use error::VdevError;
 pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};

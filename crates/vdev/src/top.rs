@@ -16,7 +16,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
 use cairn_parity::RaidzParity;
@@ -43,6 +43,9 @@ impl LeafStats {
     }
 }
 
+/// I/O errors (EIO, not checksum mismatches) after which a leaf is FAULTED.
+pub const FAULT_AFTER_ERRORS: u64 = 10;
+
 /// A leaf slot in a top-level vdev: the device when it could be opened, and its counters.
 #[derive(Debug)]
 pub struct Child {
@@ -55,6 +58,17 @@ pub struct Child {
     pub offline: AtomicBool,
     /// Set when the device vanished under I/O (ENXIO/ENODEV): zpool's REMOVED.
     pub removed: AtomicBool,
+    /// Set after `FAULT_AFTER_ERRORS` I/O errors: no more I/O goes to the device.
+    pub faulted: AtomicBool,
+    /// Set while the leaf misses blocks it is being resilvered with: it takes writes, but
+    /// reads do not trust it (they reconstruct from the other children instead).
+    pub stale: AtomicBool,
+    /// A write to this leaf failed since the last txg sync (the txg joins its DTL).
+    pub missed_write: AtomicBool,
+    /// Txg ranges whose writes this leaf missed (see `dtl`).
+    pub dtl: Mutex<Vec<(u64, u64)>>,
+    /// I/O errors since the last `clear`, for faulting.
+    io_errors: AtomicU64,
     pub stats: LeafStats,
 }
 
@@ -67,26 +81,80 @@ impl Child {
             unavailable_reason: None,
             offline: AtomicBool::new(false),
             removed: AtomicBool::new(false),
+            faulted: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
+            missed_write: AtomicBool::new(false),
+            dtl: Mutex::new(Vec::new()),
+            io_errors: AtomicU64::new(0),
             stats: LeafStats::default(),
         }
     }
-    /// The device, if it can take I/O.
+    /// The device, if it can take writes.
     pub(crate) fn usable(&self) -> Option<&Arc<dyn Leaf>> {
-        if self.offline.load(Ordering::Relaxed) || self.removed.load(Ordering::Relaxed) {
+        if self.offline.load(Ordering::Relaxed)
+            || self.removed.load(Ordering::Relaxed)
+            || self.faulted.load(Ordering::Relaxed)
+        {
             return None;
         }
         self.leaf.as_ref()
     }
+    /// The device, if reads may trust it (usable and not being resilvered).
+    pub(crate) fn readable(&self) -> Option<&Arc<dyn Leaf>> {
+        if self.stale.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.usable()
+    }
 
-    /// Counts an I/O error; a device that is gone is marked removed so I/O stops going to it.
+    /// Counts an I/O error; a device that is gone is marked removed so I/O stops going to it,
+    /// one that keeps failing is faulted.
     pub(crate) fn note_error(&self, counter: &AtomicU64, err: &std::io::Error) {
         counter.fetch_add(1, Ordering::Relaxed);
+        if std::ptr::eq(counter, &self.stats.write_errors) {
+            self.missed_write.store(true, Ordering::Relaxed);
+        }
         if matches!(err.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)) {
             self.removed.store(true, Ordering::Relaxed);
+        } else if self.io_errors.fetch_add(1, Ordering::Relaxed) + 1 >= FAULT_AFTER_ERRORS {
+            self.faulted.store(true, Ordering::Relaxed);
         }
     }
+    /// Whether the device takes writes.
     pub fn is_usable(&self) -> bool {
         self.usable().is_some()
+    }
+    /// Whether reads may use the device.
+    pub fn is_readable(&self) -> bool {
+        self.readable().is_some()
+    }
+    /// Forgets errors and lifts a fault (`cairn clear`).
+    pub fn clear_fault(&self) {
+        self.io_errors.store(0, Ordering::Relaxed);
+        self.faulted.store(false, Ordering::Relaxed);
+        self.removed.store(false, Ordering::Relaxed);
+    }
+    /// The DTL ranges now.
+    pub fn dtl_ranges(&self) -> Vec<(u64, u64)> {
+        self.dtl.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Replaces the DTL.
+    pub fn set_dtl(&self, ranges: Vec<(u64, u64)>) {
+        *self.dtl.lock().unwrap_or_else(|p| p.into_inner()) = ranges;
+    }
+    /// Records that the leaf missed `txg` if it could not take writes or a write failed in
+    /// it; returns whether the DTL changed.
+    pub fn note_txg_synced(&self, txg: u64) -> bool {
+        let missed = self.missed_write.swap(false, Ordering::Relaxed);
+        if self.is_usable() && !missed {
+            return false;
+        }
+        let mut dtl = self.dtl.lock().unwrap_or_else(|p| p.into_inner());
+        if crate::dtl::contains(&dtl, txg) {
+            return false;
+        }
+        crate::dtl::add_txg(&mut dtl, txg);
+        true
     }
 }
 
@@ -182,9 +250,9 @@ impl TopVdev {
     pub fn block_asize(&self, psize: u64) -> u64 {
         self.config.shape.block_asize(psize, self.config.ashift)
     }
-    /// Number of children that cannot take I/O.
+    /// Number of children reads cannot use (missing, offline, faulted or resilvering).
     pub fn unusable_children(&self) -> usize {
-        self.children.iter().filter(|c| !c.is_usable()).count()
+        self.children.iter().filter(|c| !c.is_readable()).count()
     }
     /// Whether every block can still be read (missing children within redundancy).
     pub fn can_serve(&self) -> bool {
@@ -271,7 +339,7 @@ impl TopVdev {
         let mut buf = vec![0u8; out.len()];
         let mut wrong = Vec::new();
         for (c, child) in self.children.iter().enumerate() {
-            let Some(leaf) = child.usable() else {
+            let Some(leaf) = child.readable() else {
                 report.failed_children.push(c);
                 continue;
             };
@@ -335,7 +403,9 @@ impl TopVdev {
         }
         for (i, col) in map.parity_columns().iter().enumerate() {
             let child = &self.children[col.child];
-            let Some(leaf) = child.usable() else { continue };
+            let Some(leaf) = child.readable() else {
+                continue;
+            };
             let mut on_disk = vec![0u8; col.size as usize];
             let matches = match leaf.read_at(&mut on_disk, LEAF_DATA_START + col.offset) {
                 Ok(()) => on_disk == expected[i],
@@ -359,14 +429,168 @@ impl TopVdev {
         Ok(report)
     }
 
-    /// Flushes every usable child.
+    /// Flushes every usable child. A child whose flush fails missed this txg (its error
+    /// is counted); the flush fails only when no child could flush.
     pub fn flush(&self) -> Result<(), VdevError> {
+        let mut flushed = 0;
+        let mut last_err = None;
         for child in &self.children {
             if let Some(leaf) = child.usable() {
-                leaf.flush().map_err(|e| VdevError::io(&child.path, e))?;
+                match leaf.flush() {
+                    Ok(()) => flushed += 1,
+                    Err(e) => {
+                        child.note_error(&child.stats.write_errors, &e);
+                        last_err = Some(VdevError::io(&child.path, e));
+                    }
+                }
             }
         }
-        Ok(())
+        match last_err {
+            Some(e) if flushed == 0 => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Resilvers one block onto the `targets` children (which must be marked stale, so the
+    /// read rebuilds their part from the others). Returns the bytes written.
+    pub fn resilver_block(
+        &self,
+        offset: u64,
+        psize: u64,
+        targets: &[usize],
+        verify: Verifier<'_>,
+    ) -> Result<u64, VdevError> {
+        let mut written = 0;
+        for (c, at, bytes) in self.rebuild_pieces(offset, psize, targets, verify)? {
+            self.write_leaf_piece(c, at, &bytes)?;
+            written += bytes.len() as u64;
+        }
+        Ok(written)
+    }
+
+    /// Reads a block from the readable children (verified against the checksum) and
+    /// returns the pieces that belong on `targets`: `(child, leaf offset, bytes)`.
+    pub fn rebuild_pieces(
+        &self,
+        offset: u64,
+        psize: u64,
+        targets: &[usize],
+        verify: Verifier<'_>,
+    ) -> Result<Vec<(usize, u64, Vec<u8>)>, VdevError> {
+        self.check_address(offset, psize)?;
+        let mut data = vec![0u8; psize as usize];
+        match self.config.shape {
+            VdevShape::Raidz { width, parity } => {
+                let map = raidz_map(offset, psize, width, parity, self.ashift());
+                if !self.read_raidz_one_round(&map, &mut data, verify) {
+                    self.read_raidz(&map, offset, &mut data, Some(verify))?;
+                }
+                self.columns_of(&map, &data, targets)
+            }
+            _ => {
+                self.read_copies(offset, &mut data, Some(verify))?;
+                Ok(targets
+                    .iter()
+                    .map(|&c| (c, LEAF_DATA_START + offset, data.clone()))
+                    .collect())
+            }
+        }
+    }
+
+    /// Reads every readable column (data and parity) at once and rebuilds the others: one
+    /// round trip instead of data-then-parity. False when that does not give a block that
+    /// verifies (the caller then takes the full reconstruction path).
+    fn read_raidz_one_round(&self, map: &RaidzMap, out: &mut [u8], verify: Verifier<'_>) -> bool {
+        let p = map.parity;
+        let mut parity_bufs: Vec<Vec<u8>> = map
+            .parity_columns()
+            .iter()
+            .map(|c| vec![0u8; c.size as usize])
+            .collect();
+        let bad: Vec<bool> = {
+            let mut jobs: Vec<(usize, u64, &mut [u8])> = map
+                .parity_columns()
+                .iter()
+                .zip(parity_bufs.iter_mut())
+                .map(|(col, buf)| (col.child, LEAF_DATA_START + col.offset, buf.as_mut_slice()))
+                .collect();
+            let data_cols = split_columns_mut(out, map.data_columns());
+            jobs.extend(
+                map.data_columns()
+                    .iter()
+                    .zip(data_cols)
+                    .map(|(col, buf)| (col.child, LEAF_DATA_START + col.offset, buf)),
+            );
+            self.issue_reads(jobs)
+        };
+        let missing: Vec<usize> = (0..bad.len()).filter(|&c| bad[c]).collect();
+        if missing.len() > p {
+            return false;
+        }
+        if !missing.is_empty()
+            && self
+                .reconstruct(map, &mut parity_bufs, out, &missing)
+                .is_err()
+        {
+            return false;
+        }
+        verify(out)
+    }
+
+    /// Writes one rebuilt piece to a child (counting a failure against it).
+    pub fn write_leaf_piece(
+        &self,
+        c: usize,
+        leaf_offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), VdevError> {
+        let child = &self.children[c];
+        let Some(leaf) = child.usable() else {
+            return Err(VdevError::io(
+                &child.path,
+                std::io::Error::from_raw_os_error(libc::ENXIO),
+            ));
+        };
+        leaf.write_at(bytes, leaf_offset).map_err(|e| {
+            child.note_error(&child.stats.write_errors, &e);
+            VdevError::io(&child.path, e)
+        })
+    }
+
+    /// The columns (parity regenerated) of a block that live on `targets`.
+    fn columns_of(
+        &self,
+        map: &RaidzMap,
+        data: &[u8],
+        targets: &[usize],
+    ) -> Result<Vec<(usize, u64, Vec<u8>)>, VdevError> {
+        let mut parity_bufs: Vec<Vec<u8>> = map
+            .parity_columns()
+            .iter()
+            .map(|c| vec![0u8; c.size as usize])
+            .collect();
+        let mut scratch = data.to_vec();
+        {
+            let mut cols: Vec<&mut [u8]> =
+                parity_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            cols.extend(split_columns_mut(&mut scratch, map.data_columns()));
+            self.parity.generate(map.parity, &mut cols)?;
+        }
+        let mut out = Vec::new();
+        let mut pos = 0usize;
+        for (i, col) in map.columns.iter().enumerate() {
+            let bytes = if i < map.parity {
+                parity_bufs[i].clone()
+            } else {
+                let b = data[pos..pos + col.size as usize].to_vec();
+                pos += col.size as usize;
+                b
+            };
+            if targets.contains(&col.child) {
+                out.push((col.child, LEAF_DATA_START + col.offset, bytes));
+            }
+        }
+        Ok(out)
     }
 
     // ---- disk and mirror -------------------------------------------------------------
@@ -403,7 +627,7 @@ impl TopVdev {
         let mut good = None;
         for &c in &order {
             let child = &self.children[c];
-            let Some(leaf) = child.usable() else {
+            let Some(leaf) = child.readable() else {
                 report.failed_children.push(c);
                 continue;
             };
@@ -448,7 +672,7 @@ impl TopVdev {
                 report
                     .failed_children
                     .iter()
-                    .filter(|&&c| self.children[c].is_usable()),
+                    .filter(|&&c| self.children[c].is_readable()),
             )
             .copied()
             .collect();
@@ -567,7 +791,7 @@ impl TopVdev {
         }
         // Self-heal columns whose read failed on a device that is still there.
         let errored: Vec<usize> = (0..ncols)
-            .filter(|&c| bad[c] && self.children[map.columns[c].child].is_usable())
+            .filter(|&c| bad[c] && self.children[map.columns[c].child].is_readable())
             .collect();
         if !errored.is_empty() && !parity_bufs.is_empty() {
             self.repair_columns(map, &mut parity_bufs, out, &errored, &mut report);
@@ -742,7 +966,7 @@ impl TopVdev {
         let total: usize = jobs.iter().map(|j| j.2.len()).sum();
         let read_one = |(c, off, buf): (usize, u64, &mut [u8])| -> bool {
             let child = &self.children[c];
-            match child.usable() {
+            match child.readable() {
                 None => true,
                 Some(leaf) => match leaf.read_at(buf, off) {
                     Ok(()) => false,

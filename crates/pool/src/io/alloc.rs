@@ -372,13 +372,14 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
         return Err("unsupported space map version".into());
     }
     let nvdevs = r.u32()? as usize;
-    if nvdevs != alloc.vdevs.len() {
+    // Fewer vdevs than the pool: vdevs added (`cairn add`) since it was written are empty.
+    if nvdevs > alloc.vdevs.len() {
         return Err(format!(
             "space map has {nvdevs} vdevs, pool has {}",
             alloc.vdevs.len()
         ));
     }
-    for v in alloc.vdevs.iter_mut() {
+    for v in alloc.vdevs.iter_mut().take(nvdevs) {
         let count = r.u64()?;
         for _ in 0..count {
             let (o, l) = (r.u64()?, r.u64()?);

@@ -1,0 +1,410 @@
+//! Resilver: copy to stale leaves (replaced, attached, back from offline or a fault) the
+//! blocks they miss, found by walking the block tree from the root (DESIGN.md §7).
+//!
+//! Each stale leaf has a dirty time log: the txg ranges it missed. A block needs copying
+//! when its birth txg is in the DTL of a stale leaf of its vdev; a subtree whose pointer
+//! was born before the earliest DTL txg is skipped whole (a parent is never older than its
+//! children), so a leaf that was away for a few txgs costs only those txgs' blocks.
+//!
+//! Blocks are gathered in batches, sorted by vdev offset and rebuilt (read from the other
+//! children, verified against the checksum) on one thread while a second writes the stale
+//! leaves' columns in that order, so each new leaf is written sequentially. The store lock
+//! is held per batch: no txg can free and reuse a block between finding and copying it,
+//! and between batches the pool serves reads and writes. The resume point is written to the
+//! labels every `checkpoint_every`, so an interrupted resilver continues where it was.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use cairn_pool::io::bp::BlockPointer;
+use cairn_pool::PoolError;
+use cairn_vdev::{dtl, ResilverCheckpoint};
+
+use crate::dnode::{Dnode, ObjectKind};
+use crate::error::StoreError;
+use crate::object::decode_indirect;
+use crate::scrub::{read_synced_dnode, ScrubControl};
+use crate::store::{State, Store};
+
+/// Bytes of blocks gathered before a batch is rebuilt and written.
+const BATCH_BYTES: u64 = 16 << 20;
+
+/// Tunables of a resilver.
+#[derive(Clone, Copy, Debug)]
+pub struct ResilverOptions {
+    /// Upper bound on bytes written per second (None: as fast as the leaves go).
+    pub rate: Option<u64>,
+    /// How often progress is reported and the resume point persisted.
+    pub checkpoint_every: Duration,
+}
+
+impl Default for ResilverOptions {
+    fn default() -> Self {
+        ResilverOptions {
+            rate: None,
+            checkpoint_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where a resilver is.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ResilverProgress {
+    /// Bytes allocated in the pool when the resilver started (the scan's upper bound).
+    pub total_bytes: u64,
+    /// Bytes of objects walked (or skipped whole as older than every DTL).
+    pub examined_bytes: u64,
+    /// Bytes written to stale leaves.
+    pub repaired_bytes: u64,
+    /// Block copies rebuilt and written.
+    pub blocks_repaired: u64,
+    /// Blocks that could not be rebuilt (damaged beyond redundancy).
+    pub errors: u64,
+    pub next_object: u64,
+    pub started: u64,
+    pub elapsed_secs: f64,
+}
+
+impl ResilverProgress {
+    /// Bytes written per second in this run.
+    pub fn rate(&self) -> f64 {
+        if self.elapsed_secs > 0.0 {
+            self.repaired_bytes as f64 / self.elapsed_secs
+        } else {
+            0.0
+        }
+    }
+    /// Fraction done, 0..=1 (by bytes examined).
+    pub fn fraction(&self) -> f64 {
+        if self.total_bytes == 0 {
+            return 1.0;
+        }
+        (self.examined_bytes as f64 / self.total_bytes as f64).min(1.0)
+    }
+
+    fn checkpoint(&self) -> ResilverCheckpoint {
+        ResilverCheckpoint {
+            started: self.started,
+            next_object: self.next_object,
+            examined_bytes: self.examined_bytes,
+            repaired_bytes: self.repaired_bytes,
+            total_bytes: self.total_bytes,
+        }
+    }
+}
+
+/// How a resilver ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResilverEnd {
+    /// Every stale leaf holds all its data again.
+    Finished,
+    /// No leaf needed a resilver.
+    NothingToDo,
+    /// Stopped by the caller; the resume point is on disk.
+    Paused,
+}
+
+/// Txg ranges a leaf missed.
+type Dtl = Vec<(u64, u64)>;
+
+/// Stale leaves per top-level vdev with their DTLs at the start.
+struct Targets {
+    /// vdev → [(child index, DTL)].
+    per_vdev: BTreeMap<usize, Vec<(usize, Dtl)>>,
+    /// Earliest missed txg of any target.
+    first_txg: u64,
+}
+
+impl Targets {
+    fn find(store: &Store) -> Option<Targets> {
+        let mut per_vdev = BTreeMap::new();
+        for (t, top) in store.pool().tops.iter().enumerate() {
+            let list: Vec<(usize, Dtl)> = top
+                .children
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.stale.load(Ordering::Relaxed) && c.is_usable())
+                .map(|(i, c)| (i, c.dtl_ranges()))
+                .filter(|(i, r)| {
+                    // A stale leaf that missed nothing needs no copy: trust it again.
+                    if r.is_empty() {
+                        top.children[*i].stale.store(false, Ordering::Relaxed);
+                    }
+                    !r.is_empty()
+                })
+                .collect();
+            if !list.is_empty() {
+                per_vdev.insert(t, list);
+            }
+        }
+        let first_txg = per_vdev
+            .values()
+            .flatten()
+            .filter_map(|(_, r)| dtl::first_txg(r))
+            .min()
+            .unwrap_or(0);
+        (!per_vdev.is_empty()).then_some(Targets {
+            per_vdev,
+            first_txg,
+        })
+    }
+
+    /// Children of `vdev` that miss a block born in `birth`.
+    fn children_missing(&self, vdev: usize, birth: u64) -> Vec<usize> {
+        self.per_vdev
+            .get(&vdev)
+            .map(|l| {
+                l.iter()
+                    .filter(|(_, r)| dtl::contains(r, birth))
+                    .map(|(c, _)| *c)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One block copy to rebuild onto some children of a vdev.
+struct CopyJob {
+    vdev: usize,
+    offset: u64,
+    children: Vec<usize>,
+    bp: BlockPointer,
+}
+
+/// Blocks found so far, waiting to be written.
+#[derive(Default)]
+struct Batch {
+    jobs: Vec<CopyJob>,
+    bytes: u64,
+}
+
+impl Store {
+    /// Resilvers every stale leaf, resuming a persisted resilver. `report` is called about
+    /// every `opts.checkpoint_every` and may pause (the resume point stays on disk).
+    pub fn resilver(
+        &self,
+        opts: ResilverOptions,
+        report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
+    ) -> Result<(ResilverProgress, ResilverEnd), StoreError> {
+        self.sync()?;
+        let Some(targets) = Targets::find(self) else {
+            if self.pool().resilver_checkpoint().is_some() {
+                self.pool().set_resilver_checkpoint(None)?;
+            }
+            return Ok((ResilverProgress::default(), ResilverEnd::NothingToDo));
+        };
+        let start = Instant::now();
+        let resumed = self.pool().resilver_checkpoint();
+        let mut p = match &resumed {
+            Some(cp) => ResilverProgress {
+                total_bytes: cp.total_bytes,
+                examined_bytes: cp.examined_bytes,
+                repaired_bytes: 0,
+                next_object: cp.next_object,
+                started: cp.started,
+                ..ResilverProgress::default()
+            },
+            None => ResilverProgress {
+                total_bytes: self.space().alloc,
+                started: crate::store::now_ns() / 1_000_000_000,
+                ..ResilverProgress::default()
+            },
+        };
+        self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
+        // Pool metadata is rewritten every txg, so it is walked on every (re)start.
+        {
+            let mut st = self.lock();
+            let mut batch = Batch::default();
+            let mut roots = vec![st.root_bp];
+            roots.extend(st.space_map_bps.iter().copied());
+            for bp in roots {
+                add_block(&targets, &bp, &mut batch);
+            }
+            let meta = st.meta.dnode;
+            self.gather_tree(&mut st, &targets, &meta, &mut batch)?;
+            self.write_batch(&mut batch, &mut p)?;
+        }
+        if p.next_object == 0 {
+            p.next_object = 1;
+        }
+        let mut last_report = Instant::now();
+        let mut batch = Batch::default();
+        let last = self.lock().next_object;
+        while p.next_object < last {
+            {
+                let mut st = self.lock();
+                // Gather objects until the batch is full, then copy it under the same lock.
+                while p.next_object < last && batch.bytes < BATCH_BYTES {
+                    let id = p.next_object;
+                    let dnode = read_synced_dnode(self, &mut st, id)?;
+                    if dnode.kind != ObjectKind::Free {
+                        p.examined_bytes += dnode.used;
+                        if dnode.root.birth >= targets.first_txg
+                            && self
+                                .gather_tree(&mut st, &targets, &dnode, &mut batch)
+                                .is_err()
+                        {
+                            p.errors += 1;
+                        }
+                    }
+                    p.next_object = id + 1;
+                }
+                self.write_batch(&mut batch, &mut p)?;
+            }
+            p.elapsed_secs = start.elapsed().as_secs_f64();
+            throttle(opts.rate, p.repaired_bytes, start);
+            if last_report.elapsed() >= opts.checkpoint_every {
+                last_report = Instant::now();
+                self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
+                if report(&p) != ScrubControl::Continue {
+                    return Ok((p, ResilverEnd::Paused));
+                }
+            }
+        }
+        self.finish_resilver(&targets)?;
+        p.examined_bytes = p.total_bytes.max(p.examined_bytes);
+        p.elapsed_secs = start.elapsed().as_secs_f64();
+        report(&p);
+        Ok((p, ResilverEnd::Finished))
+    }
+
+    /// Walks an object's tree, skipping subtrees born before every DTL, and adds the blocks
+    /// stale leaves miss to `batch`.
+    fn gather_tree(
+        &self,
+        _st: &mut State,
+        targets: &Targets,
+        dnode: &Dnode,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let mut stack: Vec<BlockPointer> = vec![dnode.root];
+        while let Some(bp) = stack.pop() {
+            if bp.is_hole() || bp.birth < targets.first_txg {
+                continue;
+            }
+            add_block(targets, &bp, batch);
+            if bp.level > 0 {
+                let entries = decode_indirect(&self.pool().read_bp(&bp)?)?;
+                stack.extend(entries.into_iter().filter(|b| !b.is_hole()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the batch's blocks in vdev-offset order on one thread and writes the stale
+    /// leaves' parts on another, so reading the good leaves overlaps writing the new ones.
+    fn write_batch(&self, batch: &mut Batch, p: &mut ResilverProgress) -> Result<(), StoreError> {
+        let mut jobs = std::mem::take(&mut batch.jobs);
+        batch.bytes = 0;
+        jobs.sort_by_key(|j| (j.vdev, j.offset));
+        let pool = self.pool();
+        type Piece = (usize, usize, u64, Vec<u8>);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Piece>>(16);
+        let (written, errors) = std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                let mut written = 0u64;
+                let mut blocks = 0u64;
+                let mut failure: Option<PoolError> = None;
+                for pieces in rx {
+                    for (vdev, child, at, bytes) in pieces {
+                        match pool.tops[vdev].write_leaf_piece(child, at, &bytes) {
+                            Ok(()) => written += bytes.len() as u64,
+                            Err(e) => failure = Some(PoolError::Vdev(e)),
+                        }
+                    }
+                    blocks += 1;
+                }
+                (written, blocks, failure)
+            });
+            let mut errors = 0u64;
+            for job in &jobs {
+                let verify = |b: &[u8]| job.bp.checksum_kind.digest(b) == job.bp.checksum;
+                let top = &pool.tops[job.vdev];
+                match top.rebuild_pieces(
+                    job.offset,
+                    u64::from(job.bp.psize),
+                    &job.children,
+                    &verify,
+                ) {
+                    Ok(pieces) => {
+                        let tagged = pieces
+                            .into_iter()
+                            .map(|(c, at, b)| (job.vdev, c, at, b))
+                            .collect();
+                        if tx.send(tagged).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            drop(tx);
+            let outcome = writer.join().unwrap_or((0, 0, None));
+            (outcome, errors)
+        });
+        let (bytes, blocks, failure) = written;
+        p.repaired_bytes += bytes;
+        p.blocks_repaired += blocks;
+        p.errors += errors;
+        if let Some(e) = failure {
+            return Err(StoreError::Pool(e));
+        }
+        Ok(())
+    }
+
+    /// Marks the targets whole again: their DTL ranges at the start are dropped (txgs missed
+    /// meanwhile stay), and the config without a resume point goes to the labels.
+    fn finish_resilver(&self, targets: &Targets) -> Result<(), StoreError> {
+        let _st = self.lock();
+        for (&t, list) in &targets.per_vdev {
+            for (c, before) in list {
+                let child = &self.pool().tops[t].children[*c];
+                if !child.is_usable() {
+                    continue;
+                }
+                let left: Vec<(u64, u64)> = child
+                    .dtl_ranges()
+                    .into_iter()
+                    .filter(|r| !before.contains(r))
+                    .collect();
+                child.stale.store(!left.is_empty(), Ordering::Relaxed);
+                child.set_dtl(left);
+            }
+        }
+        self.pool().set_resilver_checkpoint(None)?;
+        Ok(())
+    }
+}
+
+/// Queues the copies of `bp` that stale leaves miss.
+fn add_block(targets: &Targets, bp: &BlockPointer, batch: &mut Batch) {
+    if bp.is_hole() {
+        return;
+    }
+    for dva in bp.copies() {
+        let vdev = dva.vdev as usize;
+        let children = targets.children_missing(vdev, bp.birth);
+        if children.is_empty() {
+            continue;
+        }
+        batch.bytes += u64::from(bp.psize);
+        batch.jobs.push(CopyJob {
+            vdev,
+            offset: dva.offset,
+            children,
+            bp: *bp,
+        });
+    }
+}
+
+/// Sleeps so that `bytes` written since `start` stay within `rate` bytes per second.
+fn throttle(rate: Option<u64>, bytes: u64, start: Instant) {
+    let Some(rate) = rate.filter(|&r| r > 0) else {
+        return;
+    };
+    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    if let Some(wait) = due.checked_sub(start.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}

@@ -1,0 +1,288 @@
+//! Degraded operation, dirty time logs and resilver: leaves fail mid-write, the pool keeps
+//! going, failed leaves are replaced (or come back) and resilvered; afterwards a scrub
+//! finds nothing to repair and every byte reads back.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
+use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
+use cairn_objset::Store;
+use cairn_pool::{Health, Home, Pool};
+use cairn_vdev::{FaultLeaf, FaultSwitches, Leaf};
+use common::*;
+use rand::{Rng, SeedableRng};
+
+const MIB: u64 = 1 << 20;
+
+type Files = BTreeMap<String, Vec<u8>>;
+
+fn write_files(store: &Store, rng: &mut impl Rng, prefix: &str, n: usize, max: usize) -> Files {
+    let mut files = BTreeMap::new();
+    for i in 0..n {
+        let path = format!("tank/{prefix}{i}");
+        let mut data = vec![0u8; rng.gen_range(max / 2..=max)];
+        rng.fill_bytes(&mut data);
+        store.create_file(&path, true).unwrap();
+        let r = store.resolve(&path).unwrap();
+        store.write(&r, 0, &data).unwrap();
+        files.insert(path, data);
+        if i % 4 == 3 {
+            store.sync().unwrap();
+        }
+    }
+    store.sync().unwrap();
+    files
+}
+
+fn check_files(store: &Store, files: &Files) {
+    for (path, data) in files {
+        let r = store
+            .resolve(path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut buf = vec![0u8; data.len() + 1];
+        let n = store
+            .read(&r, 0, &mut buf)
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(n, data.len(), "{path}");
+        assert!(buf[..n] == data[..], "{path} differs");
+    }
+}
+
+fn scrub_all(store: &Store) -> ScrubProgress {
+    let (p, end) = store
+        .scrub(0, Duration::from_secs(3600), &mut |_| {
+            ScrubControl::Continue
+        })
+        .unwrap();
+    assert_eq!(end, ScrubEnd::Finished);
+    p
+}
+
+fn resilver_all(store: &Store) -> ResilverProgress {
+    let (p, end) = store
+        .resilver(ResilverOptions::default(), &mut |_| ScrubControl::Continue)
+        .unwrap();
+    assert_eq!(end, ResilverEnd::Finished);
+    p
+}
+
+/// Opens the pool with every leaf behind a fault switch.
+fn open_with_switches(home: &Home) -> (Store, Vec<Arc<FaultSwitches>>) {
+    let mut pool = Pool::open(home, "tank").unwrap();
+    let mut switches = Vec::new();
+    for child in pool.tops.iter_mut().flat_map(|t| t.children.iter_mut()) {
+        let fault = FaultLeaf::new(child.leaf.clone().unwrap());
+        switches.push(fault.switches.clone());
+        child.leaf = Some(Arc::new(fault) as Arc<dyn Leaf>);
+    }
+    (Store::open(pool).unwrap(), switches)
+}
+
+fn new_leaf(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p
+}
+
+/// Fails `failed` leaves of a pool mid-write (half vanish, half return EIO until faulted),
+/// keeps writing, replaces them, resilvers, and checks scrub and data.
+fn fail_replace_resilver(kind: &str, n: usize, failed: &[usize]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), kind, n, 64 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64 * 31 + failed.len() as u64);
+    let (store, switches) = open_with_switches(&home);
+    let mut model = write_files(&store, &mut rng, "a", 8, 600_000);
+    for (k, &leaf) in failed.iter().enumerate() {
+        if k % 2 == 0 {
+            switches[leaf].vanished.store(true, Ordering::Relaxed);
+        } else {
+            switches[leaf].fail_writes.store(true, Ordering::Relaxed);
+            switches[leaf].fail_reads.store(true, Ordering::Relaxed);
+        }
+    }
+    // Writing and reading go on with the redundancy left.
+    model.extend(write_files(&store, &mut rng, "b", 8, 600_000));
+    model.extend(write_files(&store, &mut rng, "a", 3, 300_000));
+    check_files(&store, &model);
+    assert_eq!(store.pool().health(), Health::Degraded, "{kind}");
+    for &leaf in failed {
+        let child = store
+            .pool()
+            .tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .nth(leaf)
+            .unwrap();
+        assert!(!child.is_usable(), "{kind}: leaf {leaf} should be out");
+        assert!(
+            !child.dtl_ranges().is_empty(),
+            "{kind}: leaf {leaf} has no DTL"
+        );
+    }
+    let mut pool = store.close().unwrap();
+    for &leaf in failed {
+        let new = new_leaf(dir.path(), &format!("new{leaf}"), 64 * MIB);
+        pool.replace(
+            &files[leaf].display().to_string(),
+            Some(&new.display().to_string()),
+            false,
+        )
+        .unwrap();
+    }
+    let store = Store::open(pool).unwrap();
+    let p = resilver_all(&store);
+    assert!(p.repaired_bytes > 0, "{kind}: {p:?}");
+    assert_eq!(p.errors, 0, "{kind}: {p:?}");
+    assert_eq!(store.pool().health(), Health::Online, "{kind}");
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!(
+        (s.errors, s.repaired_bytes),
+        (0, 0),
+        "{kind}: scrub after resilver {s:?}"
+    );
+    drop(store.close().unwrap());
+    // From the disks alone, with the old leaves gone for good.
+    for &leaf in failed {
+        std::fs::remove_file(&files[leaf]).unwrap();
+    }
+    let store = open_store(&home);
+    assert_eq!(store.pool().health(), Health::Online, "{kind}");
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!(
+        (s.errors, s.repaired_bytes),
+        (0, 0),
+        "{kind}: scrub after reopen {s:?}"
+    );
+}
+
+#[test]
+fn mirror2_loses_one_side_and_is_resilvered() {
+    fail_replace_resilver("mirror", 2, &[1]);
+}
+
+#[test]
+fn mirror3_loses_two_sides_and_is_resilvered() {
+    fail_replace_resilver("mirror", 3, &[0, 2]);
+}
+
+#[test]
+fn raidz1_loses_one_leaf_and_is_resilvered() {
+    fail_replace_resilver("raidz1", 3, &[2]);
+}
+
+#[test]
+fn raidz2_loses_two_leaves_and_is_resilvered() {
+    fail_replace_resilver("raidz2", 6, &[1, 4]);
+}
+
+#[test]
+fn raidz3_loses_three_leaves_and_is_resilvered() {
+    fail_replace_resilver("raidz3", 7, &[0, 3, 6]);
+}
+
+/// A leaf that vanishes during a long write and comes back: only the txgs it missed are
+/// copied to it.
+#[test]
+fn returning_leaf_resilvers_only_missed_txgs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let (store, switches) = open_with_switches(&home);
+    let mut model = write_files(&store, &mut rng, "before", 24, 1 << 20);
+    let before_bytes: usize = model.values().map(|d| d.len()).sum();
+    let first_missed = store.open_txg();
+    switches[1].vanished.store(true, Ordering::Relaxed);
+    let missed = write_files(&store, &mut rng, "during", 6, 512 << 10);
+    let missed_bytes: usize = missed.values().map(|d| d.len()).sum();
+    model.extend(missed);
+    let last_missed = store.open_txg() - 1;
+    let dtl = store.pool().tops[0].children[1].dtl_ranges();
+    assert_eq!(dtl, vec![(first_missed, last_missed + 1)]);
+    // Closing syncs once more, also missed.
+    drop(store.close().unwrap());
+    // Power back: the device is there on the next open, stale for its DTL.
+    let store = open_store(&home);
+    assert_eq!(
+        store.pool().tops[0].children[1].dtl_ranges(),
+        vec![(first_missed, last_missed + 2)]
+    );
+    let p = resilver_all(&store);
+    assert!(
+        p.repaired_bytes as usize >= missed_bytes,
+        "{p:?}: missed {missed_bytes}"
+    );
+    assert!(
+        (p.repaired_bytes as usize) < missed_bytes + 4 * MIB as usize,
+        "{p:?}: copied more than the missed txgs ({missed_bytes} bytes; {before_bytes} before)"
+    );
+    assert!(store.pool().tops[0].children[1].dtl_ranges().is_empty());
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+    // The returned side alone holds everything.
+    drop(store.close().unwrap());
+    let store = open_store(&home);
+    drop(store);
+    let mut pool = Pool::open(&home, "tank").unwrap();
+    pool.offline(&pool.tops[0].children[0].path.clone(), false)
+        .unwrap();
+    let store = Store::open(pool).unwrap();
+    check_files(&store, &model);
+}
+
+/// A resilver stopped half way (the process dies) resumes from its checkpoint on the next
+/// open and completes, while the pool takes writes.
+#[test]
+fn interrupted_resilver_resumes_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "raidz1", 3, 128 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let store = open_store(&home);
+    let mut model = write_files(&store, &mut rng, "f", 48, 1 << 20);
+    let mut pool = store.close().unwrap();
+    let new = new_leaf(dir.path(), "new", 128 * MIB);
+    pool.replace(
+        &files[1].display().to_string(),
+        Some(&new.display().to_string()),
+        false,
+    )
+    .unwrap();
+    let store = Store::open(pool).unwrap();
+    let opts = ResilverOptions {
+        checkpoint_every: Duration::ZERO,
+        ..ResilverOptions::default()
+    };
+    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
+    assert_eq!(end, ResilverEnd::Paused);
+    assert!(first.next_object > 1, "{first:?}");
+    // "Crash": the store goes away without syncing or finishing.
+    drop(store);
+    let pool = Pool::open(&home, "tank").unwrap();
+    let checkpoint = pool.resilver_checkpoint().expect("resume point persisted");
+    assert_eq!(checkpoint.next_object, first.next_object);
+    assert!(pool.needs_resilver());
+    let store = Store::open(pool).unwrap();
+    let during = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+            write_files(&store, &mut rng, "g", 6, 256 << 10)
+        });
+        let p = resilver_all(&store);
+        assert!(p.repaired_bytes > 0);
+        writer.join().unwrap()
+    });
+    model.extend(during);
+    assert!(!store.pool().needs_resilver());
+    assert!(store.pool().resilver_checkpoint().is_none());
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+}

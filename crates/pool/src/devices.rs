@@ -1,0 +1,433 @@
+//! Device management with zpool's grammar: offline, online, clear, replace, attach, detach
+//! and add. Each operation changes the config and writes it (with an uberblock pointing at
+//! the newest tree) to the labels; leaves that need data get a DTL and are marked stale, and
+//! the object store's resilver (`cairn_objset::resilver`) copies what they miss.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cairn_geometry::{leaf_asize, VdevShape};
+use cairn_vdev::label::clear_leaf_labels;
+use cairn_vdev::{
+    new_guid, Child, Leaf, LeafConfig, LeafOptions, TopConfig, TopVdev, Uberblock, DTL_EVERYTHING,
+};
+
+use crate::error::PoolError;
+use crate::leaves::open_leaf;
+use crate::pool::{open_new_leaves, refuse_if_in_use, CreateOptions, Pool};
+use crate::spec::{check_replication, parse_vdevs, TopKind, TopSpec};
+
+/// What a device operation left to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceOutcome {
+    Done,
+    /// A leaf needs a resilver before it holds all its data.
+    NeedsResilver,
+}
+
+impl Pool {
+    /// Finds a leaf by the path it was given with, its file name, or its GUID.
+    pub fn find_leaf(&self, device: &str) -> Result<(usize, usize), PoolError> {
+        let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+        for (t, top) in self.tops.iter().enumerate() {
+            for (c, child) in top.children.iter().enumerate() {
+                let lc = &self.config.vdevs[t].leaves[c];
+                if child.path == device
+                    || lc.path == device
+                    || child.guid.to_string() == device
+                    || (!device.contains('/') && base(&child.path) == device)
+                {
+                    return Ok((t, c));
+                }
+            }
+        }
+        Err(PoolError::Device {
+            op: "find",
+            device: device.to_string(),
+            why: format!(
+                "no such device in pool '{}'; `cairn status {}` lists its devices",
+                self.name(),
+                self.name()
+            ),
+        })
+    }
+
+    fn device_error(op: &'static str, device: &str, why: impl Into<String>) -> PoolError {
+        PoolError::Device {
+            op,
+            device: device.to_string(),
+            why: why.into(),
+        }
+    }
+
+    /// Whether the top-level vdev can still serve every block without child `c`.
+    fn can_lose(&self, t: usize, c: usize) -> bool {
+        let top = &self.tops[t];
+        let others_unreadable = top
+            .children
+            .iter()
+            .enumerate()
+            .filter(|&(i, ch)| i != c && !ch.is_readable())
+            .count();
+        others_unreadable < top.shape().redundancy()
+    }
+
+    /// `cairn offline [-t] POOL DEVICE`: no more I/O to the device. Refused when the vdev
+    /// would lose its last redundancy for some data.
+    pub fn offline(&mut self, device: &str, temporary: bool) -> Result<DeviceOutcome, PoolError> {
+        let (t, c) = self.find_leaf(device)?;
+        if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
+            return Err(Self::device_error(
+                "offline",
+                device,
+                "no valid replicas: the other devices of its vdev cannot hold the data alone",
+            ));
+        }
+        self.tops[t].children[c]
+            .offline
+            .store(true, Ordering::Relaxed);
+        self.config.vdevs[t].leaves[c].offline_temporary = temporary;
+        self.commit_config()?;
+        Ok(DeviceOutcome::Done)
+    }
+
+    /// `cairn online POOL DEVICE`: I/O to the device again (re-opening it if it was
+    /// missing); lifts a fault. Needs a resilver when it missed txgs.
+    pub fn online(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
+        let (t, c) = self.find_leaf(device)?;
+        if self.tops[t].children[c].leaf.is_none() {
+            self.reopen_child(t, c)
+                .map_err(|why| Self::device_error("online", device, why))?;
+        }
+        let child = &self.tops[t].children[c];
+        child.offline.store(false, Ordering::Relaxed);
+        child.clear_fault();
+        self.config.vdevs[t].leaves[c].offline_temporary = false;
+        let stale = !child.dtl_ranges().is_empty();
+        child.stale.store(stale, Ordering::Relaxed);
+        self.commit_config()?;
+        Ok(if stale {
+            DeviceOutcome::NeedsResilver
+        } else {
+            DeviceOutcome::Done
+        })
+    }
+
+    /// Opens a child that was missing when the pool was opened.
+    fn reopen_child(&mut self, t: usize, c: usize) -> Result<(), String> {
+        let lc = &self.config.vdevs[t].leaves[c];
+        let (leaf, _) = crate::pool::open_member(&lc.path, self.config.guid, lc.guid)?;
+        let old = &self.tops[t].children[c];
+        let child = Child::new(lc.guid, leaf.path().to_string(), Some(leaf));
+        child.set_dtl(old.dtl_ranges());
+        self.tops[t].children[c] = child;
+        Ok(())
+    }
+
+    /// `cairn clear POOL [DEVICE]`: resets error counters and lifts faults (all leaves when
+    /// no device is named). Leaves that missed txgs need a resilver.
+    pub fn clear_device(&mut self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
+        let picked: Vec<(usize, usize)> = match device {
+            Some(d) => vec![self.find_leaf(d)?],
+            None => (0..self.tops.len())
+                .flat_map(|t| (0..self.tops[t].children.len()).map(move |c| (t, c)))
+                .collect(),
+        };
+        let mut outcome = DeviceOutcome::Done;
+        for (t, c) in picked {
+            let child = &self.tops[t].children[c];
+            child.clear_fault();
+            for counter in [
+                &child.stats.read_errors,
+                &child.stats.write_errors,
+                &child.stats.checksum_errors,
+            ] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            if !child.dtl_ranges().is_empty() && child.is_usable() {
+                child.stale.store(true, Ordering::Relaxed);
+                outcome = DeviceOutcome::NeedsResilver;
+            }
+        }
+        self.commit_config()?;
+        self.save_record()?;
+        Ok(outcome)
+    }
+
+    /// `cairn replace POOL OLD [NEW]`: NEW (or, omitted, a new disk at OLD's path) takes
+    /// OLD's place and is resilvered with everything.
+    pub fn replace(
+        &mut self,
+        old: &str,
+        new: Option<&str>,
+        force: bool,
+    ) -> Result<DeviceOutcome, PoolError> {
+        let (t, c) = self.find_leaf(old)?;
+        let old_path = self.tops[t].children[c].path.clone();
+        let new_spec = new.unwrap_or(&old_path).to_string();
+        let same_device = new_spec == old_path;
+        let leaf = if same_device {
+            match self.tops[t].children[c].leaf.clone() {
+                // The old leaf is open (and locked) here: use the same handle.
+                Some(leaf) => leaf,
+                None => open_leaf(&new_spec, LeafOptions::default())?,
+            }
+        } else {
+            if self.find_leaf(&new_spec).is_ok() {
+                return Err(Self::device_error(
+                    "replace",
+                    &new_spec,
+                    "it is already part of this pool",
+                ));
+            }
+            let leaf = open_leaf(&new_spec, LeafOptions::default())?;
+            if !force {
+                refuse_if_in_use(leaf.as_ref())?;
+            }
+            leaf
+        };
+        self.check_fits("replace", t, c, leaf.as_ref())?;
+        let newest = self.newest_uberblock();
+        let child = new_stale_child(leaf.clone());
+        self.config.vdevs[t].leaves[c] =
+            LeafConfig::new(child.guid, child.path.clone(), leaf_asize(leaf.size()));
+        self.tops[t].children[c] = child;
+        self.commit_config_keeping(newest)?;
+        self.save_record()?;
+        Ok(DeviceOutcome::NeedsResilver)
+    }
+
+    /// `cairn attach POOL EXISTING NEW`: a disk becomes a two-way mirror, a mirror one side
+    /// wider; NEW is resilvered with everything.
+    pub fn attach(
+        &mut self,
+        existing: &str,
+        new: &str,
+        force: bool,
+    ) -> Result<DeviceOutcome, PoolError> {
+        let (t, c) = self.find_leaf(existing)?;
+        let shape = self.tops[t].shape();
+        let children = match shape {
+            VdevShape::Disk => 2,
+            VdevShape::Mirror { children } => children + 1,
+            VdevShape::Raidz { .. } => {
+                return Err(Self::device_error(
+                    "attach",
+                    new,
+                    "attach works on a disk or a mirror; a raidz vdev cannot be widened (use `cairn replace`, or `cairn add` for a new vdev)",
+                ))
+            }
+        };
+        if self.find_leaf(new).is_ok() {
+            return Err(Self::device_error(
+                "attach",
+                new,
+                "it is already part of this pool",
+            ));
+        }
+        let leaf = open_leaf(new, LeafOptions::default())?;
+        if !force {
+            refuse_if_in_use(leaf.as_ref())?;
+        }
+        self.check_fits("attach", t, c, leaf.as_ref())?;
+        let newest = self.newest_uberblock();
+        let child = new_stale_child(leaf.clone());
+        let mut config = self.config.vdevs[t].clone();
+        config.shape = VdevShape::Mirror { children };
+        config.leaves.push(LeafConfig::new(
+            child.guid,
+            child.path.clone(),
+            leaf_asize(leaf.size()),
+        ));
+        let mut kids = std::mem::take(&mut self.tops[t].children);
+        kids.push(child);
+        self.rebuild_top(t, config, kids);
+        self.commit_config_keeping(newest)?;
+        self.save_record()?;
+        Ok(DeviceOutcome::NeedsResilver)
+    }
+
+    /// `cairn detach POOL DEVICE`: removes a side of a mirror (a two-way mirror becomes a
+    /// disk). The detached device's labels are cleared so it can be reused.
+    pub fn detach(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
+        let (t, c) = self.find_leaf(device)?;
+        let VdevShape::Mirror { children } = self.tops[t].shape() else {
+            return Err(Self::device_error(
+                "detach",
+                device,
+                "only a side of a mirror can be detached; use `cairn replace` or `cairn offline`",
+            ));
+        };
+        let others_readable = self.tops[t]
+            .children
+            .iter()
+            .enumerate()
+            .any(|(i, ch)| i != c && ch.is_readable());
+        if !others_readable {
+            return Err(Self::device_error(
+                "detach",
+                device,
+                "no valid replicas: it is the only side of the mirror that holds all the data",
+            ));
+        }
+        let newest = self.newest_uberblock();
+        let mut config = self.config.vdevs[t].clone();
+        config.leaves.remove(c);
+        config.shape = if children == 2 {
+            VdevShape::Disk
+        } else {
+            VdevShape::Mirror {
+                children: children - 1,
+            }
+        };
+        let mut kids = std::mem::take(&mut self.tops[t].children);
+        let gone = kids.remove(c);
+        self.rebuild_top(t, config, kids);
+        self.commit_config_keeping(newest)?;
+        if let Some(leaf) = &gone.leaf {
+            let _ = clear_leaf_labels(leaf.as_ref());
+        }
+        self.save_record()?;
+        Ok(DeviceOutcome::Done)
+    }
+
+    /// `cairn add [-f] POOL VDEV…`: new top-level vdevs. A redundancy level that differs
+    /// from the pool's is refused unless forced.
+    pub fn add(&mut self, tokens: &[String], force: bool) -> Result<DeviceOutcome, PoolError> {
+        let specs = parse_vdevs(tokens)?;
+        for spec in &specs {
+            for dev in &spec.devices {
+                if self.find_leaf(dev).is_ok() {
+                    return Err(Self::device_error(
+                        "add",
+                        dev,
+                        "it is already part of this pool",
+                    ));
+                }
+            }
+        }
+        if !force {
+            let mut all = self.top_specs();
+            all.extend(specs.iter().cloned());
+            check_replication(&all)?;
+        }
+        let opts = CreateOptions {
+            force,
+            ..CreateOptions::default()
+        };
+        let leaves = open_new_leaves(&specs, &opts)?;
+        let ashift = self.tops.iter().map(|t| t.ashift()).max().unwrap_or(12);
+        let newest = self.newest_uberblock();
+        for (spec, tleaves) in specs.iter().zip(leaves) {
+            let id = self.tops.len() as u32;
+            let shape = spec.shape();
+            let min = tleaves
+                .iter()
+                .map(|l| leaf_asize(l.size()))
+                .min()
+                .unwrap_or(0);
+            let config = TopConfig {
+                id,
+                guid: new_guid(),
+                shape,
+                ashift,
+                asize: shape.vdev_asize(min),
+                leaves: tleaves
+                    .iter()
+                    .map(|l| {
+                        LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
+                    })
+                    .collect(),
+            };
+            let children = config
+                .leaves
+                .iter()
+                .zip(tleaves)
+                .map(|(lc, l)| Child::new(lc.guid, lc.path.clone(), Some(l)))
+                .collect();
+            self.config.vdevs.push(config.clone());
+            self.tops.push(TopVdev::new(config, children));
+        }
+        self.config.validate().map_err(PoolError::BadSpec)?;
+        self.commit_config_keeping(newest)?;
+        self.save_record()?;
+        Ok(DeviceOutcome::Done)
+    }
+
+    /// Whether some leaf is stale (waits for a resilver).
+    pub fn needs_resilver(&self) -> bool {
+        self.tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .any(|c| c.stale.load(Ordering::Relaxed) && c.is_usable())
+    }
+
+    /// The pool's top-level vdevs as command-line specs (for the replication check).
+    fn top_specs(&self) -> Vec<TopSpec> {
+        self.tops
+            .iter()
+            .map(|t| TopSpec {
+                kind: match t.shape() {
+                    VdevShape::Disk => TopKind::Disk,
+                    VdevShape::Mirror { .. } => TopKind::Mirror,
+                    VdevShape::Raidz { parity, .. } => TopKind::Raidz(parity),
+                },
+                devices: t.children.iter().map(|c| c.path.clone()).collect(),
+            })
+            .collect()
+    }
+
+    /// Refuses a device smaller than the leaf it stands in for.
+    fn check_fits(
+        &self,
+        op: &'static str,
+        t: usize,
+        c: usize,
+        leaf: &dyn Leaf,
+    ) -> Result<(), PoolError> {
+        let need = self.config.vdevs[t].leaves[c].asize;
+        let has = leaf_asize(leaf.size());
+        if has < need {
+            return Err(Self::device_error(
+                op,
+                leaf.path(),
+                format!("device is too small: {has} usable bytes, the vdev needs {need}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Child>) {
+        self.config.vdevs[t] = config.clone();
+        self.tops[t] = TopVdev::new(config, children);
+    }
+
+    /// The newest uberblock, found before leaf GUIDs change (which changes the GUID sum
+    /// that `uberblocks()` filters on).
+    fn newest_uberblock(&self) -> Option<Uberblock> {
+        self.uberblocks().into_iter().next()
+    }
+
+    /// Writes the changed config (leaf states) with an uberblock at a new txg.
+    fn commit_config(&mut self) -> Result<(), PoolError> {
+        self.bump_config()?;
+        self.save_record()
+    }
+
+    /// Writes a config whose leaf GUIDs changed, keeping the tree of `newest`.
+    fn commit_config_keeping(&mut self, newest: Option<Uberblock>) -> Result<(), PoolError> {
+        self.config = self.live_config();
+        let txg = newest.as_ref().map(|u| u.txg).unwrap_or(0);
+        self.config.txg = self.config.txg.max(txg) + 1;
+        self.config_txg.store(self.config.txg, Ordering::SeqCst);
+        self.write_labels_with_root(newest.map(|u| u.root))
+    }
+}
+
+/// A child for a new device that must be resilvered with everything.
+fn new_stale_child(leaf: Arc<dyn Leaf>) -> Child {
+    let child = Child::new(new_guid(), leaf.path().to_string(), Some(leaf));
+    child.stale.store(true, Ordering::Relaxed);
+    child.set_dtl(vec![DTL_EVERYTHING]);
+    child
+}
