@@ -2,6 +2,7 @@
 
 mod data_cmds;
 mod demo;
+mod device_cmds;
 mod pool_cmds;
 mod serve;
 
@@ -32,8 +33,24 @@ enum Command {
     Export(PoolName),
     /// Destroy a pool (mark its devices free for reuse).
     Destroy(PoolName),
-    /// Reset the error counters of a pool.
-    Clear(PoolName),
+    /// Reset error counters and lift faults: `cairn clear POOL [DEVICE]` (resilvers a
+    /// device that missed writes).
+    Clear(device_cmds::ClearArgs),
+    /// Take a device offline: `cairn offline [-t] POOL DEVICE…`.
+    Offline(device_cmds::OfflineArgs),
+    /// Bring a device back online and resilver what it missed: `cairn online POOL DEVICE…`.
+    Online(device_cmds::OnlineArgs),
+    /// Replace a device and resilver: `cairn replace POOL OLD [NEW]` (NEW omitted: a new
+    /// disk at OLD's path).
+    Replace(device_cmds::ReplaceArgs),
+    /// Mirror a device: `cairn attach POOL EXISTING NEW` (disk → mirror, mirror → wider).
+    Attach(device_cmds::AttachArgs),
+    /// Remove a side of a mirror: `cairn detach POOL DEVICE`.
+    Detach(device_cmds::DetachArgs),
+    /// Add top-level vdevs: `cairn add [-f] POOL VDEV…`.
+    Add(device_cmds::AddArgs),
+    /// Run (or resume) the resilver of devices that miss data.
+    Resilver(device_cmds::ResilverArgs),
     /// Dump the four labels of a device, like `zdb -l`.
     Labels(LabelsArgs),
     /// Copy a local file into a dataset: `cairn put SRC POOL/DS[/PATH]`.
@@ -69,6 +86,15 @@ enum Command {
     /// Benchmarks (parity kernels, …).
     #[command(subcommand)]
     Bench(cairn_bench::BenchCommand),
+    /// Torture: seeded random layouts, workloads and faults within redundancy, checked
+    /// against a model (docs/torture.md). Prints the seed; replay with --seed S.
+    Torture(cairn_torture::torture::TortureArgs),
+    /// Crash loop: kill -9 a writer at random moments, re-import, check every
+    /// acknowledged write and scrub.
+    Crashloop(cairn_torture::crashloop::CrashLoopArgs),
+    /// The crash loop's writer (run by `cairn crashloop`).
+    #[command(name = "__crash-writer", hide = true)]
+    CrashWriter(cairn_torture::writer::WriterArgs),
 }
 
 #[derive(Args, Debug)]
@@ -148,7 +174,18 @@ struct LabelsArgs {
     device: PathBuf,
 }
 
+/// Block buffers (4 KiB–1 MiB) come and go at a high rate: keep them in malloc's arenas
+/// instead of fresh mmaps that fault in every page again.
+fn tune_malloc() {
+    // SAFETY: mallopt only adjusts glibc allocator thresholds.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 fn main() {
+    tune_malloc();
     let cli = Cli::parse();
     let result: Result<(), String> = match cli.command {
         Command::Create(a) => pool_cmds::create(a),
@@ -157,7 +194,14 @@ fn main() {
         Command::Import(a) => pool_cmds::import(a),
         Command::Export(a) => pool_cmds::export(a),
         Command::Destroy(a) => pool_cmds::destroy(a),
-        Command::Clear(a) => pool_cmds::clear(a),
+        Command::Clear(a) => device_cmds::clear(a),
+        Command::Offline(a) => device_cmds::offline(a),
+        Command::Online(a) => device_cmds::online(a),
+        Command::Replace(a) => device_cmds::replace(a),
+        Command::Attach(a) => device_cmds::attach(a),
+        Command::Detach(a) => device_cmds::detach(a),
+        Command::Add(a) => device_cmds::add(a),
+        Command::Resilver(a) => device_cmds::resilver(a),
         Command::Labels(a) => pool_cmds::labels(a),
         Command::Put(a) => data_cmds::put(a),
         Command::Get(a) => data_cmds::get(a),
@@ -173,9 +217,37 @@ fn main() {
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),
+        Command::Torture(a) => torture(&a),
+        Command::Crashloop(a) => crashloop(&a),
+        Command::CrashWriter(a) => cairn_torture::writer::run(&a).map_err(|e| e.to_string()),
     };
     if let Err(msg) = result {
         eprintln!("cairn: {msg}");
         std::process::exit(1);
+    }
+}
+
+/// `cairn torture`: fails (exit 1) when a violation was found.
+fn torture(args: &cairn_torture::torture::TortureArgs) -> Result<(), String> {
+    let report = cairn_torture::torture::run(args).map_err(|e| e.to_string())?;
+    cairn_torture::torture::print_report(&report, args.json);
+    match report.violations.len() {
+        0 => Ok(()),
+        n => Err(format!("torture found {n} violation(s)")),
+    }
+}
+
+/// `cairn crashloop`: runs this binary's hidden `__crash-writer` as the writer.
+fn crashloop(args: &cairn_torture::crashloop::CrashLoopArgs) -> Result<(), String> {
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let writer = cairn_torture::crashloop::WriterCommand {
+        program,
+        args: vec!["__crash-writer".into()],
+    };
+    let report = cairn_torture::crashloop::run(args, &writer).map_err(|e| e.to_string())?;
+    cairn_torture::crashloop::print_report(&report, args.json);
+    match report.violations.len() {
+        0 => Ok(()),
+        n => Err(format!("crash loop found {n} violation(s)")),
     }
 }

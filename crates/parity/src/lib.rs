@@ -205,18 +205,45 @@ struct Shape {
 
 impl Shape {
     fn check(nparity: usize, cols: &[&mut [u8]]) -> Result<Shape, ParityError> {
+        let lens: Vec<usize> = cols.iter().map(|c| c.len()).collect();
+        Shape::check_lens(nparity, lens.into_iter())
+    }
+
+    /// `check` for parity and data given separately (`generate_split`).
+    fn check_split<D: AsRef<[u8]>>(
+        nparity: usize,
+        parity: &[&mut [u8]],
+        data: &[D],
+    ) -> Result<Shape, ParityError> {
+        if parity.len() != nparity {
+            return Err(ParityError::BadColumnCount {
+                nparity,
+                columns: parity.len() + data.len(),
+            });
+        }
+        let lens = parity
+            .iter()
+            .map(|c| c.len())
+            .chain(data.iter().map(|d| d.as_ref().len()));
+        Shape::check_lens(nparity, lens)
+    }
+
+    fn check_lens(
+        nparity: usize,
+        lens: impl Iterator<Item = usize> + Clone,
+    ) -> Result<Shape, ParityError> {
+        let ncols = lens.clone().count();
         if !(1..=MAX_PARITY).contains(&nparity) {
             return Err(ParityError::InvalidParity(nparity));
         }
-        if cols.len() <= nparity || cols.len() > MAX_COLUMNS {
+        if ncols <= nparity || ncols > MAX_COLUMNS {
             return Err(ParityError::BadColumnCount {
                 nparity,
-                columns: cols.len(),
+                columns: ncols,
             });
         }
-        let parity_len = cols[nparity].len();
-        for (column, col) in cols.iter().enumerate() {
-            let len = col.len();
+        let parity_len = lens.clone().nth(nparity).unwrap_or(0);
+        for (column, len) in lens.enumerate() {
             if column < nparity && len != parity_len {
                 let rule = "parity columns must be as long as the first data column";
                 return Err(ParityError::BadColumnLength { column, len, rule });
@@ -228,7 +255,7 @@ impl Shape {
         }
         Ok(Shape {
             nparity,
-            ndata: cols.len() - nparity,
+            ndata: ncols - nparity,
             parity_len,
         })
     }
@@ -241,7 +268,11 @@ impl Shape {
     /// Calls `visit(start, end)` for each byte range over which the set of data columns
     /// that are really present (not zero-padding) is constant, from the end backward.
     /// Data column `i` is present in `start..end` exactly when its length is ≥ `end`.
-    fn for_each_segment(&self, data_cols: &[&mut [u8]], mut visit: impl FnMut(usize, usize)) {
+    fn for_each_segment<D: AsRef<[u8]>>(
+        &self,
+        data_cols: &[D],
+        mut visit: impl FnMut(usize, usize),
+    ) {
         let mut end = self.parity_len;
         while end > 0 {
             let start = Self::segment_start(data_cols, end);
@@ -251,10 +282,10 @@ impl Shape {
     }
 
     /// Start of the segment that ends at `end`: the longest data column shorter than `end`.
-    fn segment_start(data_cols: &[&mut [u8]], end: usize) -> usize {
+    fn segment_start<D: AsRef<[u8]>>(data_cols: &[D], end: usize) -> usize {
         data_cols
             .iter()
-            .map(|c| c.len())
+            .map(|c| c.as_ref().len())
             .filter(|&l| l < end)
             .max()
             .unwrap_or(0)
@@ -366,6 +397,24 @@ impl RaidzParity {
         Ok(())
     }
 
+    /// `generate` with the parity columns and the (read-only) data columns given apart, so
+    /// callers can compute parity straight from shared buffers.
+    pub fn generate_split(
+        &self,
+        nparity: usize,
+        parity: &mut [&mut [u8]],
+        data: &[&[u8]],
+    ) -> Result<(), ParityError> {
+        let shape = Shape::check_split(nparity, parity, data)?;
+        let rows = [0, 1, 2];
+        if shape.ndata <= NARROW_COLUMNS {
+            self.encode_split_with::<NARROW_COLUMNS, &[u8]>(&shape, parity, data, &rows[..nparity]);
+        } else {
+            self.encode_split_with::<MAX_COLUMNS, &[u8]>(&shape, parity, data, &rows[..nparity]);
+        }
+        Ok(())
+    }
+
     /// Rebuilds `cols[i]` for every `i` in `missing` (parity and/or data, at most `nparity`)
     /// in place from the other columns. A short data column is rebuilt for its own length.
     pub fn reconstruct(
@@ -401,14 +450,30 @@ impl RaidzParity {
         cols: &mut [&mut [u8]],
         rows: &[usize],
     ) {
-        debug_assert!(!rows.is_empty() && rows.windows(2).all(|w| w[0] < w[1]));
         let (parity_cols, data_cols) = cols.split_at_mut(shape.nparity);
+        let data_cols: &[&mut [u8]] = data_cols;
+        self.encode_split_with::<N, &mut [u8]>(shape, parity_cols, data_cols, rows);
+    }
+
+    /// Writes parity rows `rows` into `parity_cols` from `data_cols`.
+    fn encode_split_with<const N: usize, D: AsRef<[u8]>>(
+        &self,
+        shape: &Shape,
+        parity_cols: &mut [&mut [u8]],
+        data_cols: &[D],
+        rows: &[usize],
+    ) {
+        debug_assert!(!rows.is_empty() && rows.windows(2).all(|w| w[0] < w[1]));
         let mut inputs = [InputColumn::default(); N];
         let mut coefs = [[0u8; MAX_ROWS]; N];
-        let data_cols: &[&mut [u8]] = data_cols;
         shape.for_each_segment(data_cols, |start, end| {
             let mut ninputs = 0;
-            for (i, col) in data_cols.iter().enumerate().filter(|(_, c)| c.len() >= end) {
+            for (i, col) in data_cols
+                .iter()
+                .map(|c| c.as_ref())
+                .enumerate()
+                .filter(|(_, c)| c.len() >= end)
+            {
                 inputs[ninputs] = InputColumn::new(&col[start..end]);
                 for (slot, &row) in coefs[ninputs].iter_mut().zip(rows) {
                     *slot = shape.coef(row, i);

@@ -89,15 +89,16 @@ impl TopVdev {
                 .iter()
                 .map(|c| vec![0u8; c.size as usize])
                 .collect();
-            let mut scratch = data.to_vec();
-            let mut cols: Vec<&mut [u8]> = pbufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            let mut rest: &mut [u8] = &mut scratch;
+            let mut pcols: Vec<&mut [u8]> = pbufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            let mut dcols: Vec<&[u8]> = Vec::with_capacity(map.data_columns().len());
+            let mut rest: &[u8] = data;
             for col in map.data_columns() {
-                let (head, tail) = rest.split_at_mut(col.size as usize);
-                cols.push(head);
+                let (head, tail) = rest.split_at(col.size as usize);
+                dcols.push(head);
                 rest = tail;
             }
-            self.parity().generate(nparity, &mut cols)?;
+            // Parity straight from the caller's buffer: no copy of the data.
+            self.parity().generate_split(nparity, &mut pcols, &dcols)?;
             Ok((map, pbufs))
         };
         let half = blocks.len().div_ceil(2);

@@ -692,14 +692,17 @@ impl TopVdev {
     fn write_raidz(&self, map: &RaidzMap, data: &[u8]) -> Result<IoReport, VdevError> {
         let parity_len = map.columns[0].size as usize;
         let mut parity_bufs: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; map.parity];
-        // The parity kernels take every column mutably; the data is copied once into a
-        // scratch buffer so callers can write from shared slices.
-        let mut scratch = data.to_vec();
         {
-            let mut cols: Vec<&mut [u8]> =
+            let mut pcols: Vec<&mut [u8]> =
                 parity_bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            cols.extend(split_columns_mut(&mut scratch, map.data_columns()));
-            self.parity.generate(map.parity, &mut cols)?;
+            let mut dcols: Vec<&[u8]> = Vec::with_capacity(map.data_columns().len());
+            let mut rest: &[u8] = data;
+            for col in map.data_columns() {
+                let (head, tail) = rest.split_at(col.size as usize);
+                dcols.push(head);
+                rest = tail;
+            }
+            self.parity.generate_split(map.parity, &mut pcols, &dcols)?;
         }
         let mut jobs: Vec<(usize, u64, &[u8])> = Vec::with_capacity(map.columns.len());
         for (i, col) in map.parity_columns().iter().enumerate() {

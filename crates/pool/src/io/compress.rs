@@ -62,8 +62,27 @@ impl Compression {
     }
 }
 
+/// Bytes of a large block compressed first as a probe (early abort).
+const PROBE_BYTES: usize = 8 << 10;
+/// Blocks at least this large are probed before being compressed whole.
+const PROBE_MIN_BLOCK: usize = 32 << 10;
+
+/// Whether a quick lz4 pass over the start of a large block saves at least 1/16: if not,
+/// the block is almost surely incompressible (random, already compressed) and compressing
+/// it whole would be wasted work — the "early abort" OpenZFS 2.2 applies before zstd.
+fn worth_compressing(data: &[u8]) -> bool {
+    if data.len() < PROBE_MIN_BLOCK {
+        return true;
+    }
+    let probe = &data[..PROBE_BYTES];
+    lz4_flex::block::compress(probe).len() <= PROBE_BYTES - PROBE_BYTES / 16
+}
+
 /// Compresses `data`; returns `None` when the result would not save 1/8 (store it raw).
 pub fn compress(setting: CompressionSetting, data: &[u8]) -> Option<Vec<u8>> {
+    if setting.algorithm == Compression::Off || !worth_compressing(data) {
+        return None;
+    }
     let limit = data.len() - data.len() / 8;
     let body = match setting.algorithm {
         Compression::Off => return None,
