@@ -1,4 +1,4 @@
-//! Pool lifecycle commands: create, status, list, import, export, destroy, clear, labels.
+//! Pool lifecycle commands: create, status, list, import, export, destroy, labels.
 
 use std::path::PathBuf;
 
@@ -102,7 +102,8 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
     let texts: Vec<String> = pools
         .iter()
         .map(|p| {
-            let scan = crate::data_cmds::scan_line(&home, p.name());
+            let scan = crate::device_cmds::resilver_scan_line(&home, p)
+                .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
             let damaged = crate::data_cmds::load_errors(&home, p.name());
             render_status_with(p, a.verbose, scan.as_deref(), &damaged)
         })
@@ -208,15 +209,6 @@ pub fn destroy(a: PoolName) -> Result<(), String> {
         .and_then(|p| p.destroy())
         .map_err(err)?;
     crate::data_cmds::forget_state(&home, &a.pool);
-    Ok(())
-}
-
-pub fn clear(a: PoolName) -> Result<(), String> {
-    let home = Home::from_env();
-    Pool::open(&home, &a.pool)
-        .and_then(|p| p.clear_errors())
-        .map_err(err)?;
-    let _ = std::fs::remove_file(crate::data_cmds::state_file(&home, &a.pool, "errors"));
     Ok(())
 }
 

@@ -126,6 +126,36 @@ pub struct LeafStatusJson {
     pub checksum_errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Missing data that a resilver copies (or is copying) to the leaf.
+    pub resilvering: bool,
+    /// Txg ranges `[start, end)` the leaf missed.
+    pub dtl: Vec<(u64, u64)>,
+}
+
+/// Why a leaf is not plainly ONLINE, as `zpool status` puts it after the counters.
+fn leaf_reason(pool: &Pool, c: &cairn_vdev::Child) -> Option<String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(why) = &c.unavailable_reason {
+        return Some(why.clone());
+    }
+    if c.offline.load(Relaxed) {
+        return None;
+    }
+    if c.faulted.load(Relaxed) {
+        return Some("too many errors".into());
+    }
+    if c.removed.load(Relaxed) {
+        return Some("device removed (I/O returned ENXIO)".into());
+    }
+    if c.stale.load(Relaxed) {
+        let dtl = cairn_vdev::dtl::describe(&c.dtl_ranges());
+        return Some(if pool.resilver_checkpoint().is_some() {
+            format!("(resilvering: missed txg {dtl})")
+        } else {
+            format!("(needs resilver: missed txg {dtl})")
+        });
+    }
+    None
 }
 
 pub fn status_json(pool: &Pool) -> StatusJson {
@@ -154,7 +184,9 @@ pub fn status_json(pool: &Pool) -> StatusJson {
                             read_errors: r,
                             write_errors: w,
                             checksum_errors: k,
-                            reason: c.unavailable_reason.clone(),
+                            reason: leaf_reason(pool, c),
+                            resilvering: c.stale.load(std::sync::atomic::Ordering::Relaxed),
+                            dtl: c.dtl_ranges(),
                         }
                     })
                     .collect(),
@@ -264,35 +296,72 @@ pub fn render_status_with(
     out
 }
 
-/// zpool-style "status:" and "action:" lines for a pool that is not healthy.
+/// zpool-style "status:" and "action:" lines for a pool that is not healthy, or one
+/// whose devices wait for (or are in) a resilver.
 fn advice(pool: &Pool) -> Option<(String, String)> {
-    let unavail = pool
-        .tops
-        .iter()
-        .flat_map(|t| t.children.iter())
-        .any(|c| Pool::leaf_health(c) == Health::Unavail);
-    match pool.health() {
-        Health::Online => None,
-        Health::Degraded if unavail => Some((
-            "One or more devices could not be opened or have a missing or invalid label.\n\
-             \tSufficient replicas exist for the pool to continue functioning in a\n\
-             \tdegraded state."
-                .into(),
-            "Attach the missing device and re-open the pool (any cairn command does),\n\
-             \tor replace it (`cairn replace`, coming with resilver support)."
-                .into(),
-        )),
-        Health::Degraded => Some((
-            "One or more devices has been taken offline.  Sufficient replicas exist\n\
-             \tfor the pool to continue functioning in a degraded state."
-                .into(),
-            "Online the device using 'cairn online' or replace it.".into(),
-        )),
-        _ => Some((
+    let leaves: Vec<&cairn_vdev::Child> =
+        pool.tops.iter().flat_map(|t| t.children.iter()).collect();
+    let any = |h: Health| leaves.iter().any(|c| Pool::leaf_health(c) == h);
+    let name = pool.name();
+    let health = pool.health();
+    if health != Health::Online && health != Health::Degraded {
+        return Some((
             "One or more devices could not be used and there are insufficient replicas\n\
              \tfor the pool to continue functioning."
                 .into(),
-            "Attach the missing devices (or point `cairn import -d DIR` at them) and retry.".into(),
-        )),
+            format!(
+                "Attach the missing devices (or point `cairn import -d DIR` at them) and retry,\n\
+                 \tor bring them back with 'cairn online {name} DEVICE' / 'cairn clear {name}'."
+            ),
+        ));
     }
+    let replicas = "Sufficient replicas exist for the pool to continue functioning in a\n\
+                    \tdegraded state.";
+    if any(Health::Faulted) {
+        return Some((
+            format!("One or more devices are faulted in response to persistent errors.\n\t{replicas}"),
+            format!(
+                "Replace the faulted device with 'cairn replace {name} DEVICE [NEW]', or use\n\
+                 \t'cairn clear {name} DEVICE' if the errors were transient (it resilvers what was missed)."
+            ),
+        ));
+    }
+    if any(Health::Removed) || any(Health::Unavail) {
+        return Some((
+            format!(
+                "One or more devices could not be opened, went missing or have an invalid label.\n\t{replicas}"
+            ),
+            format!(
+                "Attach the missing device and run 'cairn online {name} DEVICE' (it resilvers\n\
+                 \twhat the device missed), or replace it with 'cairn replace {name} DEVICE NEW'."
+            ),
+        ));
+    }
+    if any(Health::Offline) {
+        return Some((
+            format!("One or more devices has been taken offline by the administrator.\n\t{replicas}"),
+            format!("Online the device using 'cairn online {name} DEVICE' or replace it with 'cairn replace'."),
+        ));
+    }
+    if pool.needs_resilver() {
+        return Some(if pool.resilver_checkpoint().is_some() {
+            (
+                "One or more devices is currently being resilvered.  The pool will\n\
+                 \tcontinue to function, possibly in a degraded state."
+                    .into(),
+                format!(
+                    "Wait for the resilver to complete; if it was interrupted, 'cairn resilver {name}'\n\
+                     \tresumes it where it stopped."
+                ),
+            )
+        } else {
+            (
+                "One or more devices missed writes and must be resilvered before they are\n\
+                 \tused for reads."
+                    .into(),
+                format!("Run 'cairn resilver {name}'."),
+            )
+        });
+    }
+    None
 }

@@ -1,0 +1,334 @@
+//! Device management: offline, online, replace, attach, detach, add, clear, resilver.
+//!
+//! Each `cairn` command is its own process, so commands that leave a leaf needing data
+//! (online, replace, attach, clear) run the resilver to completion in the foreground. Its
+//! resume point is in the labels: a resilver cut short (Ctrl-C, crash, power loss) goes on
+//! with `cairn resilver POOL`, or the next device command.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use cairn_geometry::format_zfs_size;
+use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
+use cairn_objset::scrub::ScrubControl;
+use cairn_objset::Store;
+use cairn_pool::devices::DeviceOutcome;
+use cairn_pool::{Home, Pool};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// How a foreground resilver runs.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ResilverFlags {
+    /// Show a progress bar while resilvering.
+    #[arg(short = 'w')]
+    wait: bool,
+    /// Limit resilver writes, e.g. `--rate 100M` (bytes per second; K/M/G suffixes).
+    /// Default: $CAIRN_RESILVER_RATE, else unlimited.
+    #[arg(long, value_name = "BYTES_PER_SEC")]
+    rate: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct OfflineArgs {
+    /// Temporary: the device comes back online at the next import.
+    #[arg(short = 't')]
+    temporary: bool,
+    pool: String,
+    #[arg(required = true)]
+    devices: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct OnlineArgs {
+    #[command(flatten)]
+    flags: ResilverFlags,
+    pool: String,
+    #[arg(required = true)]
+    devices: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplaceArgs {
+    /// Use NEW even if it holds another pool's label.
+    #[arg(short = 'f')]
+    force: bool,
+    #[command(flatten)]
+    flags: ResilverFlags,
+    pool: String,
+    /// The device to replace (path, file name or GUID).
+    old: String,
+    /// The new device; omitted, a new disk at OLD's path.
+    new: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// Use NEW even if it holds another pool's label.
+    #[arg(short = 'f')]
+    force: bool,
+    #[command(flatten)]
+    flags: ResilverFlags,
+    pool: String,
+    /// A disk (becomes a mirror) or a side of a mirror (the mirror gets wider).
+    existing: String,
+    new: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DetachArgs {
+    pool: String,
+    device: String,
+}
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// Allow a redundancy level that differs from the pool's, and used devices.
+    #[arg(short = 'f')]
+    force: bool,
+    pool: String,
+    /// Vdev specification, as for `create`.
+    #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+    vdevs: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ClearArgs {
+    #[command(flatten)]
+    flags: ResilverFlags,
+    pool: String,
+    /// Only this device (default: every device).
+    device: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ResilverArgs {
+    #[command(flatten)]
+    flags: ResilverFlags,
+    pool: String,
+}
+
+/// Opens a pool, applies `op`, and resilvers in the foreground when a leaf needs it.
+fn device_op(
+    name: &str,
+    flags: &ResilverFlags,
+    op: impl FnOnce(&mut Pool) -> Result<DeviceOutcome, cairn_pool::PoolError>,
+) -> Result<(), String> {
+    let home = Home::from_env();
+    let mut pool = Pool::open(&home, name).map_err(err)?;
+    op(&mut pool).map_err(err)?;
+    if pool.needs_resilver() {
+        run_resilver(&home, pool, flags)?;
+    }
+    Ok(())
+}
+
+pub fn offline(a: OfflineArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
+    for d in &a.devices {
+        pool.offline(d, a.temporary).map_err(err)?;
+    }
+    Ok(())
+}
+
+pub fn online(a: OnlineArgs) -> Result<(), String> {
+    device_op(&a.pool, &a.flags, |pool| {
+        let mut outcome = DeviceOutcome::Done;
+        for d in &a.devices {
+            if pool.online(d)? == DeviceOutcome::NeedsResilver {
+                outcome = DeviceOutcome::NeedsResilver;
+            }
+        }
+        Ok(outcome)
+    })
+}
+
+pub fn replace(a: ReplaceArgs) -> Result<(), String> {
+    device_op(&a.pool, &a.flags, |pool| {
+        pool.replace(&a.old, a.new.as_deref(), a.force)
+    })
+}
+
+pub fn attach(a: AttachArgs) -> Result<(), String> {
+    device_op(&a.pool, &a.flags, |pool| {
+        pool.attach(&a.existing, &a.new, a.force)
+    })
+}
+
+pub fn detach(a: DetachArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
+    pool.detach(&a.device).map_err(err)?;
+    Ok(())
+}
+
+pub fn add(a: AddArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
+    pool.add(&a.vdevs, a.force).map_err(err)?;
+    Ok(())
+}
+
+pub fn clear(a: ClearArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let _ = std::fs::remove_file(crate::data_cmds::state_file(&home, &a.pool, "errors"));
+    device_op(&a.pool, &a.flags, |pool| {
+        pool.clear_device(a.device.as_deref())
+    })
+}
+
+pub fn resilver(a: ResilverArgs) -> Result<(), String> {
+    let home = Home::from_env();
+    let pool = Pool::open(&home, &a.pool).map_err(err)?;
+    if !pool.needs_resilver() {
+        println!("pool '{}' needs no resilver", a.pool);
+        return Ok(());
+    }
+    run_resilver(&home, pool, &a.flags)
+}
+
+/// The `--rate` value, or `$CAIRN_RESILVER_RATE`.
+fn parse_rate(flags: &ResilverFlags) -> Result<Option<u64>, String> {
+    let text = match &flags.rate {
+        Some(r) => r.clone(),
+        None => match std::env::var("CAIRN_RESILVER_RATE") {
+            Ok(r) if !r.is_empty() => r,
+            _ => return Ok(None),
+        },
+    };
+    cairn_objset::dataset::parse_size(&text)
+        .filter(|&r| r > 0)
+        .map(Some)
+        .ok_or_else(|| format!("bad resilver rate '{text}': give bytes per second, e.g. 100M"))
+}
+
+/// The last resilver, kept for the `scan:` line of `status`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ResilverRecord {
+    pub repaired_bytes: u64,
+    pub errors: u64,
+    pub elapsed_secs: f64,
+    pub ended: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Runs the resilver of every stale leaf to completion, with a progress bar under `-w`.
+fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
+    let name = pool.name().to_string();
+    let opts = ResilverOptions {
+        rate: parse_rate(flags)?,
+        checkpoint_every: Duration::from_millis(500),
+    };
+    let store = Store::open(pool).map_err(err)?;
+    let bar = (flags.wait && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(1000);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "resilver [{bar:40}] {percent}% {msg} eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let mut report = |p: &ResilverProgress| {
+        if let Some(bar) = &bar {
+            bar.set_position((p.fraction() * 1000.0) as u64);
+            bar.set_message(format!(
+                "{} copied at {}/s",
+                format_zfs_size(p.repaired_bytes),
+                format_zfs_size(p.rate() as u64)
+            ));
+        } else if flags.wait {
+            eprintln!(
+                "resilver: {:.1}% done, {} copied at {}/s",
+                p.fraction() * 100.0,
+                format_zfs_size(p.repaired_bytes),
+                format_zfs_size(p.rate() as u64)
+            );
+        }
+        ScrubControl::Continue
+    };
+    let (p, end) = store.resilver(opts, &mut report).map_err(err)?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    store.close().map_err(err)?.save_record().map_err(err)?;
+    if end == ResilverEnd::Finished {
+        let record = ResilverRecord {
+            repaired_bytes: p.repaired_bytes,
+            errors: p.errors,
+            elapsed_secs: p.elapsed_secs,
+            ended: unix_now(),
+        };
+        let path = crate::data_cmds::state_file(home, &name, "resilver");
+        if let (Some(dir), Ok(text)) = (path.parent(), serde_json::to_string(&record)) {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(&path, text);
+        }
+        println!(
+            "resilvered {} in {:.1} s ({}/s) with {} errors",
+            format_zfs_size(p.repaired_bytes),
+            p.elapsed_secs,
+            format_zfs_size(p.rate() as u64),
+            p.errors
+        );
+    }
+    Ok(())
+}
+
+fn hms(secs: u64) -> String {
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// The resilver `scan:` line of `status`: one in progress (from the resume point in the
+/// labels), else the last one that finished; `None` when there is neither.
+pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
+    if let Some(cp) = pool.resilver_checkpoint() {
+        let elapsed = unix_now().saturating_sub(cp.started).max(1);
+        let rate = cp.examined_bytes / elapsed;
+        let left = cp.total_bytes.saturating_sub(cp.examined_bytes);
+        let pct = if cp.total_bytes > 0 {
+            100.0 * cp.examined_bytes as f64 / cp.total_bytes as f64
+        } else {
+            0.0
+        };
+        let eta = left
+            .checked_div(rate)
+            .map(hms)
+            .unwrap_or_else(|| "unknown".into());
+        return Some(format!(
+            "resilver in progress since {} (unix time), {} of {} examined at {}/s, {pct:.1}% done, {} copied, {eta} to go",
+            cp.started,
+            format_zfs_size(cp.examined_bytes),
+            format_zfs_size(cp.total_bytes),
+            format_zfs_size(rate),
+            format_zfs_size(cp.repaired_bytes),
+        ));
+    }
+    let path = crate::data_cmds::state_file(home, pool.name(), "resilver");
+    // The scan line shows whichever of the last scrub and the last resilver is newer.
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let scrub = crate::data_cmds::state_file(home, pool.name(), "scan");
+    if modified(&scrub) > modified(&path) {
+        return None;
+    }
+    let record: ResilverRecord = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    Some(format!(
+        "resilvered {} in {} with {} errors (finished at unix time {})",
+        format_zfs_size(record.repaired_bytes),
+        hms(record.elapsed_secs as u64),
+        record.errors,
+        record.ended
+    ))
+}

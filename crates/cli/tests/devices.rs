@@ -1,0 +1,170 @@
+//! Device management end to end: offline/online with a DTL resilver, a disk lost and
+//! replaced at the same path, attach (disk → mirror → 3-way), detach, add (refused on a
+//! redundancy mismatch without -f), clear, and status's states, reasons and action lines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const MIB: u64 = 1 << 20;
+
+fn cairn(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .env("CAIRN_HOME", home)
+        .output()
+        .expect("run cairn")
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "cairn failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn fails(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn file(dir: &Path, name: &str, size: u64) -> String {
+    let p: PathBuf = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p.display().to_string()
+}
+
+fn put(home: &Path, dir: &Path, name: &str, len: usize, seed: u8) -> Vec<u8> {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 9) as u8)
+        .collect();
+    let src = dir.join(format!("src-{name}"));
+    std::fs::write(&src, &data).unwrap();
+    ok(&cairn(
+        home,
+        &["put", src.to_str().unwrap(), &format!("tank/{name}")],
+    ));
+    data
+}
+
+fn cat(home: &Path, name: &str) -> Vec<u8> {
+    let out = cairn(home, &["cat", &format!("tank/{name}")]);
+    assert!(
+        out.status.success(),
+        "cat {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn state_of(status: &str, device: &str) -> String {
+    status
+        .lines()
+        .find(|l| l.contains(device))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn offline_online_replace_and_scrub_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d: Vec<String> = (0..3)
+        .map(|i| file(dir.path(), &format!("d{i}"), 64 * MIB))
+        .collect();
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let a = put(&home, dir.path(), "a", 3 << 20, 1);
+
+    ok(&cairn(&home, &["offline", "tank", &d[1]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert_eq!(state_of(&st, &d[1]), "OFFLINE", "{st}");
+    assert!(
+        st.contains("state: DEGRADED") && st.contains("action: Online the device"),
+        "{st}"
+    );
+    // A second leaf cannot go: raidz1 has no redundancy left.
+    let e = fails(&cairn(&home, &["offline", "tank", &d[2]]));
+    assert!(e.contains("no valid replicas"), "{e}");
+    let b = put(&home, dir.path(), "b", 2 << 20, 2);
+
+    let out = ok(&cairn(&home, &["online", "tank", &d[1]]));
+    assert!(out.contains("resilvered"), "{out}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("state: ONLINE") && st.contains("scan: resilvered"),
+        "{st}"
+    );
+    assert!(cat(&home, "a") == a, "a differs");
+    assert!(cat(&home, "b") == b, "b differs");
+
+    // The disk dies: a blank file at the same path, replaced in place.
+    std::fs::remove_file(&d[0]).unwrap();
+    file(dir.path(), "d0", 64 * MIB);
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert_eq!(state_of(&st, &d[0]), "UNAVAIL", "{st}");
+    assert!(st.contains("cairn replace tank"), "{st}");
+    ok(&cairn(&home, &["replace", "tank", &d[0]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("state: ONLINE"), "{st}");
+    let scrub = ok(&cairn(&home, &["scrub", "-w", "tank"]));
+    assert!(
+        scrub.contains("repaired 0B") || scrub.contains("repaired 0 "),
+        "{scrub}"
+    );
+    assert!(cat(&home, "a") == a, "a differs");
+    assert!(cat(&home, "b") == b, "b differs");
+}
+
+#[test]
+fn attach_detach_add_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d: Vec<String> = (0..6)
+        .map(|i| file(dir.path(), &format!("d{i}"), 64 * MIB))
+        .collect();
+    ok(&cairn(&home, &["create", "tank", &d[0]]));
+    let a = put(&home, dir.path(), "a", 2 << 20, 3);
+    ok(&cairn(
+        &home,
+        &["attach", "--rate", "1G", "tank", &d[0], &d[1]],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("mirror-0") && st.contains(&d[1]), "{st}");
+    ok(&cairn(&home, &["attach", "tank", &d[1], &d[2]]));
+    let json = ok(&cairn(&home, &["status", "--json", "tank"]));
+    assert!(json.contains("\"kind\":\"mirror\""), "{json}");
+    assert_eq!(json.matches("\"resilvering\":false").count(), 3, "{json}");
+    // Every side holds the data: detach the original two and read.
+    ok(&cairn(&home, &["detach", "tank", &d[0]]));
+    ok(&cairn(&home, &["detach", "tank", &d[1]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(!st.contains("mirror-0") && !st.contains(&d[0]), "{st}");
+    assert!(cat(&home, "a") == a, "a differs");
+    let e = fails(&cairn(&home, &["detach", "tank", &d[2]]));
+    assert!(e.contains("only a side of a mirror"), "{e}");
+
+    let e = fails(&cairn(&home, &["add", "tank", "mirror", &d[3], &d[4]]));
+    assert!(e.contains("mismatched replication level"), "{e}");
+    ok(&cairn(
+        &home,
+        &["add", "-f", "tank", "mirror", &d[3], &d[4]],
+    ));
+    let b = put(&home, dir.path(), "b", 4 << 20, 4);
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("mirror-1") && st.contains(&d[4]), "{st}");
+    ok(&cairn(&home, &["clear", "tank"]));
+    assert!(cat(&home, "a") == a, "a differs");
+    assert!(cat(&home, "b") == b, "b differs");
+    let e = fails(&cairn(&home, &["replace", "tank", "nonesuch", &d[5]]));
+    assert!(e.contains("no such device"), "{e}");
+}
