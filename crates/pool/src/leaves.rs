@@ -1,14 +1,94 @@
-//! Opening a leaf from its device spec: a file or block device path, or an NBD URL.
+//! Opening a leaf from its device spec: a file or block device path, an NBD URL, or a
+//! `fault:` wrapper around either.
+//!
+//! `fault:INNER[?SETTINGS]` opens `INNER` and wraps it in a `FaultLeaf` with the settings
+//! (`fail_reads=0.01&delay_ms=5&…`, see `cairn_vdev::fault::FaultSettings` and
+//! docs/torture.md). The leaf watches a control file, `INNER.fault` unless
+//! `control=PATH` names another, so a running test can flip faults on it.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_vdev::{FileLeaf, Leaf, LeafOptions, VdevError};
+use cairn_vdev::fault::FaultSettings;
+use cairn_vdev::{FaultLeaf, FileLeaf, Leaf, LeafOptions, VdevError};
+
+/// Prefix of a fault-injecting device spec.
+pub const FAULT_PREFIX: &str = "fault:";
 
 /// Opens the leaf a device spec names.
 pub fn open_leaf(spec: &str, opts: LeafOptions) -> Result<Arc<dyn Leaf>, VdevError> {
+    if let Some(rest) = spec.strip_prefix(FAULT_PREFIX) {
+        return open_fault_leaf(spec, rest, opts);
+    }
     if cairn_nbd::is_nbd_url(spec) {
         return cairn_nbd::open_nbd_leaf(spec).map(Arc::from);
     }
     Ok(Arc::new(FileLeaf::open(Path::new(spec), opts)?))
+}
+
+/// Splits `INNER[?SETTINGS]` and parses the settings; the control file defaults to
+/// `INNER.fault` for a file path.
+pub fn parse_fault_spec(rest: &str) -> Result<(&str, FaultSettings), VdevError> {
+    let (inner, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if inner.is_empty() || inner.starts_with(FAULT_PREFIX) {
+        return Err(bad_spec(rest, "expected fault:DEVICE[?KEY=VALUE&…]".into()));
+    }
+    let mut settings = FaultSettings::parse(query).map_err(|e| bad_spec(rest, e.to_string()))?;
+    if settings.control.is_none() && !cairn_nbd::is_nbd_url(inner) {
+        settings.control = Some(format!("{inner}.fault").into());
+    }
+    Ok((inner, settings))
+}
+
+fn open_fault_leaf(spec: &str, rest: &str, opts: LeafOptions) -> Result<Arc<dyn Leaf>, VdevError> {
+    let (inner, settings) = parse_fault_spec(rest)?;
+    let leaf = open_leaf(inner, opts)?;
+    Ok(Arc::new(FaultLeaf::with_settings(
+        leaf,
+        settings,
+        Some(spec.to_string()),
+    )))
+}
+
+fn bad_spec(spec: &str, why: String) -> VdevError {
+    VdevError::Io {
+        path: format!("{FAULT_PREFIX}{spec}"),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_spec_wraps_a_file_and_names_its_control_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d0");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let spec = format!("fault:{}?fail_writes=1&delay_us=1", file.display());
+        let leaf = open_leaf(&spec, LeafOptions::default()).unwrap();
+        assert_eq!(leaf.path(), spec);
+        assert!(leaf.write_at(&[0u8; 4096], 1 << 20).is_err());
+        let (_, s) = parse_fault_spec(&spec[FAULT_PREFIX.len()..]).unwrap();
+        assert_eq!(
+            s.control.unwrap(),
+            std::path::PathBuf::from(format!("{}.fault", file.display()))
+        );
+    }
+
+    #[test]
+    fn bad_fault_specs_are_errors() {
+        for spec in [
+            "fault:",
+            "fault:?x=1",
+            "fault:/nope?fail_reads=7",
+            "fault:fault:/x",
+        ] {
+            assert!(open_leaf(spec, LeafOptions::default()).is_err(), "{spec}");
+        }
+    }
 }

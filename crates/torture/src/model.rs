@@ -1,0 +1,83 @@
+//! The in-memory model a torture run checks the pool against: what every file and the
+//! volume must hold.
+
+use std::collections::BTreeMap;
+
+use cairn_objset::Store;
+
+/// Expected contents of the pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Model {
+    /// Path → contents of every file.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Volume name → contents.
+    pub volumes: BTreeMap<String, Vec<u8>>,
+}
+
+impl Model {
+    /// Applies a write at `offset` of a file (creating it; a gap reads as zeros).
+    pub fn write_file(&mut self, path: &str, offset: usize, data: &[u8]) {
+        let f = self.files.entry(path.to_string()).or_default();
+        if f.len() < offset + data.len() {
+            f.resize(offset + data.len(), 0);
+        }
+        f[offset..offset + data.len()].copy_from_slice(data);
+    }
+
+    /// Applies a write to a volume (the range is inside it).
+    pub fn write_volume(&mut self, name: &str, offset: usize, data: &[u8]) {
+        if let Some(v) = self.volumes.get_mut(name) {
+            v[offset..offset + data.len()].copy_from_slice(data);
+        }
+    }
+
+    /// Checks every file of `universe` exists exactly when the model has it, with the
+    /// model's bytes, and every volume matches. Returns what differs.
+    pub fn verify(&self, store: &Store, universe: &[String]) -> Result<(), String> {
+        for path in universe {
+            let expected = self.files.get(path);
+            match (store.resolve(path), expected) {
+                (Err(_), None) => {}
+                (Ok(_), None) => return Err(format!("{path} exists but was removed")),
+                (Err(e), Some(_)) => return Err(format!("{path} is missing: {e}")),
+                (Ok(r), Some(data)) => {
+                    let mut buf = vec![0xEEu8; data.len() + 1];
+                    let n = store
+                        .read(&r, 0, &mut buf)
+                        .map_err(|e| format!("reading {path}: {e}"))?;
+                    if n != data.len() {
+                        return Err(format!("{path}: {n} bytes, expected {}", data.len()));
+                    }
+                    if let Some(at) = first_difference(&buf[..n], data) {
+                        return Err(format!("{path}: contents differ at byte {at}"));
+                    }
+                }
+            }
+        }
+        for (name, data) in &self.volumes {
+            let r = store
+                .resolve(name)
+                .map_err(|e| format!("volume {name}: {e}"))?;
+            let mut buf = vec![0u8; data.len()];
+            store
+                .read(&r, 0, &mut buf)
+                .map_err(|e| format!("reading volume {name}: {e}"))?;
+            if let Some(at) = first_difference(&buf, data) {
+                return Err(format!("volume {name}: contents differ at byte {at}"));
+            }
+        }
+        let damaged = store.damaged();
+        if !damaged.is_empty() {
+            return Err(format!("objects marked damaged: {damaged:?}"));
+        }
+        Ok(())
+    }
+}
+
+/// Index of the first differing byte, if any.
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    if a.len() != b.len() {
+        return Some(a.len().min(b.len()));
+    }
+    a.iter().zip(b).position(|(x, y)| x != y)
+}
