@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_geometry::{LEAF_DATA_START, LEAF_END_RESERVE};
+use cairn_objset::resilver::{ResilverEnd, ResilverOptions};
 use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use cairn_objset::{DatasetKind, Store, StoreConfig};
 use cairn_pool::{Home, Pool};
@@ -425,6 +426,142 @@ impl Run {
         Ok(())
     }
 
+    /// Resilvers the stale leaves, if any (as ZFS does on import; here the run decides
+    /// when, so reads meet stale leaves too).
+    fn resilver(&mut self) -> Check {
+        if !self.store().pool().needs_resilver() {
+            return Ok(());
+        }
+        self.note("resilver".into());
+        *self.stats.faults.entry("resilver").or_default() += 1;
+        let outcome = self
+            .store()
+            .resilver(ResilverOptions::default(), &mut |_| ScrubControl::Continue);
+        let (p, end) = match outcome {
+            Ok(done) => done,
+            // A leaf being resilvered that fails its writes (a fault this run switched
+            // on) stops the resilver with an error; the leaf stays stale, data is intact.
+            Err(e) if self.faulted_stale_leaf() => {
+                self.note(format!("resilver stopped by a faulty stale leaf: {e}"));
+                *self.stats.faults.entry("resilver_stopped").or_default() += 1;
+                return self.verify("after a resilver that stopped");
+            }
+            Err(e) => return Err(format!("resilver: {e}")),
+        };
+        if end == ResilverEnd::Paused {
+            return Err(format!("resilver paused by itself: {p:?}"));
+        }
+        self.synced = self.model.clone();
+        self.synced_txg = self.store().open_txg() - 1;
+        self.verify("after resilver")
+    }
+
+    /// Whether a stale leaf has a fault switched on (its resilver writes may fail).
+    fn faulted_stale_leaf(&self) -> bool {
+        let unreadable = self.unreadable();
+        (0..self.layout.groups)
+            .any(|g| self.active[g].intersection(&unreadable[g]).next().is_some())
+    }
+
+    /// Runs `change` on the pool between closing and reopening the store.
+    fn with_closed_store(
+        &mut self,
+        what: &str,
+        change: impl FnOnce(&mut Pool, &mut Switchboard) -> Result<(), String>,
+    ) -> Check {
+        let store = self.store.take().expect("open");
+        let mut pool = store
+            .close()
+            .map_err(|e| format!("close for {what}: {e}"))?;
+        self.synced = self.model.clone();
+        let mut switches = std::mem::take(&mut self.switches);
+        let changed = change(&mut pool, &mut switches);
+        self.switches = switches;
+        let store = Store::open_with(pool, self.config)
+            .map_err(|e| format!("opening the store after {what}: {e}"))?;
+        self.synced_txg = store.open_txg() - 1;
+        self.store = Some(store);
+        changed?;
+        self.verify(&format!("after {what}"))
+    }
+
+    /// Takes a leaf offline (within redundancy), or brings an offline one back.
+    fn offline_or_online(&mut self) -> Check {
+        let offline: Vec<(usize, usize)> = self
+            .store()
+            .pool()
+            .tops
+            .iter()
+            .enumerate()
+            .flat_map(|(g, t)| {
+                t.children
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, ch)| ch.offline.load(Ordering::Relaxed))
+                    .map(move |(c, _)| (g, c))
+            })
+            .collect();
+        let (g, c, online) = if !offline.is_empty() && self.rng.gen_bool(0.6) {
+            let (g, c) = offline[self.rng.gen_range(0..offline.len())];
+            (g, c, true)
+        } else {
+            let candidates = self.eligible_leaves();
+            if candidates.is_empty() {
+                return Ok(());
+            }
+            let (g, c) = candidates[self.rng.gen_range(0..candidates.len())];
+            (g, c, false)
+        };
+        let device = self.leaves[g][c].display().to_string();
+        let what = if online { "online" } else { "offline" };
+        self.note(format!("{what} group {g} leaf {c}"));
+        *self.stats.faults.entry(what).or_default() += 1;
+        self.with_closed_store(what, |pool, _| {
+            let done = if online {
+                pool.online(&device)
+            } else {
+                pool.offline(&device, false)
+            };
+            done.map(|_| ())
+                .map_err(|e| format!("{what} {device}: {e}"))
+        })
+    }
+
+    /// Replaces a leaf (within redundancy) by a new, empty file and resilvers it.
+    fn replace(&mut self) -> Check {
+        let candidates = self.eligible_leaves();
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let (g, c) = candidates[self.rng.gen_range(0..candidates.len())];
+        let old = self.leaves[g][c].display().to_string();
+        let new = self.leaves_dir.join(format!("g{g}-d{c}-r{}", self.step));
+        std::fs::File::create(&new)
+            .and_then(|f| f.set_len(self.layout.leaf_bytes))
+            .map_err(|e| format!("creating {}: {e}", new.display()))?;
+        let new_spec = new.display().to_string();
+        self.note(format!("replace group {g} leaf {c} by {new_spec}"));
+        *self.stats.faults.entry("replace").or_default() += 1;
+        self.with_closed_store("replace", |pool, switches| {
+            pool.replace(&old, Some(&new_spec), false)
+                .map_err(|e| format!("replace {old}: {e}"))?;
+            let child = &mut pool.tops[g].children[c];
+            if let Some(inner) = child.leaf.clone() {
+                let leaf = cairn_vdev::FaultLeaf::new(inner);
+                switches[g][c] = Some(leaf.switches.clone());
+                child.leaf = Some(Arc::new(leaf));
+            }
+            Ok(())
+        })?;
+        self.leaves[g][c] = new;
+        self.active[g].remove(&c);
+        self.resilver()?;
+        if self.store().pool().tops[g].children[c].is_readable() {
+            self.damaged[g].remove(&c);
+        }
+        Ok(())
+    }
+
     fn create_datasets(&mut self) -> Check {
         let recordsize = ["4K", "16K", "128K"][self.rng.gen_range(0..3)];
         let compression = ["off", "lz4", "zstd"][self.rng.gen_range(0..3)];
@@ -491,9 +628,12 @@ impl Run {
                 54..=61 => self.sync()?,
                 62..=65 => self.verify("verify")?,
                 66..=83 => self.inject_fault()?,
-                84..=88 => self.heal()?,
-                89..=93 => self.kill_and_reopen()?,
-                94..=96 => self.export_and_import()?,
+                84..=86 => self.heal()?,
+                87..=88 => self.offline_or_online()?,
+                89 => self.replace()?,
+                90..=92 => self.kill_and_reopen()?,
+                93..=94 => self.export_and_import()?,
+                95..=96 => self.resilver()?,
                 _ => self.scrub()?,
             }
             // A write over the dirty limit syncs by itself: that state is durable too.
@@ -619,7 +759,7 @@ impl Run {
         let budget = self.layout.redundancy();
         let mut out = Vec::new();
         for g in 0..self.layout.groups {
-            let hurt: BTreeSet<usize> = self.damaged[g].union(&self.active[g]).copied().collect();
+            let hurt = self.hurt(g);
             for c in 0..self.layout.width {
                 if hurt.contains(&c) || hurt.len() < budget {
                     out.push((g, c));
@@ -627,6 +767,42 @@ impl Run {
             }
         }
         out
+    }
+
+    /// Leaves of group `g` that may hold wrong data, are faulted now, or that the engine
+    /// does not read from (offline, removed, faulted, stale until resilvered).
+    fn hurt(&self, g: usize) -> BTreeSet<usize> {
+        let mut hurt: BTreeSet<usize> = self.damaged[g].union(&self.active[g]).copied().collect();
+        if let Some(top) = self.store.as_ref().and_then(|s| s.pool().tops.get(g)) {
+            hurt.extend(
+                top.children
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, child)| !child.is_readable())
+                    .map(|(c, _)| c),
+            );
+        }
+        hurt
+    }
+
+    /// Leaves the engine does not read from now, per group.
+    fn unreadable(&self) -> Vec<BTreeSet<usize>> {
+        let Some(store) = &self.store else {
+            return vec![BTreeSet::new(); self.layout.groups];
+        };
+        store
+            .pool()
+            .tops
+            .iter()
+            .map(|top| {
+                top.children
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, child)| !child.is_readable())
+                    .map(|(c, _)| c)
+                    .collect()
+            })
+            .collect()
     }
 
     fn switches_of(&self, g: usize, c: usize) -> Option<Arc<FaultSwitches>> {
@@ -747,7 +923,17 @@ impl Run {
             ));
         }
         self.model = self.synced.clone();
-        self.verify("after kill and reopen")
+        self.verify("after kill and reopen")?;
+        self.maybe_resilver()
+    }
+
+    /// Resilvers half of the time after the pool was opened again (so stale leaves also
+    /// meet more faults and reads before they are resilvered).
+    fn maybe_resilver(&mut self) -> Check {
+        if self.rng.gen_bool(0.5) {
+            self.resilver()?;
+        }
+        Ok(())
     }
 
     /// Closes the store (final sync), exports the pool and imports it by scanning.
@@ -770,7 +956,8 @@ impl Run {
         )
         .map_err(|e| format!("import: {e}"))?;
         self.attach(pool)?;
-        self.verify("after export and import")
+        self.verify("after export and import")?;
+        self.maybe_resilver()
     }
 
     fn run_scrub(&mut self) -> Result<ScrubProgress, String> {
@@ -801,7 +988,14 @@ impl Run {
     fn scrub(&mut self) -> Check {
         self.note("scrub".into());
         self.run_scrub()?;
-        self.damaged = self.active.clone();
+        let unreadable = self.unreadable();
+        for ((damaged, active), skipped) in
+            self.damaged.iter_mut().zip(&self.active).zip(&unreadable)
+        {
+            // The scrub repaired what it could read; leaves it skipped stay suspect.
+            let kept: BTreeSet<usize> = damaged.intersection(skipped).copied().collect();
+            *damaged = kept.union(active).copied().collect();
+        }
         self.verify("after scrub")
     }
 
@@ -813,6 +1007,7 @@ impl Run {
         self.verify("at the end")?;
         self.scrub()?;
         self.export_and_import()?;
+        self.bring_everything_back()?;
         self.scrub()?;
         self.note("second scrub".into());
         let p = self.run_scrub()?;
@@ -825,6 +1020,40 @@ impl Run {
         self.verify("after the final scrubs")?;
         self.kill_and_reopen()?;
         self.collect_io_faults();
+        Ok(())
+    }
+}
+
+impl Run {
+    /// Onlines every offline leaf and resilvers until no leaf is stale.
+    fn bring_everything_back(&mut self) -> Check {
+        let offline: Vec<String> = self
+            .store()
+            .pool()
+            .tops
+            .iter()
+            .enumerate()
+            .flat_map(|(g, t)| {
+                t.children
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, ch)| ch.offline.load(Ordering::Relaxed))
+                    .map(move |(c, _)| (g, c))
+            })
+            .map(|(g, c)| self.leaves[g][c].display().to_string())
+            .collect();
+        for device in offline {
+            self.note(format!("online {device}"));
+            self.with_closed_store("online", |pool, _| {
+                pool.online(&device)
+                    .map(|_| ())
+                    .map_err(|e| format!("online {device}: {e}"))
+            })?;
+        }
+        self.resilver()?;
+        if self.store().pool().needs_resilver() {
+            return Err("a leaf is still stale after a finished resilver".into());
+        }
         Ok(())
     }
 }
