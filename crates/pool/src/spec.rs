@@ -153,8 +153,12 @@ fn check_duplicates(tops: &[TopSpec]) -> Result<(), PoolError> {
     Ok(())
 }
 
-/// Makes a relative device path absolute; NBD URLs stay as they are.
+/// Makes a relative device path absolute; NBD URLs stay as they are; in a `fault:` spec,
+/// the wrapped device's path is made absolute.
 fn absolute(token: &str) -> String {
+    if let Some(inner) = token.strip_prefix(crate::leaves::FAULT_PREFIX) {
+        return format!("{}{}", crate::leaves::FAULT_PREFIX, absolute(inner));
+    }
     let p = Path::new(token);
     if p.is_absolute() || cairn_nbd::is_nbd_url(token) {
         return token.to_string();
