@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::PoolError;
+use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::{dtl, ResilverCheckpoint};
 
 use crate::dnode::{Dnode, ObjectKind};
@@ -28,7 +29,7 @@ use crate::scrub::{read_synced_dnode, ScrubControl};
 use crate::store::{State, Store};
 
 /// Bytes of blocks gathered before a batch is rebuilt and written.
-const BATCH_BYTES: u64 = 16 << 20;
+const BATCH_BYTES: u64 = 64 << 20;
 
 /// Tunables of a resilver.
 #[derive(Clone, Copy, Debug)]
@@ -292,58 +293,39 @@ impl Store {
         Ok(())
     }
 
-    /// Rebuilds the batch's blocks in vdev-offset order on one thread and writes the stale
-    /// leaves' parts on another, so reading the good leaves overlaps writing the new ones.
+    /// Rebuilds the batch's blocks in vdev-offset order, a chunk at a time, on one thread
+    /// and writes the stale leaves' parts on another (adjacent parts coalesced), so reading
+    /// the good leaves overlaps writing the new ones.
     fn write_batch(&self, batch: &mut Batch, p: &mut ResilverProgress) -> Result<(), StoreError> {
         let mut jobs = std::mem::take(&mut batch.jobs);
         batch.bytes = 0;
         jobs.sort_by_key(|j| (j.vdev, j.offset));
         let pool = self.pool();
-        type Piece = (usize, usize, u64, Vec<u8>);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Piece>>(16);
-        let (written, errors) = std::thread::scope(|s| {
-            let writer = s.spawn(move || {
-                let mut written = 0u64;
-                let mut blocks = 0u64;
-                let mut failure: Option<PoolError> = None;
-                for pieces in rx {
-                    for (vdev, child, at, bytes) in pieces {
-                        match pool.tops[vdev].write_leaf_piece(child, at, &bytes) {
-                            Ok(()) => written += bytes.len() as u64,
-                            Err(e) => failure = Some(PoolError::Vdev(e)),
-                        }
-                    }
-                    blocks += 1;
-                }
-                (written, blocks, failure)
-            });
-            let mut errors = 0u64;
-            for job in &jobs {
-                let verify = |b: &[u8]| job.bp.checksum_kind.digest(b) == job.bp.checksum;
-                let top = &pool.tops[job.vdev];
-                match top.rebuild_pieces(
-                    job.offset,
-                    u64::from(job.bp.psize),
-                    &job.children,
-                    &verify,
-                ) {
-                    Ok(pieces) => {
-                        let tagged = pieces
-                            .into_iter()
-                            .map(|(c, at, b)| (job.vdev, c, at, b))
-                            .collect();
-                        if tx.send(tagged).is_err() {
+        let chunks = chunks_by_vdev(&jobs);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, usize, Vec<Piece>)>(4);
+        let errors = std::sync::atomic::AtomicU64::new(0);
+        let (bytes, blocks, failure) = std::thread::scope(|s| {
+            let writer = s.spawn(move || write_pieces(pool, rx));
+            // Two rebuilders: one reads the good leaves while the other reconstructs and
+            // verifies; the writer puts their chunks back in order.
+            for worker in 0..REBUILDERS {
+                let tx = tx.clone();
+                let (chunks, errors) = (&chunks, &errors);
+                s.spawn(move || {
+                    for (index, chunk) in chunks.iter().enumerate().skip(worker).step_by(REBUILDERS)
+                    {
+                        let (vdev, pieces, failed) = rebuild_chunk(pool, chunk);
+                        errors.fetch_add(failed, Ordering::Relaxed);
+                        if tx.send((index, vdev, pieces)).is_err() {
                             break;
                         }
                     }
-                    Err(_) => errors += 1,
-                }
+                });
             }
             drop(tx);
-            let outcome = writer.join().unwrap_or((0, 0, None));
-            (outcome, errors)
+            writer.join().unwrap_or((0, 0, None))
         });
-        let (bytes, blocks, failure) = written;
+        let errors = errors.into_inner();
         p.repaired_bytes += bytes;
         p.blocks_repaired += blocks;
         p.errors += errors;
@@ -375,6 +357,110 @@ impl Store {
         self.pool().set_resilver_checkpoint(None)?;
         Ok(())
     }
+}
+
+/// Bytes of blocks rebuilt together (one read pass over the good leaves).
+const CHUNK_BYTES: u64 = 2 << 20;
+/// Largest coalesced write to a stale leaf.
+const MAX_WRITE_RUN: usize = 4 << 20;
+
+/// Consecutive jobs of one vdev, about `CHUNK_BYTES` each.
+fn chunks_by_vdev(jobs: &[CopyJob]) -> Vec<&[CopyJob]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, job) in jobs.iter().enumerate() {
+        if i > start && (job.vdev != jobs[start].vdev || bytes >= CHUNK_BYTES) {
+            out.push(&jobs[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += u64::from(job.bp.psize);
+    }
+    if start < jobs.len() {
+        out.push(&jobs[start..]);
+    }
+    out
+}
+
+/// Threads rebuilding chunks at once.
+const REBUILDERS: usize = 2;
+
+/// Rebuilds one chunk: (vdev, pieces for the stale leaves, blocks that failed).
+fn rebuild_chunk(pool: &cairn_pool::Pool, chunk: &[CopyJob]) -> (usize, Vec<Piece>, u64) {
+    let vdev = chunk[0].vdev;
+    let requests: Vec<RebuildRequest> = chunk
+        .iter()
+        .map(|j| RebuildRequest {
+            offset: j.offset,
+            psize: u64::from(j.bp.psize),
+            targets: j.children.clone(),
+        })
+        .collect();
+    let verify = |i: usize, b: &[u8]| {
+        let bp = &chunk[i].bp;
+        bp.checksum_kind.digest(b) == bp.checksum
+    };
+    let mut pieces = Vec::new();
+    let mut failed = 0;
+    for result in pool.tops[vdev].rebuild_batch(&requests, &verify) {
+        match result {
+            Ok(p) => pieces.extend(p),
+            Err(_) => failed += 1,
+        }
+    }
+    (vdev, pieces, failed)
+}
+
+/// Writes rebuilt chunks in chunk order (whatever order they arrive in), merging pieces
+/// that continue each other on the same leaf into one write. Returns (bytes written,
+/// pieces written, first failure).
+fn write_pieces(
+    pool: &cairn_pool::Pool,
+    rx: std::sync::mpsc::Receiver<(usize, usize, Vec<Piece>)>,
+) -> (u64, u64, Option<PoolError>) {
+    let mut waiting: BTreeMap<usize, (usize, Vec<Piece>)> = BTreeMap::new();
+    let mut next = 0usize;
+    let in_order = rx.into_iter().flat_map(|(index, vdev, pieces)| {
+        waiting.insert(index, (vdev, pieces));
+        let mut ready = Vec::new();
+        while let Some(chunk) = waiting.remove(&next) {
+            ready.push(chunk);
+            next += 1;
+        }
+        ready
+    });
+    let mut written = 0u64;
+    let mut count = 0u64;
+    let mut failure = None;
+    let mut flush = |vdev: usize, run: &mut Option<(usize, u64, Vec<u8>)>| {
+        if let Some((child, at, bytes)) = run.take() {
+            match pool.tops[vdev].write_leaf_piece(child, at, &bytes) {
+                Ok(()) => written += bytes.len() as u64,
+                Err(e) => failure = Some(PoolError::Vdev(e)),
+            }
+        }
+    };
+    for (vdev, pieces) in in_order {
+        // Pieces come sorted by vdev offset; per child they are then in leaf order.
+        let mut runs: BTreeMap<usize, (usize, u64, Vec<u8>)> = BTreeMap::new();
+        for (child, at, bytes) in pieces {
+            count += 1;
+            let run = runs.entry(child).or_insert_with(|| (child, at, Vec::new()));
+            if run.1 + run.2.len() as u64 != at || run.2.len() >= MAX_WRITE_RUN {
+                let mut done = Some(std::mem::replace(run, (child, at, Vec::new())));
+                flush(vdev, &mut done);
+            }
+            runs.get_mut(&child)
+                .expect("inserted")
+                .2
+                .extend_from_slice(&bytes);
+        }
+        for (_, run) in runs {
+            flush(vdev, &mut Some(run));
+        }
+    }
+    (written, count, failure)
 }
 
 /// Queues the copies of `bp` that stale leaves miss.

@@ -21,7 +21,7 @@ const MAX_RUN_BYTES: u64 = 8 << 20;
 /// A column or copy to write: (leaf offset, bytes, index of its block).
 type WriteJob<'a> = (u64, &'a [u8], usize);
 /// A column or copy to read into.
-type ReadJob<'a> = (u64, &'a mut [u8], usize);
+pub(crate) type ReadJob<'a> = (u64, &'a mut [u8], usize);
 /// A block's RAID-Z map with its freshly generated parity columns.
 type MapWithParity = (RaidzMap, Vec<Vec<u8>>);
 
@@ -261,7 +261,7 @@ impl TopVdev {
         ok
     }
 
-    fn read_child_jobs(&self, c: usize, mut list: Vec<ReadJob<'_>>) -> Vec<usize> {
+    pub(crate) fn read_child_jobs(&self, c: usize, mut list: Vec<ReadJob<'_>>) -> Vec<usize> {
         let child = &self.children[c];
         let Some(leaf) = child.readable() else {
             return list.iter().map(|j| j.2).collect();

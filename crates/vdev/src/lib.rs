@@ -12,6 +12,7 @@ pub mod error;
 pub mod fault;
 pub mod label;
 pub mod leaf;
+pub mod rebuild;
 pub mod top;
 
 pub use config::{LeafConfig, Owner, PoolConfig, ResilverCheckpoint, TopConfig, DTL_EVERYTHING};

@@ -830,7 +830,7 @@ impl TopVdev {
     }
 
     /// Rebuilds `missing` columns in place (parity into `parity_bufs`, data into `out`).
-    fn reconstruct(
+    pub(crate) fn reconstruct(
         &self,
         map: &RaidzMap,
         parity_bufs: &mut [Vec<u8>],
@@ -998,7 +998,7 @@ impl TopVdev {
 
 /// Splits a block buffer into its data columns (column-major fill: column p holds the
 /// first bytes of the block).
-fn split_columns_mut<'a>(
+pub(crate) fn split_columns_mut<'a>(
     mut buf: &'a mut [u8],
     columns: &[cairn_geometry::RaidzColumn],
 ) -> Vec<&'a mut [u8]> {
