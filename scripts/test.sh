@@ -30,7 +30,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== smoke: cairn demo"
-cargo run --locked -q -p cairn -- demo --leaf-mib 96 --blocks 100 >/dev/null
+cargo run --locked -q -p cairn -- demo --leaf-mib 96 --data-mib 64 >/dev/null
 echo "== smoke: cairn bench parity --quick"
 cargo run --locked -q -p cairn -- bench parity --quick >/dev/null
 echo "== all tests passed"
