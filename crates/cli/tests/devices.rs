@@ -168,3 +168,53 @@ fn attach_detach_add_and_clear() {
     let e = fails(&cairn(&home, &["replace", "tank", "nonesuch", &d[5]]));
     assert!(e.contains("no such device"), "{e}");
 }
+
+#[test]
+fn hot_spare_takes_over_and_returns_after_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d: Vec<String> = (0..2)
+        .map(|i| file(dir.path(), &format!("d{i}"), 64 * MIB))
+        .collect();
+    let spare = file(dir.path(), "s0", 64 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "mirror", &d[0], &d[1], "spare", &spare],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("spares") && state_of(&st, &spare) == "AVAIL",
+        "{st}"
+    );
+    let a = put(&home, dir.path(), "a", 3 << 20, 5);
+    // d0 dies: the next open puts the spare in its slot; the resilver fills it.
+    std::fs::remove_file(&d[0]).unwrap();
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("INUSE") && st.contains(&format!("standing in for {}", d[0])),
+        "{st}"
+    );
+    ok(&cairn(&home, &["resilver", "tank"]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("state: ONLINE") && st.contains("cairn replace tank"),
+        "{st}"
+    );
+    assert!(cat(&home, "a") == a, "a differs");
+    // Replacing the failed disk releases the spare.
+    let new = file(dir.path(), "new0", 64 * MIB);
+    ok(&cairn(&home, &["replace", "tank", &d[0], &new]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        state_of(&st, &spare) == "AVAIL" && state_of(&st, &new) == "ONLINE",
+        "{st}"
+    );
+    let scrub = ok(&cairn(&home, &["scrub", "-w", "tank"]));
+    assert!(
+        scrub.contains("with 0 errors") || scrub.contains(", 0 errors"),
+        "{scrub}"
+    );
+    assert!(cat(&home, "a") == a, "a differs");
+    let e = fails(&cairn(&home, &["create", "tank2", &d[1], "spare"]));
+    assert!(e.contains("'spare' needs at least one device"), "{e}");
+}

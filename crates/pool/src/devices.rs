@@ -7,9 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, VdevShape};
-use cairn_vdev::label::clear_leaf_labels;
+use cairn_vdev::label::{clear_leaf_labels, write_leaf_config};
 use cairn_vdev::{
-    new_guid, Child, Leaf, LeafConfig, LeafOptions, TopConfig, TopVdev, Uberblock, DTL_EVERYTHING,
+    new_guid, Child, LabelConfig, Leaf, LeafConfig, LeafOptions, SpareConfig, TopConfig, TopVdev,
+    Uberblock, DTL_EVERYTHING,
 };
 
 use crate::error::PoolError;
@@ -162,11 +163,25 @@ impl Pool {
         new: Option<&str>,
         force: bool,
     ) -> Result<DeviceOutcome, PoolError> {
-        let (t, c) = self.find_leaf(old)?;
-        let old_path = self.tops[t].children[c].path.clone();
+        let spare_in_use = self.spare_replacing(old);
+        let (t, c) = match spare_in_use {
+            // OLD failed and a spare stands in its slot: NEW takes the slot from the spare.
+            Some(s) => self.find_leaf(&self.config.spares[s].guid.to_string())?,
+            None => self.find_leaf(old)?,
+        };
+        let old_path = match spare_in_use {
+            Some(s) => self.config.spares[s]
+                .replacing
+                .as_ref()
+                .map(|l| l.path.clone())
+                .unwrap_or_default(),
+            None => self.tops[t].children[c].path.clone(),
+        };
         let new_spec = new.unwrap_or(&old_path).to_string();
         let same_device = new_spec == old_path;
-        let leaf = if same_device {
+        let leaf = if same_device && spare_in_use.is_some() {
+            open_leaf(&new_spec, LeafOptions::default())?
+        } else if same_device {
             match self.tops[t].children[c].leaf.clone() {
                 // The old leaf is open (and locked) here: use the same handle.
                 Some(leaf) => leaf,
@@ -192,9 +207,142 @@ impl Pool {
         self.config.vdevs[t].leaves[c] =
             LeafConfig::new(child.guid, child.path.clone(), leaf_asize(leaf.size()));
         self.tops[t].children[c] = child;
+        if let Some(s) = spare_in_use {
+            // The spare left its slot (its handle closed above): open it again as AVAIL.
+            self.config.spares[s].replacing = None;
+            let path = self.config.spares[s].path.clone();
+            self.spare_leaves[s] = open_leaf(&path, LeafOptions::default()).ok();
+        }
         self.commit_config_keeping(newest)?;
+        self.write_spare_labels();
         self.save_record()?;
         Ok(DeviceOutcome::NeedsResilver)
+    }
+
+    /// The spare standing in for `device` (a failed leaf's path or GUID), if any.
+    fn spare_replacing(&self, device: &str) -> Option<usize> {
+        self.config.spares.iter().position(|s| {
+            s.replacing
+                .as_ref()
+                .is_some_and(|l| l.path == device || l.guid.to_string() == device)
+        })
+    }
+
+    /// Adds hot spares (`spare DEV…` in create or add); their labels name the pool.
+    pub fn add_spares(&mut self, devices: &[String], force: bool) -> Result<(), PoolError> {
+        for dev in devices {
+            if self.find_leaf(dev).is_ok() || self.config.spares.iter().any(|s| &s.path == dev) {
+                return Err(Self::device_error(
+                    "add spare",
+                    dev,
+                    "it is already part of this pool",
+                ));
+            }
+            let leaf = open_leaf(dev, LeafOptions::default())?;
+            if !force {
+                refuse_if_in_use(leaf.as_ref())?;
+            }
+            self.config.spares.push(SpareConfig {
+                guid: new_guid(),
+                path: leaf.path().to_string(),
+                asize: leaf_asize(leaf.size()),
+                replacing: None,
+            });
+            self.spare_leaves.push(Some(leaf));
+        }
+        if !devices.is_empty() {
+            self.bump_config()?;
+            self.write_spare_labels();
+        }
+        Ok(())
+    }
+
+    /// Writes the config to the labels of spares not in use (a spare in use is a leaf).
+    fn write_spare_labels(&self) {
+        let config = self.live_config();
+        for (spare, leaf) in self.config.spares.iter().zip(&self.spare_leaves) {
+            let Some(leaf) = leaf.as_ref().filter(|_| spare.replacing.is_none()) else {
+                continue;
+            };
+            let label = LabelConfig {
+                pool: config.clone(),
+                leaf_guid: spare.guid,
+                top_guid: 0,
+            };
+            // A spare whose label cannot be written shows as UNAVAIL next time; no error.
+            let _ = write_leaf_config(leaf.as_ref(), &label).and_then(|_| {
+                leaf.flush().map_err(|e| cairn_vdev::VdevError::Io {
+                    path: spare.path.clone(),
+                    source: e,
+                })
+            });
+        }
+    }
+
+    /// Opens the spare devices (after `open`); a spare that cannot be opened stays `None`.
+    pub(crate) fn open_spares(&mut self) {
+        self.spare_leaves = self
+            .config
+            .spares
+            .iter()
+            .map(|s| {
+                if s.replacing.is_some() {
+                    // In use: the leaf in its slot holds the device open.
+                    return None;
+                }
+                crate::pool::open_member(&s.path, self.config.guid, s.guid)
+                    .ok()
+                    .map(|(leaf, _)| leaf)
+            })
+            .collect();
+    }
+
+    /// Puts an available spare in the slot of every faulted, removed or missing leaf (not
+    /// offline ones: the administrator took those out). The spare then needs a resilver.
+    /// Returns whether a spare was activated.
+    pub fn activate_spares(&mut self) -> Result<bool, PoolError> {
+        let failed: Vec<(usize, usize)> = (0..self.tops.len())
+            .flat_map(|t| (0..self.tops[t].children.len()).map(move |c| (t, c)))
+            .filter(|&(t, c)| {
+                let ch = &self.tops[t].children[c];
+                !ch.offline.load(Ordering::Relaxed)
+                    && (ch.leaf.is_none()
+                        || ch.faulted.load(Ordering::Relaxed)
+                        || ch.removed.load(Ordering::Relaxed))
+            })
+            .collect();
+        let mut newest = None;
+        let mut activated = false;
+        for (t, c) in failed {
+            let need = self.config.vdevs[t].leaves[c].asize;
+            let Some(s) = (0..self.config.spares.len()).find(|&s| {
+                self.config.spares[s].replacing.is_none()
+                    && self.config.spares[s].asize >= need
+                    && self.spare_leaves.get(s).is_some_and(|l| l.is_some())
+            }) else {
+                break;
+            };
+            if newest.is_none() {
+                newest = Some(self.newest_uberblock());
+            }
+            let leaf = self.spare_leaves[s].take().expect("checked");
+            let spare = &mut self.config.spares[s];
+            let child = Child::new(spare.guid, spare.path.clone(), Some(leaf));
+            child.stale.store(true, Ordering::Relaxed);
+            child.set_dtl(vec![DTL_EVERYTHING]);
+            let failed_leaf = std::mem::replace(
+                &mut self.config.vdevs[t].leaves[c],
+                LeafConfig::new(spare.guid, spare.path.clone(), spare.asize),
+            );
+            spare.replacing = Some(failed_leaf);
+            self.tops[t].children[c] = child;
+            activated = true;
+        }
+        if let Some(newest) = newest {
+            self.commit_config_keeping(newest)?;
+            self.save_record()?;
+        }
+        Ok(activated)
     }
 
     /// `cairn attach POOL EXISTING NEW`: a disk becomes a two-way mirror, a mirror one side
@@ -294,7 +442,12 @@ impl Pool {
     /// `cairn add [-f] POOL VDEV…`: new top-level vdevs. A redundancy level that differs
     /// from the pool's is refused unless forced.
     pub fn add(&mut self, tokens: &[String], force: bool) -> Result<DeviceOutcome, PoolError> {
-        let specs = parse_vdevs(tokens)?;
+        let (tokens, spares) = crate::spec::split_spares(tokens)?;
+        self.add_spares(&spares, force)?;
+        if tokens.is_empty() && !spares.is_empty() {
+            return Ok(DeviceOutcome::Done);
+        }
+        let specs = parse_vdevs(&tokens)?;
         for spec in &specs {
             for dev in &spec.devices {
                 if self.find_leaf(dev).is_ok() {

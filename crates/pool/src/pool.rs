@@ -72,6 +72,8 @@ pub struct Pool {
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
     /// resilver progress) take the next number so the newest config always wins on open.
     pub(crate) config_txg: std::sync::atomic::AtomicU64,
+    /// Hot spare devices, one per `config.spares` entry (`None`: could not be opened).
+    pub spare_leaves: Vec<Option<Arc<dyn Leaf>>>,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -252,7 +254,8 @@ impl Pool {
         opts: CreateOptions,
     ) -> Result<CreateOutcome, PoolError> {
         validate_pool_name(name)?;
-        let specs = parse_vdevs(vdev_tokens)?;
+        let (vdev_tokens, spare_devices) = crate::spec::split_spares(vdev_tokens)?;
+        let specs = parse_vdevs(&vdev_tokens)?;
         if !opts.force {
             check_replication(&specs)?;
         }
@@ -301,6 +304,7 @@ impl Pool {
             owner: Some(owner_of(home)?),
             vdevs,
             resilver: None,
+            spares: Vec::new(),
         };
         config.validate().map_err(PoolError::BadSpec)?;
         let space = config_space(&config);
@@ -324,7 +328,9 @@ impl Pool {
             notes: notes.clone(),
             ..pool
         };
+        let mut pool = pool;
         pool.write_labels(true)?;
+        pool.add_spares(&spare_devices, opts.force)?;
         pool.save_record()?;
         Ok(CreateOutcome {
             config,
@@ -366,7 +372,9 @@ impl Pool {
             Some(Err(why)) => Err(why.clone()),
             None => Err("not in this host's record of the pool".into()),
         });
-        let pool = Pool::assemble(config, tops, home);
+        let mut pool = Pool::assemble(config, tops, home);
+        pool.open_spares();
+        pool.activate_spares()?;
         pool.apply_counters(&record.counters);
         Ok(pool)
     }
@@ -532,6 +540,7 @@ impl Pool {
             tops,
             notes: Vec::new(),
             home: home.clone(),
+            spare_leaves: Vec::new(),
         }
     }
 

@@ -44,7 +44,7 @@ fn keyword(token: &str) -> Option<TopKind> {
 }
 
 /// Words zpool knows that cairn does not support yet.
-const UNSUPPORTED_KEYWORDS: &[&str] = &["spare", "log", "cache", "special", "dedup", "draid"];
+const UNSUPPORTED_KEYWORDS: &[&str] = &["log", "cache", "special", "dedup", "draid"];
 
 /// Every vdev keyword zpool knows, for spotting typos.
 const ALL_KEYWORDS: &[&str] = &[
@@ -77,6 +77,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// Takes the `spare DEV…` groups out of a vdev specification: (the rest, spare devices).
+pub fn split_spares(tokens: &[String]) -> Result<(Vec<String>, Vec<String>), PoolError> {
+    let mut rest = Vec::new();
+    let mut spares = Vec::new();
+    let mut in_spares = false;
+    for token in tokens {
+        if token == "spare" {
+            in_spares = true;
+        } else if keyword(token).is_some() || UNSUPPORTED_KEYWORDS.contains(&token.as_str()) {
+            in_spares = false;
+            rest.push(token.clone());
+        } else if in_spares {
+            spares.push(absolute(token));
+        } else {
+            rest.push(token.clone());
+        }
+    }
+    if spares.is_empty() && tokens.iter().any(|t| t == "spare") {
+        return Err(PoolError::BadSpec(
+            "'spare' needs at least one device after it, e.g. `spare /dev/sdx`".into(),
+        ));
+    }
+    Ok((rest, spares))
 }
 
 /// Parses vdev tokens into top-level vdev specs, checking group sizes and duplicates.

@@ -105,6 +105,41 @@ pub struct StatusJson {
     pub state: Health,
     pub txg: u64,
     pub vdevs: Vec<TopStatusJson>,
+    pub spares: Vec<SpareStatusJson>,
+}
+
+/// A hot spare in `status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SpareStatusJson {
+    pub path: String,
+    pub guid: u64,
+    /// AVAIL, INUSE or UNAVAIL.
+    pub state: String,
+    /// Path of the failed leaf it stands in for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replacing: Option<String>,
+}
+
+fn spares_json(pool: &Pool) -> Vec<SpareStatusJson> {
+    pool.config
+        .spares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let open = pool.spare_leaves.get(i).is_some_and(|l| l.is_some());
+            let state = match (&s.replacing, open) {
+                (Some(_), _) => "INUSE",
+                (None, true) => "AVAIL",
+                (None, false) => "UNAVAIL",
+            };
+            SpareStatusJson {
+                path: s.path.clone(),
+                guid: s.guid,
+                state: state.into(),
+                replacing: s.replacing.as_ref().map(|l| l.path.clone()),
+            }
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -164,6 +199,7 @@ pub fn status_json(pool: &Pool) -> StatusJson {
         guid: pool.config.guid,
         state: pool.health(),
         txg: pool.config.txg,
+        spares: spares_json(pool),
         vdevs: pool
             .tops
             .iter()
@@ -275,6 +311,20 @@ pub fn render_status_with(
         }
         let _ = writeln!(out, "{line}");
     }
+    if !s.spares.is_empty() {
+        let _ = writeln!(out, "\tspares");
+        for sp in &s.spares {
+            let line = format!("\t  {:<w$}  {:<8}", sp.path, sp.state, w = w - 2);
+            match &sp.replacing {
+                Some(r) => {
+                    let _ = writeln!(out, "{line}  in use, standing in for {r}");
+                }
+                None => {
+                    let _ = writeln!(out, "{}", line.trim_end());
+                }
+            }
+        }
+    }
     let _ = writeln!(out);
     if damaged.is_empty() {
         let _ = writeln!(out, "errors: No known data errors");
@@ -362,6 +412,19 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
                 format!("Run 'cairn resilver {name}'."),
             )
         });
+    }
+    if let Some(failed) = pool.config.spares.iter().find_map(|s| s.replacing.as_ref()) {
+        return Some((
+            format!(
+                "A hot spare stands in for the failed device {}.",
+                failed.path
+            ),
+            format!(
+                "Replace the failed device with 'cairn replace {name} {} NEW'; the spare then\n\
+                 \treturns to the list of available spares.",
+                failed.path
+            ),
+        ));
     }
     None
 }

@@ -213,7 +213,8 @@ fn create_explains_bad_layouts_and_devices() {
             ]),
             "mismatched replication",
         ),
-        (s(&["spare", &p(0)]), "not supported yet"),
+        (s(&["log", &p(0)]), "not supported yet"),
+        (s(&[&p(1), "spare"]), "spare"),
         (s(&[]), "no devices"),
     ];
     for (tokens, want) in cases {

@@ -20,6 +20,20 @@ pub struct PoolConfig {
     /// Resilver in progress (its resume point).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resilver: Option<ResilverCheckpoint>,
+    /// Hot spares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<SpareConfig>,
+}
+
+/// A hot spare: AVAIL, or standing in for a failed leaf (`replacing`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpareConfig {
+    pub guid: u64,
+    pub path: String,
+    pub asize: u64,
+    /// The failed leaf whose slot the spare took; `replace` of that leaf releases it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacing: Option<LeafConfig>,
 }
 
 /// Identity of the importer of a pool: refuses a second import from elsewhere.

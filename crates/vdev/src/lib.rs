@@ -15,7 +15,9 @@ pub mod leaf;
 pub mod rebuild;
 pub mod top;
 
-pub use config::{LeafConfig, Owner, PoolConfig, ResilverCheckpoint, TopConfig, DTL_EVERYTHING};
+pub use config::{
+    LeafConfig, Owner, PoolConfig, ResilverCheckpoint, SpareConfig, TopConfig, DTL_EVERYTHING,
+};
 pub use error::VdevError;
 pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
