@@ -44,7 +44,7 @@ impl Default for ResilverOptions {
     fn default() -> Self {
         ResilverOptions {
             rate: None,
-            checkpoint_every: Duration::from_secs(1),
+            checkpoint_every: Duration::from_secs(5),
         }
     }
 }
@@ -362,7 +362,7 @@ impl Store {
 /// Bytes of blocks rebuilt together (one read pass over the good leaves).
 const CHUNK_BYTES: u64 = 2 << 20;
 /// Largest coalesced write to a stale leaf.
-const MAX_WRITE_RUN: usize = 4 << 20;
+const MAX_WRITE_RUN: u64 = 4 << 20;
 
 /// Consecutive jobs of one vdev, about `CHUNK_BYTES` each.
 fn chunks_by_vdev(jobs: &[CopyJob]) -> Vec<&[CopyJob]> {
@@ -381,6 +381,14 @@ fn chunks_by_vdev(jobs: &[CopyJob]) -> Vec<&[CopyJob]> {
         out.push(&jobs[start..]);
     }
     out
+}
+
+/// Pieces that follow each other on one leaf, written as one request.
+struct Run {
+    child: usize,
+    start: u64,
+    len: u64,
+    bufs: Vec<Vec<u8>>,
 }
 
 /// Threads rebuilding chunks at once.
@@ -433,31 +441,34 @@ fn write_pieces(
     let mut written = 0u64;
     let mut count = 0u64;
     let mut failure = None;
-    let mut flush = |vdev: usize, run: &mut Option<(usize, u64, Vec<u8>)>| {
-        if let Some((child, at, bytes)) = run.take() {
-            match pool.tops[vdev].write_leaf_piece(child, at, &bytes) {
-                Ok(()) => written += bytes.len() as u64,
-                Err(e) => failure = Some(PoolError::Vdev(e)),
-            }
+    let mut flush = |vdev: usize, run: Run| {
+        let bufs: Vec<&[u8]> = run.bufs.iter().map(|b| b.as_slice()).collect();
+        match pool.tops[vdev].write_leaf_run(run.child, run.start, &bufs) {
+            Ok(()) => written += run.len,
+            Err(e) => failure = Some(PoolError::Vdev(e)),
         }
     };
     for (vdev, pieces) in in_order {
         // Pieces come sorted by vdev offset; per child they are then in leaf order.
-        let mut runs: BTreeMap<usize, (usize, u64, Vec<u8>)> = BTreeMap::new();
+        let mut runs: BTreeMap<usize, Run> = BTreeMap::new();
         for (child, at, bytes) in pieces {
             count += 1;
-            let run = runs.entry(child).or_insert_with(|| (child, at, Vec::new()));
-            if run.1 + run.2.len() as u64 != at || run.2.len() >= MAX_WRITE_RUN {
-                let mut done = Some(std::mem::replace(run, (child, at, Vec::new())));
-                flush(vdev, &mut done);
+            if let Some(run) = runs.get(&child) {
+                if run.start + run.len != at || run.len >= MAX_WRITE_RUN {
+                    flush(vdev, runs.remove(&child).expect("present"));
+                }
             }
-            runs.get_mut(&child)
-                .expect("inserted")
-                .2
-                .extend_from_slice(&bytes);
+            let run = runs.entry(child).or_insert_with(|| Run {
+                child,
+                start: at,
+                len: 0,
+                bufs: Vec::new(),
+            });
+            run.len += bytes.len() as u64;
+            run.bufs.push(bytes);
         }
         for (_, run) in runs {
-            flush(vdev, &mut Some(run));
+            flush(vdev, run);
         }
     }
     (written, count, failure)

@@ -72,6 +72,14 @@ impl Leaf for ThrottledLeaf {
         self.wait(buf.len());
         self.inner.write_at(buf, offset)
     }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.wait(bufs.iter().map(|b| b.len()).sum());
+        self.inner.write_vectored_at(bufs, offset)
+    }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        self.wait(bufs.iter().map(|b| b.len()).sum());
+        self.inner.read_vectored_at(bufs, offset)
+    }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -510,6 +510,7 @@ impl Pool {
                 .unwrap_or_else(|| Err("not found by the device scan".into()))
         });
         let mut pool = Pool::assemble(config, tops, home);
+        pool.open_spares();
         pool.bump_config()?;
         pool.save_record()?;
         Ok(pool)

@@ -71,10 +71,13 @@ impl TopVdev {
             .enumerate()
             .map(|(i, ((data, r), ok))| {
                 (ok && verify(i, &data)).then(|| {
-                    r.targets
-                        .iter()
-                        .map(|&c| (c, LEAF_DATA_START + r.offset, data.clone()))
-                        .collect()
+                    // Each target but the last gets a copy; the last takes the buffer.
+                    let at = LEAF_DATA_START + r.offset;
+                    let (last, rest) = r.targets.split_last().expect("a block has targets");
+                    let mut pieces: Vec<Piece> =
+                        rest.iter().map(|&c| (c, at, data.clone())).collect();
+                    pieces.push((*last, at, data));
+                    pieces
                 })
             })
             .collect()

@@ -557,6 +557,26 @@ impl TopVdev {
         })
     }
 
+    /// Writes rebuilt pieces that follow each other on a child as one request.
+    pub fn write_leaf_run(
+        &self,
+        c: usize,
+        leaf_offset: u64,
+        bufs: &[&[u8]],
+    ) -> Result<(), VdevError> {
+        let child = &self.children[c];
+        let Some(leaf) = child.usable() else {
+            return Err(VdevError::io(
+                &child.path,
+                std::io::Error::from_raw_os_error(libc::ENXIO),
+            ));
+        };
+        leaf.write_vectored_at(bufs, leaf_offset).map_err(|e| {
+            child.note_error(&child.stats.write_errors, &e);
+            VdevError::io(&child.path, e)
+        })
+    }
+
     /// The columns (parity regenerated) of a block that live on `targets`.
     fn columns_of(
         &self,
