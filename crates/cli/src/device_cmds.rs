@@ -229,6 +229,7 @@ fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), St
     let opts = ResilverOptions {
         rate: parse_rate(flags)?,
         checkpoint_every: Duration::from_secs(2),
+        ..ResilverOptions::default()
     };
     let store = Store::open(pool).map_err(err)?;
     let bar = (flags.wait && std::io::stderr().is_terminal()).then(|| {

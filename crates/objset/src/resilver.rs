@@ -28,9 +28,6 @@ use crate::object::decode_indirect;
 use crate::scrub::{read_synced_dnode, ScrubControl};
 use crate::store::{State, Store};
 
-/// Bytes of blocks gathered before a batch is rebuilt and written.
-const BATCH_BYTES: u64 = 64 << 20;
-
 /// Tunables of a resilver.
 #[derive(Clone, Copy, Debug)]
 pub struct ResilverOptions {
@@ -38,6 +35,9 @@ pub struct ResilverOptions {
     pub rate: Option<u64>,
     /// How often progress is reported and the resume point persisted.
     pub checkpoint_every: Duration,
+    /// Bytes of blocks gathered (under the store lock) before they are copied: larger
+    /// batches keep the leaves busier, smaller ones hold the lock for less time.
+    pub batch_bytes: u64,
 }
 
 impl Default for ResilverOptions {
@@ -45,6 +45,7 @@ impl Default for ResilverOptions {
         ResilverOptions {
             rate: None,
             checkpoint_every: Duration::from_secs(5),
+            batch_bytes: 64 << 20,
         }
     }
 }
@@ -236,7 +237,7 @@ impl Store {
             {
                 let mut st = self.lock();
                 // Gather objects until the batch is full, then copy it under the same lock.
-                while p.next_object < last && batch.bytes < BATCH_BYTES {
+                while p.next_object < last && batch.bytes < opts.batch_bytes {
                     let id = p.next_object;
                     let dnode = read_synced_dnode(self, &mut st, id)?;
                     if dnode.kind != ObjectKind::Free {

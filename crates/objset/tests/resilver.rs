@@ -258,11 +258,13 @@ fn interrupted_resilver_resumes_and_completes() {
     let store = Store::open(pool).unwrap();
     let opts = ResilverOptions {
         checkpoint_every: Duration::ZERO,
+        batch_bytes: 4 * MIB,
         ..ResilverOptions::default()
     };
     let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
     assert_eq!(end, ResilverEnd::Paused);
-    assert!(first.next_object > 1, "{first:?}");
+    // 4 MiB batches: the first stops a few files in.
+    assert!(first.next_object > 1 && first.next_object < 30, "{first:?}");
     // "Crash": the store goes away without syncing or finishing.
     drop(store);
     let pool = Pool::open(&home, "tank").unwrap();
@@ -285,4 +287,116 @@ fn interrupted_resilver_resumes_and_completes() {
     check_files(&store, &model);
     let s = scrub_all(&store);
     assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+}
+
+/// A leaf that keeps failing is FAULTED after a bounded number of errors; `clear` lifts the
+/// fault and the resilver copies the txgs it missed.
+#[test]
+fn failing_leaf_is_faulted_then_cleared_and_resilvered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz2", 6, 64 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let (store, switches) = open_with_switches(&home);
+    let mut model = write_files(&store, &mut rng, "a", 6, 400_000);
+    switches[3].fail_writes.store(true, Ordering::Relaxed);
+    model.extend(write_files(&store, &mut rng, "b", 6, 400_000));
+    let child = &store.pool().tops[0].children[3];
+    assert_eq!(Pool::leaf_health(child), Health::Faulted);
+    assert!(child.stats.snapshot().1 >= cairn_vdev::top::FAULT_AFTER_ERRORS);
+    assert!(!child.dtl_ranges().is_empty());
+    let status = cairn_pool::status::render_status(store.pool(), false);
+    assert!(
+        status.contains("too many errors") && status.contains("cairn clear"),
+        "{status}"
+    );
+    // The disk is fine again (a loose cable): clear.
+    switches[3].fail_writes.store(false, Ordering::Relaxed);
+    let mut pool = store.close().unwrap();
+    pool.clear_device(None).unwrap();
+    assert!(pool.needs_resilver());
+    let store = Store::open(pool).unwrap();
+    resilver_all(&store);
+    assert_eq!(store.pool().health(), Health::Online);
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+}
+
+/// Power is cut in the middle of a resilver (writes stop reaching the disks while the
+/// process carries on); after the reboot the resilver resumes from the last checkpoint
+/// that reached the disks, and an export/import in between keeps the resume point too.
+#[test]
+fn resilver_survives_power_cut_and_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    let store = open_store(&home);
+    let model = write_files(&store, &mut rng, "f", 40, 1 << 20);
+    let mut pool = store.close().unwrap();
+    let new = new_leaf(dir.path(), "new", 128 * MIB);
+    pool.replace(
+        &files[1].display().to_string(),
+        Some(&new.display().to_string()),
+        false,
+    )
+    .unwrap();
+    // First stretch, then export and import: the resume point travels in the labels.
+    let store = Store::open(pool).unwrap();
+    let opts = ResilverOptions {
+        checkpoint_every: Duration::ZERO,
+        batch_bytes: 4 * MIB,
+        ..ResilverOptions::default()
+    };
+    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
+    assert_eq!(end, ResilverEnd::Paused);
+    store.close().unwrap().export().unwrap();
+    let pool = Pool::import(&home, &[dir.path().to_path_buf()], "tank", false, false).unwrap();
+    assert_eq!(
+        pool.resilver_checkpoint().map(|c| c.next_object),
+        Some(first.next_object)
+    );
+    // Second stretch under a power cut a few hundred writes in.
+    let power = cairn_vdev::PowerCut::new(u64::MAX, false);
+    let mut pool = pool;
+    for child in pool.tops.iter_mut().flat_map(|t| t.children.iter_mut()) {
+        let inner = child.leaf.clone().unwrap();
+        child.leaf =
+            Some(Arc::new(cairn_vdev::CrashLeaf::new(inner, power.clone())) as Arc<dyn Leaf>);
+    }
+    let store = Store::open(pool).unwrap();
+    let mut checkpoints = 0;
+    let result = store.resilver(opts, &mut |_| {
+        checkpoints += 1;
+        if checkpoints == 2 {
+            let now = power.writes.load(Ordering::SeqCst);
+            power.persist_limit.store(now + 5, Ordering::SeqCst);
+        }
+        ScrubControl::Continue
+    });
+    assert!(result.is_ok(), "{result:?}");
+    drop(store);
+    // Reboot: the disks hold an unfinished resilver.
+    let pool = Pool::open(&home, "tank").unwrap();
+    assert!(pool.needs_resilver(), "the finish never reached the disks");
+    let resumed_at = pool
+        .resilver_checkpoint()
+        .expect("resume point")
+        .next_object;
+    assert!(
+        resumed_at > first.next_object,
+        "{resumed_at} vs {}",
+        first.next_object
+    );
+    let store = Store::open(pool).unwrap();
+    resilver_all(&store);
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+    // The new side alone holds everything.
+    drop(store.close().unwrap());
+    let mut pool = Pool::open(&home, "tank").unwrap();
+    pool.offline(&files[0].display().to_string(), false)
+        .unwrap();
+    let store = Store::open(pool).unwrap();
+    check_files(&store, &model);
 }
