@@ -74,7 +74,8 @@ impl Store {
         every: Duration,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
-        self.sync()?;
+        let scanned_txg = self.sync()?;
+        let readable_at_start = self.readable_leaves();
         let start = Instant::now();
         let mut p = ScrubProgress {
             total_bytes: self.space().alloc,
@@ -119,8 +120,54 @@ impl Store {
             }
         }
         p.elapsed_secs = start.elapsed().as_secs_f64();
+        if resume_from == 0 && p.errors == 0 {
+            self.settle_dtls(scanned_txg, &readable_at_start)?;
+        }
         report(&p);
         Ok((p, ScrubEnd::Finished))
+    }
+
+    /// Leaves reads use now, as (top-level vdev, child).
+    fn readable_leaves(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for (t, top) in self.pool().tops.iter().enumerate() {
+            for (c, child) in top.children.iter().enumerate() {
+                if child.is_readable() {
+                    out.push((t, c));
+                }
+            }
+        }
+        out
+    }
+
+    /// After a whole scrub without errors, every block born up to `scanned_txg` is correct
+    /// on every leaf the scrub read (it rewrote what was wrong): DTL ranges of those leaves
+    /// up to that txg are settled, as a completed scrub does in ZFS. Without this, a leaf
+    /// that once missed a write would be distrusted at the next import although whole.
+    fn settle_dtls(&self, scanned_txg: u64, readable: &[(usize, usize)]) -> Result<(), StoreError> {
+        let mut changed = false;
+        for &(t, c) in readable {
+            let child = &self.pool().tops[t].children[c];
+            let ranges = child.dtl_ranges();
+            if ranges.is_empty() || !child.is_readable() {
+                continue;
+            }
+            let left: Vec<(u64, u64)> = ranges
+                .iter()
+                .filter(|r| r.1 > scanned_txg + 1)
+                .map(|&(s, e)| (s.max(scanned_txg + 1), e))
+                .collect();
+            if left != ranges {
+                child.set_dtl(left);
+                changed = true;
+            }
+        }
+        if changed {
+            self.pool()
+                .write_config_labels(0)
+                .map_err(StoreError::Pool)?;
+        }
+        Ok(())
     }
 
     /// Scrubs one block; returns its health, or None if it is beyond repair.
