@@ -126,10 +126,10 @@ impl Targets {
                 .children
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| c.stale.load(Ordering::Relaxed) && c.is_usable())
+                .filter(|(_, c)| c.is_usable())
                 .map(|(i, c)| (i, c.dtl_ranges()))
                 .filter(|(i, r)| {
-                    // A stale leaf that missed nothing needs no copy: trust it again.
+                    // A leaf that missed nothing needs no copy: trust it (again).
                     if r.is_empty() {
                         top.children[*i].stale.store(false, Ordering::Relaxed);
                     }

@@ -507,12 +507,12 @@ impl Pool {
         Ok(DeviceOutcome::Done)
     }
 
-    /// Whether some leaf is stale (waits for a resilver).
+    /// Whether some leaf that takes writes misses txgs (waits for a resilver).
     pub fn needs_resilver(&self) -> bool {
         self.tops
             .iter()
             .flat_map(|t| t.children.iter())
-            .any(|c| c.stale.load(Ordering::Relaxed) && c.is_usable())
+            .any(|c| c.is_usable() && !c.dtl_ranges().is_empty())
     }
 
     /// The pool's top-level vdevs as command-line specs (for the replication check).

@@ -949,9 +949,23 @@ pub(crate) fn build_tops(
                     child
                 })
                 .collect();
-            TopVdev::new(tc.clone(), children)
+            let top = TopVdev::new(tc.clone(), children);
+            trust_stale_if_needed(&top);
+            top
         })
         .collect()
+}
+
+/// A vdev that cannot serve reads without its stale leaves trusts them again: they hold
+/// every block outside their DTL, and checksums catch the blocks they missed. Their DTL
+/// stays, so a resilver still copies what they lack once the vdev has the redundancy.
+fn trust_stale_if_needed(top: &TopVdev) {
+    if top.can_serve() {
+        return;
+    }
+    for child in &top.children {
+        child.stale.store(false, Ordering::Relaxed);
+    }
 }
 
 /// The "ashift 9 on a 4K disk" warning.

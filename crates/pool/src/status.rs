@@ -182,8 +182,9 @@ fn leaf_reason(pool: &Pool, c: &cairn_vdev::Child) -> Option<String> {
     if c.removed.load(Relaxed) {
         return Some("device removed (I/O returned ENXIO)".into());
     }
-    if c.stale.load(Relaxed) {
-        let dtl = cairn_vdev::dtl::describe(&c.dtl_ranges());
+    let missed = c.dtl_ranges();
+    if !missed.is_empty() {
+        let dtl = cairn_vdev::dtl::describe(&missed);
         return Some(if pool.resilver_checkpoint().is_some() {
             format!("(resilvering: missed txg {dtl})")
         } else {
