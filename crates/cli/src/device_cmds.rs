@@ -288,6 +288,28 @@ fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), St
     Ok(())
 }
 
+/// `2026-11-22 13:47:49 UTC` from Unix seconds (proleptic Gregorian calendar).
+fn utc(unix: u64) -> String {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 fn hms(secs: u64) -> String {
     format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
@@ -309,8 +331,8 @@ pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
             .map(hms)
             .unwrap_or_else(|| "unknown".into());
         return Some(format!(
-            "resilver in progress since {} (unix time), {} of {} examined at {}/s, {pct:.1}% done, {} copied, {eta} to go",
-            cp.started,
+            "resilver in progress since {}, {} of {} examined at {}/s, {pct:.1}% done, {} copied, {eta} to go",
+            utc(cp.started),
             format_zfs_size(cp.examined_bytes),
             format_zfs_size(cp.total_bytes),
             format_zfs_size(rate),
@@ -326,10 +348,20 @@ pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
     }
     let record: ResilverRecord = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
     Some(format!(
-        "resilvered {} in {} with {} errors (finished at unix time {})",
+        "resilvered {} in {} with {} errors on {}",
         format_zfs_size(record.repaired_bytes),
         hms(record.elapsed_secs as u64),
         record.errors,
-        record.ended
+        utc(record.ended)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(super::utc(1_795_355_269), "2026-11-22 13:47:49 UTC");
+    }
 }
