@@ -400,3 +400,36 @@ fn resilver_survives_power_cut_and_export() {
     let store = Store::open(pool).unwrap();
     check_files(&store, &model);
 }
+
+/// The rate knob bounds how fast a resilver writes.
+#[test]
+fn resilver_rate_limit_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "mirror", 2, 64 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let store = open_store(&home);
+    let model = write_files(&store, &mut rng, "f", 8, 1 << 20);
+    let mut pool = store.close().unwrap();
+    pool.replace(&files[1].display().to_string(), None, false)
+        .unwrap();
+    let store = Store::open(pool).unwrap();
+    let rate = 16 * MIB;
+    let opts = ResilverOptions {
+        rate: Some(rate),
+        batch_bytes: MIB,
+        ..ResilverOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let (p, end) = store
+        .resilver(opts, &mut |_| ScrubControl::Continue)
+        .unwrap();
+    assert_eq!(end, ResilverEnd::Finished);
+    // The last batch (at most two files) is written after the last throttle point.
+    let floor = p.repaired_bytes.saturating_sub(2 * MIB) as f64 / rate as f64;
+    assert!(
+        started.elapsed().as_secs_f64() >= floor,
+        "{p:?} in {:?}, expected at least {floor} s",
+        started.elapsed()
+    );
+    check_files(&store, &model);
+}
