@@ -507,7 +507,7 @@ impl Store {
     pub fn write(&self, r: &Resolved, offset: u64, data: &[u8]) -> Result<(), StoreError> {
         let mut st = self.lock();
         self.check_writable(&st, r.dataset)?;
-        self.check_space(&st, data.len() as u64)?;
+        self.reserve_space(&mut st, data.len() as u64)?;
         if r.kind == ObjectKind::Volume {
             let size = self.object_mut(&mut st, r.object)?.dnode.size;
             if offset

@@ -33,9 +33,13 @@ use crate::object::{
 /// Object id of the dataset table.
 pub const DATASET_TABLE_OBJECT: u64 = 1;
 const ROOT_MAGIC: u64 = 0x3153_4f4e_5249_4143; // "CAIRNOS1"
-const ROOT_BLOCK_SIZE: usize = 4096;
-const SPACE_MAP_CHUNK: usize = 1 << 20;
-const MAX_SPACE_MAP_CHUNKS: usize = 12;
+/// The root block holds the object-table dnode and up to `MAX_SPACE_MAP_CHUNKS` pointers.
+const ROOT_BLOCK_SIZE: usize = 16 << 10;
+/// Space map chunk size; halved (down to `MIN_SPACE_MAP_CHUNK`) when free space is too
+/// fragmented to hold chunks this large.
+const SPACE_MAP_CHUNK: usize = 128 << 10;
+const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
+const MAX_SPACE_MAP_CHUNKS: usize = 96;
 /// Txgs a freed block waits before reuse (see module docs).
 const FREE_DELAY_TXGS: u64 = 2;
 
@@ -405,6 +409,7 @@ impl Store {
                 obj.punched.remove(&blkid);
                 added += bs;
             }
+
             let piece = &data[done..done + n];
             if whole {
                 // A whole block: take the data as is (no zero fill, no second copy).
@@ -554,14 +559,33 @@ impl Store {
         }
     }
 
-    /// Refuses new data when it would eat into the slop reserve.
-    pub(crate) fn check_space(&self, st: &State, more: u64) -> Result<(), StoreError> {
+    /// Whether `more` bytes fit next to what is allocated and dirty, outside the slop.
+    fn space_fits(&self, st: &State, more: u64) -> bool {
         let geo = self.pool.space();
         let used = self.deflated_alloc(st) + st.dirty_bytes + more;
-        if used > geo.dspace.saturating_sub(geo.slop) {
-            return Err(StoreError::NoSpace(self.pool.name().to_string()));
+        used <= geo.dspace.saturating_sub(geo.slop)
+    }
+
+    /// Reserves room for `more` bytes of new data. Every dirty block needs new space
+    /// (copy-on-write), and overwritten blocks stay allocated for two more txgs; so when the
+    /// space does not fit, sync the open txg and let deferred frees drain (up to three
+    /// syncs, like ZFS's write throttle waiting for txgs) before answering ENOSPC. The slop
+    /// reserve keeps deletes and syncs possible on a full pool.
+    pub(crate) fn reserve_space(&self, st: &mut State, more: u64) -> Result<(), StoreError> {
+        for _ in 0..=FREE_DELAY_TXGS {
+            if self.space_fits(st, more) {
+                return Ok(());
+            }
+            if st.dirty_bytes == 0 && st.deferred.is_empty() {
+                break;
+            }
+            self.sync_locked(st)?;
         }
-        Ok(())
+        if self.space_fits(st, more) {
+            Ok(())
+        } else {
+            Err(StoreError::NoSpace(self.pool.name().to_string()))
+        }
     }
 
     // ---- sync ---------------------------------------------------------------------------
@@ -733,32 +757,45 @@ impl Store {
         copies: usize,
     ) -> Result<(u64, Vec<BlockPointer>), StoreError> {
         let mut slack = 64 * 16 + 4096;
-        for _attempt in 0..8 {
+        let mut chunk_size = SPACE_MAP_CHUNK;
+        for _attempt in 0..16 {
             let estimate = encode_space_map(&st.alloc, &st.deferred).len() + slack;
-            let chunks = estimate.div_ceil(SPACE_MAP_CHUNK);
+            let chunks = estimate.div_ceil(chunk_size);
             if chunks > MAX_SPACE_MAP_CHUNKS {
                 return Err(StoreError::Corrupt(format!(
-                    "space map of {estimate} bytes exceeds {MAX_SPACE_MAP_CHUNKS} MiB (pool too fragmented)"
+                    "space map of {estimate} bytes does not fit in {MAX_SPACE_MAP_CHUNKS} chunks of {chunk_size} bytes (pool too fragmented)"
                 )));
             }
             let mut sizes = Vec::with_capacity(chunks);
             let mut left = estimate;
             for _ in 0..chunks {
-                let n = left.min(SPACE_MAP_CHUNK);
+                let n = left.min(chunk_size);
                 sizes.push((n as u64).next_multiple_of(sector) as usize);
                 left -= n;
             }
             let mut dvas = Vec::with_capacity(chunks);
+            let mut fragmented = false;
             for &sz in &sizes {
-                dvas.push(self.pool.allocate(&mut st.alloc, sz as u64, copies)?);
+                match self.pool.allocate(&mut st.alloc, sz as u64, copies) {
+                    Ok(d) => dvas.push(d),
+                    Err(cairn_pool::PoolError::NoSpace(_)) if chunk_size > MIN_SPACE_MAP_CHUNK => {
+                        fragmented = true;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             let map = encode_space_map(&st.alloc, &st.deferred);
             let capacity: usize = sizes.iter().sum();
-            if map.len() > capacity {
+            if fragmented || map.len() > capacity {
                 for d in dvas.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
                     st.alloc.free(d);
                 }
-                slack *= 4;
+                if fragmented {
+                    chunk_size /= 2;
+                } else {
+                    slack *= 4;
+                }
                 continue;
             }
             let mut bps = Vec::with_capacity(chunks);
