@@ -224,7 +224,7 @@ fn unix_now() -> u64 {
 }
 
 /// Runs the resilver of every stale leaf to completion, with a progress bar under `-w`.
-fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
+pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
     let name = pool.name().to_string();
     let opts = ResilverOptions {
         rate: parse_rate(flags)?,

@@ -191,6 +191,11 @@ pub fn import(a: ImportArgs) -> Result<(), String> {
     };
     let pool = Pool::import(&home, &dirs, &name, a.force, a.destroyed).map_err(err)?;
     println!("imported pool '{}' ({})", pool.name(), pool.health());
+    if pool.needs_resilver() {
+        // As zpool does after import: finish (or resume) the resilver of stale leaves.
+        println!("resilvering devices that missed writes");
+        crate::device_cmds::run_resilver(&home, pool, &Default::default())?;
+    }
     Ok(())
 }
 

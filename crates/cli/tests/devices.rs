@@ -218,3 +218,33 @@ fn hot_spare_takes_over_and_returns_after_replace() {
     let e = fails(&cairn(&home, &["create", "tank2", &d[1], "spare"]));
     assert!(e.contains("'spare' needs at least one device"), "{e}");
 }
+
+#[test]
+fn temporary_offline_ends_at_import_which_resilvers() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d: Vec<String> = (0..2)
+        .map(|i| file(dir.path(), &format!("d{i}"), 64 * MIB))
+        .collect();
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let a = put(&home, dir.path(), "a", 1 << 20, 7);
+    ok(&cairn(&home, &["offline", "-t", "tank", &d[1]]));
+    let b = put(&home, dir.path(), "b", 2 << 20, 8);
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert_eq!(state_of(&st, &d[1]), "OFFLINE", "{st}");
+    ok(&cairn(&home, &["export", "tank"]));
+    let out = ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    assert!(out.contains("resilvered"), "{out}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("state: ONLINE") && state_of(&st, &d[1]) == "ONLINE",
+        "{st}"
+    );
+    // The returned side holds everything: take the other one out and read.
+    ok(&cairn(&home, &["offline", "tank", &d[0]]));
+    assert!(cat(&home, "a") == a, "a differs");
+    assert!(cat(&home, "b") == b, "b differs");
+}
