@@ -43,8 +43,9 @@ pub fn describe(ranges: &[(u64, u64)]) -> String {
         .iter()
         .map(|&(s, e)| match e {
             u64::MAX => "everything".to_string(),
-            e if e == s + 1 => format!("{s}"),
-            e => format!("{s}-{}", e - 1),
+            // Ranges come from labels: no arithmetic that could overflow on odd values.
+            e if e == s.saturating_add(1) => format!("{s}"),
+            e => format!("{s}-{}", e.saturating_sub(1)),
         })
         .collect::<Vec<_>>()
         .join(", ")

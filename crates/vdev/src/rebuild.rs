@@ -31,12 +31,26 @@ impl TopVdev {
         requests: &[RebuildRequest],
         verify: BatchVerifier<'_>,
     ) -> Vec<Result<Vec<Piece>, VdevError>> {
-        let fast = match self.config.shape {
+        // Addresses come from block pointers: only checked ones take the fast path; the
+        // others get their error from `rebuild_pieces`.
+        let valid: Vec<usize> = (0..requests.len())
+            .filter(|&i| {
+                let r = &requests[i];
+                !r.targets.is_empty() && self.check_address(r.offset, r.psize).is_ok()
+            })
+            .collect();
+        let checked: Vec<RebuildRequest> = valid.iter().map(|&i| requests[i].clone()).collect();
+        let verify_checked = |k: usize, b: &[u8]| verify(valid[k], b);
+        let done = match self.config.shape {
             VdevShape::Raidz { width, parity } => {
-                self.rebuild_raidz_batch(requests, width, parity, verify)
+                self.rebuild_raidz_batch(&checked, width, parity, &verify_checked)
             }
-            _ => self.rebuild_copies_batch(requests, verify),
+            _ => self.rebuild_copies_batch(&checked, &verify_checked),
         };
+        let mut fast: Vec<Option<Vec<Piece>>> = vec![None; requests.len()];
+        for (k, pieces) in done.into_iter().enumerate() {
+            fast[valid[k]] = pieces;
+        }
         fast.into_iter()
             .zip(requests)
             .enumerate()
