@@ -353,6 +353,7 @@ impl Store {
                     .collect();
                 child.stale.store(!left.is_empty(), Ordering::Relaxed);
                 child.set_dtl(left);
+                child.forget_resilvered();
             }
         }
         self.pool().set_resilver_checkpoint(None)?;

@@ -433,3 +433,44 @@ fn resilver_rate_limit_is_honoured() {
     );
     check_files(&store, &model);
 }
+
+/// While a new leaf is resilvered, blocks it already holds can be read from it: with the
+/// old side gone half way through, files already copied still read back.
+#[test]
+fn blocks_already_resilvered_are_read_from_the_new_leaf() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(51);
+    let store = open_store(&home);
+    let model = write_files(&store, &mut rng, "f", 40, 1 << 20);
+    let mut pool = store.close().unwrap();
+    let new = new_leaf(dir.path(), "new", 128 * MIB);
+    pool.replace(
+        &files[1].display().to_string(),
+        Some(&new.display().to_string()),
+        false,
+    )
+    .unwrap();
+    drop(pool);
+    let (store, switches) = open_with_switches(&home);
+    let opts = ResilverOptions {
+        checkpoint_every: Duration::ZERO,
+        batch_bytes: 4 * MIB,
+        ..ResilverOptions::default()
+    };
+    let (p, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
+    assert_eq!(end, ResilverEnd::Paused, "{p:?}");
+    // The old side vanishes: only the new leaf is left.
+    switches[0].vanished.store(true, Ordering::Relaxed);
+    let first = "tank/f0".to_string();
+    check_files(
+        &store,
+        &BTreeMap::from([(first.clone(), model[&first].clone())]),
+    );
+    let last = store.resolve("tank/f39").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    assert!(
+        store.read(&last, 0, &mut buf).is_err(),
+        "f39 was not resilvered yet: the new leaf must not serve it"
+    );
+}

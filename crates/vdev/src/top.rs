@@ -67,6 +67,9 @@ pub struct Child {
     pub missed_write: AtomicBool,
     /// Txg ranges whose writes this leaf missed (see `dtl`).
     pub dtl: Mutex<Vec<(u64, u64)>>,
+    /// Leaf byte ranges `[start, end)` the running resilver has written to this stale leaf:
+    /// reads may use the leaf there. Dropped when a write to the leaf fails.
+    resilvered: Mutex<Vec<(u64, u64)>>,
     /// I/O errors since the last `clear`, for faulting.
     io_errors: AtomicU64,
     pub stats: LeafStats,
@@ -85,6 +88,7 @@ impl Child {
             stale: AtomicBool::new(false),
             missed_write: AtomicBool::new(false),
             dtl: Mutex::new(Vec::new()),
+            resilvered: Mutex::new(Vec::new()),
             io_errors: AtomicU64::new(0),
             stats: LeafStats::default(),
         }
@@ -107,12 +111,47 @@ impl Child {
         self.usable()
     }
 
+    /// The device, if reads of `len` bytes at `leaf_offset` may use it: readable, or stale
+    /// but already resilvered there.
+    pub(crate) fn readable_for(&self, leaf_offset: u64, len: u64) -> Option<&Arc<dyn Leaf>> {
+        if !self.stale.load(Ordering::Relaxed) {
+            return self.usable();
+        }
+        let ranges = self.resilvered.lock().unwrap_or_else(|p| p.into_inner());
+        let i = ranges.partition_point(|r| r.1 <= leaf_offset);
+        let covered = ranges
+            .get(i)
+            .is_some_and(|r| r.0 <= leaf_offset && leaf_offset.saturating_add(len) <= r.1);
+        drop(ranges);
+        if covered {
+            self.usable()
+        } else {
+            None
+        }
+    }
+
+    /// Records that the resilver wrote current data to `[start, start + len)`.
+    pub(crate) fn note_resilvered(&self, start: u64, len: u64) {
+        let mut ranges = self.resilvered.lock().unwrap_or_else(|p| p.into_inner());
+        crate::dtl::add_range(&mut ranges, (start, start.saturating_add(len)));
+    }
+
+    /// Forgets what the resilver wrote (it finished, or a write failed).
+    pub fn forget_resilvered(&self) {
+        self.resilvered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// Counts an I/O error; a device that is gone is marked removed so I/O stops going to it,
     /// one that keeps failing is faulted.
     pub(crate) fn note_error(&self, counter: &AtomicU64, err: &std::io::Error) {
         counter.fetch_add(1, Ordering::Relaxed);
         if std::ptr::eq(counter, &self.stats.write_errors) {
             self.missed_write.store(true, Ordering::Relaxed);
+            // A block the leaf did not take may sit where the resilver wrote before.
+            self.forget_resilvered();
         }
         if matches!(err.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)) {
             self.removed.store(true, Ordering::Relaxed);
@@ -574,7 +613,9 @@ impl TopVdev {
         leaf.write_vectored_at(bufs, leaf_offset).map_err(|e| {
             child.note_error(&child.stats.write_errors, &e);
             VdevError::io(&child.path, e)
-        })
+        })?;
+        child.note_resilvered(leaf_offset, bufs.iter().map(|b| b.len() as u64).sum());
+        Ok(())
     }
 
     /// The columns (parity regenerated) of a block that live on `targets`.
@@ -647,7 +688,7 @@ impl TopVdev {
         let mut good = None;
         for &c in &order {
             let child = &self.children[c];
-            let Some(leaf) = child.readable() else {
+            let Some(leaf) = child.readable_for(leaf_offset, out.len() as u64) else {
                 report.failed_children.push(c);
                 continue;
             };
@@ -989,7 +1030,7 @@ impl TopVdev {
         let total: usize = jobs.iter().map(|j| j.2.len()).sum();
         let read_one = |(c, off, buf): (usize, u64, &mut [u8])| -> bool {
             let child = &self.children[c];
-            match child.readable() {
+            match child.readable_for(off, buf.len() as u64) {
                 None => true,
                 Some(leaf) => match leaf.read_at(buf, off) {
                     Ok(()) => false,
