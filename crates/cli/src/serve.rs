@@ -47,6 +47,8 @@ struct VolumeExport {
 }
 
 fn to_io(e: StoreError) -> io::Error {
+    // Operators see what the clients get: one line per failed request.
+    eprintln!("cairn serve: request failed: {e}");
     match e {
         StoreError::NoSpace(_) => io::Error::from_raw_os_error(libc::ENOSPC),
         StoreError::ReadOnly(_) => io::Error::from_raw_os_error(libc::EPERM),

@@ -532,14 +532,28 @@ impl Store {
     }
 
     /// Reads from a file or volume; returns bytes read (short at end of file).
+    /// Blocks are fetched from disk without the store lock (reads run in parallel and
+    /// beside writes); the read gate keeps them from being reused meanwhile.
     pub fn read(&self, r: &Resolved, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
-        let mut st = self.lock();
-        match self.read_locked(&mut st, r.object, offset, buf) {
+        let (plan, gate) = {
+            let mut st = self.lock();
+            self.object_mut(&mut st, r.object)?;
+            let State { objects, cache, .. } = &mut *st;
+            let obj = objects.get(&r.object).expect("loaded");
+            let plan = crate::object::plan_read(self.pool(), cache, r.object, obj, offset, buf)?;
+            // Taken before the state lock is released: no sync can slip in between.
+            let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+            (plan, gate)
+        };
+        let fetched = plan.fetch(self.pool(), buf);
+        drop(gate);
+        match fetched {
+            Ok(()) => Ok(plan.len),
             Err(StoreError::Pool(e)) => {
-                st.damaged.insert((r.dataset, r.object));
+                self.lock().damaged.insert((r.dataset, r.object));
                 Err(StoreError::Pool(e))
             }
-            other => other,
+            Err(e) => Err(e),
         }
     }
 

@@ -496,56 +496,89 @@ pub fn read_object(
     offset: u64,
     buf: &mut [u8],
 ) -> Result<usize, StoreError> {
+    let plan = plan_read(pool, cache, object, st, offset, buf)?;
+    plan.fetch(pool, buf)?;
+    Ok(plan.len)
+}
+
+/// A read split in two: what memory and the tree could answer (already copied into the
+/// buffer), and the on-disk blocks still to fetch, which need no lock.
+pub struct ReadPlan {
+    pub len: usize,
+    offset: u64,
+    block_size: u64,
+    /// (block id, pointer) of blocks to read from disk.
+    wanted: Vec<(u64, BlockPointer)>,
+}
+
+/// Fills `buf` from dirty data and holes, and lists the blocks that must come from disk.
+pub fn plan_read(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<ReadPlan, StoreError> {
     let size = st.dnode.size;
-    if offset >= size {
-        return Ok(0);
-    }
-    let len = (buf.len() as u64).min(size - offset) as usize;
     let bs = u64::from(st.dnode.block_size);
-    let first = offset / bs;
-    let last = (offset + len as u64 - 1) / bs;
-    // Which blocks must come from disk, and their pointers.
-    let mut wanted: Vec<(u64, BlockPointer)> = Vec::new();
-    for blkid in first..=last {
-        if st.dirty.contains_key(&blkid)
-            || st.punched.contains(&blkid)
-            || st.truncate_from.is_some_and(|f| blkid >= f)
-        {
-            continue;
-        }
-        let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
-        if !bp.is_hole() {
-            wanted.push((blkid, bp));
-        }
+    let mut plan = ReadPlan {
+        len: 0,
+        offset,
+        block_size: bs,
+        wanted: Vec::new(),
+    };
+    if offset >= size {
+        return Ok(plan);
     }
-    let mut fetched: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-    if wanted.len() == 1 {
-        fetched.insert(wanted[0].0, pool.read_bp(&wanted[0].1)?);
-    } else if !wanted.is_empty() {
-        let bps: Vec<BlockPointer> = wanted.iter().map(|w| w.1).collect();
-        for ((blkid, _), data) in wanted.iter().zip(pool.read_bps_batch(&bps)) {
-            fetched.insert(*blkid, data?);
-        }
-    }
+    plan.len = (buf.len() as u64).min(size - offset) as usize;
     let mut done = 0usize;
-    while done < len {
+    while done < plan.len {
         let pos = offset + done as u64;
         let blkid = pos / bs;
         let within = (pos % bs) as usize;
-        let n = (bs as usize - within).min(len - done);
+        let n = (bs as usize - within).min(plan.len - done);
         let out = &mut buf[done..done + n];
         if let Some(block) = st.dirty.get(&blkid) {
             out.copy_from_slice(&block[within..within + n]);
-        } else if let Some(data) = fetched.get(&blkid) {
-            let avail = data.len().saturating_sub(within).min(n);
-            out[..avail].copy_from_slice(&data[within..within + avail]);
-            out[avail..].fill(0);
-        } else {
+        } else if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
             out.fill(0);
+        } else {
+            let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+            if bp.is_hole() {
+                out.fill(0);
+            } else {
+                plan.wanted.push((blkid, bp));
+            }
         }
         done += n;
     }
-    Ok(len)
+    Ok(plan)
+}
+
+impl ReadPlan {
+    /// Reads the listed blocks (verified, self-healing) into their places in `buf`.
+    pub fn fetch(&self, pool: &Pool, buf: &mut [u8]) -> Result<(), StoreError> {
+        let bps: Vec<BlockPointer> = self.wanted.iter().map(|w| w.1).collect();
+        let datas: Vec<Result<Vec<u8>, PoolError>> = if bps.len() == 1 {
+            vec![pool.read_bp(&bps[0])]
+        } else {
+            pool.read_bps_batch(&bps)
+        };
+        for ((blkid, _), data) in self.wanted.iter().zip(datas) {
+            let data = data?;
+            let block_start = blkid * self.block_size;
+            // The part of this block inside the requested range.
+            let from = self.offset.max(block_start);
+            let to = (self.offset + self.len as u64).min(block_start + self.block_size);
+            let out = &mut buf[(from - self.offset) as usize..(to - self.offset) as usize];
+            let within = (from - block_start) as usize;
+            let avail = data.len().saturating_sub(within).min(out.len());
+            out[..avail].copy_from_slice(&data[within..within + avail]);
+            out[avail..].fill(0);
+        }
+        Ok(())
+    }
 }
 
 /// The current contents of block `blkid` (for read-modify-write), `block_size` bytes.

@@ -13,7 +13,7 @@
 //! reused from txg F+2 on, so the trees of the two previous uberblocks stay intact.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use cairn_pool::io::alloc::{decode_space_map, encode_space_map, Allocator, VdevAllocator};
 use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
@@ -102,6 +102,10 @@ pub(crate) struct State {
 pub struct Store {
     pool: Pool,
     state: Mutex<State>,
+    /// Readers fetch blocks without the state lock but hold this gate shared; a txg sync
+    /// takes it exclusively before it releases deferred frees, so no block can be reused
+    /// while a reader is still fetching it.
+    pub(crate) read_gate: RwLock<()>,
     pub config: StoreConfig,
 }
 
@@ -214,6 +218,7 @@ impl Store {
                     return Ok(Store {
                         pool,
                         state: Mutex::new(state),
+                        read_gate: RwLock::new(()),
                         config,
                     })
                 }
@@ -284,6 +289,7 @@ impl Store {
         let store = Store {
             pool,
             state: Mutex::new(state),
+            read_gate: RwLock::new(()),
             config,
         };
         {
@@ -432,18 +438,6 @@ impl Store {
         obj.dnode_dirty = true;
         st.dirty_bytes += added;
         Ok(())
-    }
-
-    pub(crate) fn read_locked(
-        &self,
-        st: &mut State,
-        id: u64,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> Result<usize, StoreError> {
-        self.object_mut(st, id)?;
-        let obj = st.objects.get(&id).expect("loaded");
-        read_object(&self.pool, &mut st.cache, id, obj, offset, buf)
     }
 
     /// Sets an object's size; shrinking frees blocks past the end at sync.
@@ -599,7 +593,9 @@ impl Store {
 
     pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
         let txg = st.txg;
-        // Blocks freed two txgs ago are no longer referenced by any kept uberblock.
+        // Blocks freed two txgs ago are no longer referenced by any kept uberblock. Wait for
+        // readers still fetching blocks they looked up earlier.
+        let _no_readers = self.read_gate.write().unwrap_or_else(|p| p.into_inner());
         let (release, keep): (Vec<_>, Vec<_>) = st
             .deferred
             .drain(..)
@@ -714,6 +710,7 @@ impl Store {
             &mut st.alloc,
             (ROOT_BLOCK_SIZE as u64).next_multiple_of(sector),
             root_copies,
+            true,
         )?;
         let (map_len, map_bps) = self.write_space_map(st, txg, sector, metadata_copies)?;
         let root = RootBlock {
@@ -776,7 +773,7 @@ impl Store {
             let mut dvas = Vec::with_capacity(chunks);
             let mut fragmented = false;
             for &sz in &sizes {
-                match self.pool.allocate(&mut st.alloc, sz as u64, copies) {
+                match self.pool.allocate(&mut st.alloc, sz as u64, copies, true) {
                     Ok(d) => dvas.push(d),
                     Err(cairn_pool::PoolError::NoSpace(_)) if chunk_size > MIN_SPACE_MAP_CHUNK => {
                         fragmented = true;

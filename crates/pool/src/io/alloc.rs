@@ -5,6 +5,10 @@
 //!  each metaslab:      free segments  BTreeMap<start, end>   (merged on free)
 //! ```
 //! Metaslab count and size come from the geometry crate (the same rule `plan` uses).
+//! Metadata (indirect blocks, dnodes, tables, space maps: small and of varying size) is
+//! allocated from the last metaslab backward, data from the first forward: freed metadata
+//! leaves holes next to other metadata, not between data blocks where they would be too
+//! small to reuse.
 //! Allocation is first-fit from a cursor that moves forward, so a stream of writes lands
 //! contiguously on the vdev (sequential leaf I/O). New data rotates over top-level vdevs
 //! in runs of `ALIQUOT` bytes, skipping vdevs much fuller than the emptiest one.
@@ -135,12 +139,16 @@ impl VdevAllocator {
         self.size() - self.free_bytes()
     }
 
-    /// Allocates `len` bytes; `avoid` = a metaslab to stay away from (ditto copies).
-    pub fn alloc(&mut self, len: u64, avoid: Option<usize>) -> Option<u64> {
+    /// Allocates `len` bytes; `avoid` = a metaslab to stay away from (ditto copies);
+    /// `metadata` = from the metadata end of the vdev.
+    pub fn alloc(&mut self, len: u64, avoid: Option<usize>, metadata: bool) -> Option<u64> {
         assert!(
             len > 0 && len.is_multiple_of(self.sector),
             "allocation of {len} bytes is not sector-sized"
         );
+        if metadata {
+            return self.alloc_metadata(len, avoid);
+        }
         let n = self.metaslabs.len();
         let first = ((self.cursor >> self.ms_shift) as usize).min(n.saturating_sub(1));
         let first = match avoid {
@@ -165,6 +173,24 @@ impl VdevAllocator {
                 if avoid.is_none() {
                     self.cursor = at + len;
                 }
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    /// Metadata: metaslabs from the last one backward, first fit inside each.
+    fn alloc_metadata(&mut self, len: u64, avoid: Option<usize>) -> Option<u64> {
+        let n = self.metaslabs.len();
+        for m in (0..n).rev() {
+            if Some(m) == avoid && n > 1 {
+                continue;
+            }
+            let ms = &mut self.metaslabs[m];
+            if ms.free_bytes < len {
+                continue;
+            }
+            if let Some(at) = ms.alloc(len, ms.start, self.sector) {
                 return Some(at);
             }
         }
@@ -254,6 +280,7 @@ impl Allocator {
         &mut self,
         copies: usize,
         asize_of: &dyn Fn(usize) -> u64,
+        metadata: bool,
     ) -> Option<[Dva; 3]> {
         assert!((1..=3).contains(&copies));
         let mut dvas = [Dva::default(); 3];
@@ -268,13 +295,12 @@ impl Allocator {
                     continue;
                 }
                 let len = asize_of(v);
-                // A second copy on the same vdev goes to a distant metaslab.
-                let avoid = if used_vdevs.contains(&v) {
-                    Some(self.vdevs[v].cursor_metaslab())
-                } else {
-                    None
-                };
-                if let Some(off) = self.vdevs[v].alloc(len, avoid) {
+                // A second copy on the same vdev goes to another metaslab.
+                let avoid = dvas[..c]
+                    .iter()
+                    .find(|d| d.vdev as usize == v)
+                    .map(|d| self.vdevs[v].metaslab_of(d.offset));
+                if let Some(off) = self.vdevs[v].alloc(len, avoid, metadata) {
                     placed = Some(Dva {
                         vdev: v as u32,
                         offset: off,
@@ -294,7 +320,9 @@ impl Allocator {
                 }
             }
         }
-        self.rotor_bytes += dvas[0].asize;
+        if !metadata {
+            self.rotor_bytes += dvas[0].asize;
+        }
         Some(dvas)
     }
 
@@ -322,13 +350,6 @@ impl Allocator {
 
     pub fn free(&mut self, dva: &Dva) {
         self.vdevs[dva.vdev as usize].free(dva.offset, dva.asize);
-    }
-}
-
-impl VdevAllocator {
-    fn cursor_metaslab(&self) -> usize {
-        self.metaslab_of(self.cursor)
-            .min(self.metaslabs.len().saturating_sub(1))
     }
 }
 

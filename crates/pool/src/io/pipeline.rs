@@ -95,19 +95,30 @@ impl Pool {
         block: &PreparedBlock,
         txg: u64,
     ) -> Result<BlockPointer, PoolError> {
-        let dvas = self.allocate(alloc, block.physical.len() as u64, block.props.copies)?;
+        let dvas = self.allocate(
+            alloc,
+            block.physical.len() as u64,
+            block.props.copies,
+            block.props.kind.is_metadata(),
+        )?;
         self.write_at_dvas(alloc, dvas, block, txg)
     }
 
-    /// Allocates `copies` DVAs for a block of `psize` physical bytes.
+    /// Allocates `copies` DVAs for a block of `psize` physical bytes (metadata apart from
+    /// data, see `io::alloc`).
     pub fn allocate(
         &self,
         alloc: &mut Allocator,
         psize: u64,
         copies: usize,
+        metadata: bool,
     ) -> Result<[Dva; 3], PoolError> {
         alloc
-            .alloc_block(copies.clamp(1, 3), &|v| self.tops[v].block_asize(psize))
+            .alloc_block(
+                copies.clamp(1, 3),
+                &|v| self.tops[v].block_asize(psize),
+                metadata,
+            )
             .ok_or_else(|| PoolError::NoSpace(self.name().to_string()))
     }
 
@@ -163,7 +174,12 @@ impl Pool {
             }
         };
         for b in blocks {
-            match self.allocate(alloc, b.physical.len() as u64, b.props.copies) {
+            match self.allocate(
+                alloc,
+                b.physical.len() as u64,
+                b.props.copies,
+                b.props.kind.is_metadata(),
+            ) {
                 Ok(d) => all_dvas.push(d),
                 Err(e) => {
                     release(alloc, &all_dvas);
