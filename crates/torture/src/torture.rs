@@ -456,11 +456,22 @@ impl Run {
         self.verify("after resilver")
     }
 
-    /// Whether a stale leaf has a fault switched on (its resilver writes may fail).
+    /// Whether a leaf a resilver may write (stale, or with missed txgs in its DTL) has a
+    /// fault switched on (its resilver writes may fail).
     fn faulted_stale_leaf(&self) -> bool {
         let unreadable = self.unreadable();
-        (0..self.layout.groups)
-            .any(|g| self.active[g].intersection(&unreadable[g]).next().is_some())
+        let Some(store) = &self.store else {
+            return false;
+        };
+        store.pool().tops.iter().enumerate().any(|(g, top)| {
+            self.active[g].iter().any(|&c| {
+                unreadable[g].contains(&c)
+                    || top
+                        .children
+                        .get(c)
+                        .is_some_and(|child| !child.dtl_ranges().is_empty())
+            })
+        })
     }
 
     /// Runs `change` on the pool between closing and reopening the store.
