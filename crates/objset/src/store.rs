@@ -39,7 +39,7 @@ const ROOT_BLOCK_SIZE: usize = 16 << 10;
 /// fragmented to hold chunks this large.
 const SPACE_MAP_CHUNK: usize = 128 << 10;
 const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
-const MAX_SPACE_MAP_CHUNKS: usize = 96;
+const MAX_SPACE_MAP_CHUNKS: usize = 120;
 /// Txgs a freed block waits before reuse (see module docs).
 const FREE_DELAY_TXGS: u64 = 2;
 

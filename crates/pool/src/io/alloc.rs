@@ -284,34 +284,28 @@ impl Allocator {
     ) -> Option<[Dva; 3]> {
         assert!((1..=3).contains(&copies));
         let mut dvas = [Dva::default(); 3];
-        let n = self.vdevs.len();
         let first = self.pick_vdev();
         let mut used_vdevs: Vec<usize> = Vec::new();
         for c in 0..copies {
-            let mut placed = None;
-            for k in 0..n {
-                let v = (first + c + k) % n;
-                if used_vdevs.contains(&v) && used_vdevs.len() < n {
-                    continue;
-                }
-                let len = asize_of(v);
-                // A second copy on the same vdev goes to another metaslab.
-                let avoid = dvas[..c]
-                    .iter()
-                    .find(|d| d.vdev as usize == v)
-                    .map(|d| self.vdevs[v].metaslab_of(d.offset));
-                if let Some(off) = self.vdevs[v].alloc(len, avoid, metadata) {
-                    placed = Some(Dva {
-                        vdev: v as u32,
-                        offset: off,
-                        asize: len,
-                    });
-                    used_vdevs.push(v);
-                    break;
-                }
+            // A further copy on a vdev that already holds one goes to another metaslab when
+            // there is room there, else anywhere on it (as ZFS's ditto blocks fall back).
+            let mut placed =
+                self.place_copy(&dvas[..c], first + c, &used_vdevs, asize_of, metadata, true);
+            if placed.is_none() {
+                placed = self.place_copy(
+                    &dvas[..c],
+                    first + c,
+                    &used_vdevs,
+                    asize_of,
+                    metadata,
+                    false,
+                );
             }
             match placed {
-                Some(d) => dvas[c] = d,
+                Some(d) => {
+                    used_vdevs.push(d.vdev as usize);
+                    dvas[c] = d;
+                }
                 None => {
                     for d in dvas.iter().filter(|d| !d.is_empty()) {
                         self.vdevs[d.vdev as usize].free(d.offset, d.asize);
@@ -324,6 +318,43 @@ impl Allocator {
             self.rotor_bytes += dvas[0].asize;
         }
         Some(dvas)
+    }
+
+    /// Places one copy, preferring vdevs without a copy; `spread` keeps it off the
+    /// metaslabs of earlier copies on the same vdev.
+    fn place_copy(
+        &mut self,
+        earlier: &[Dva],
+        start: usize,
+        used_vdevs: &[usize],
+        asize_of: &dyn Fn(usize) -> u64,
+        metadata: bool,
+        spread: bool,
+    ) -> Option<Dva> {
+        let n = self.vdevs.len();
+        for k in 0..n {
+            let v = (start + k) % n;
+            if used_vdevs.contains(&v) && used_vdevs.len() < n {
+                continue;
+            }
+            let len = asize_of(v);
+            let avoid = if spread {
+                earlier
+                    .iter()
+                    .find(|d| d.vdev as usize == v)
+                    .map(|d| self.vdevs[v].metaslab_of(d.offset))
+            } else {
+                None
+            };
+            if let Some(offset) = self.vdevs[v].alloc(len, avoid, metadata) {
+                return Some(Dva {
+                    vdev: v as u32,
+                    offset,
+                    asize: len,
+                });
+            }
+        }
+        None
     }
 
     /// The vdev for the next block: stay on the rotor for ALIQUOT bytes, skip full ones.
@@ -353,34 +384,46 @@ impl Allocator {
     }
 }
 
-/// Encodes the allocated extents of every vdev plus deferred frees (txg, dva):
-/// `magic u32 | version u32 | nvdevs u32 | per vdev: count u64, (offset u64, len u64)… |
-///  ndeferred u64 | (txg u64, vdev u32, pad u32, offset u64, asize u64)…`
+/// Encodes the allocated extents of every vdev plus deferred frees (txg, dva). Offsets and
+/// lengths are multiples of 512 B and stored in those units as LEB128 varints, offsets as
+/// the gap after the previous extent, so a fragmented map costs ~4 bytes per extent:
+/// `magic u32 | version u32 | nvdevs u32 | per vdev: count, (gap, len)… | ndeferred,
+///  (txg, vdev, offset, asize)…` (all after `nvdevs` are varints).
 pub fn encode_space_map(alloc: &Allocator, deferred: &[(u64, Dva)]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&SPACE_MAP_MAGIC.to_le_bytes());
-    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&SPACE_MAP_VERSION.to_le_bytes());
     out.extend_from_slice(&(alloc.vdevs.len() as u32).to_le_bytes());
     for v in &alloc.vdevs {
         let ext = v.allocated_extents();
-        out.extend_from_slice(&(ext.len() as u64).to_le_bytes());
+        put_varint(&mut out, ext.len() as u64);
+        let mut prev_end = 0u64;
         for (o, l) in ext {
-            out.extend_from_slice(&o.to_le_bytes());
-            out.extend_from_slice(&l.to_le_bytes());
+            put_varint(&mut out, (o - prev_end) >> 9);
+            put_varint(&mut out, l >> 9);
+            prev_end = o + l;
         }
     }
-    out.extend_from_slice(&(deferred.len() as u64).to_le_bytes());
+    put_varint(&mut out, deferred.len() as u64);
     for (txg, d) in deferred {
-        out.extend_from_slice(&txg.to_le_bytes());
-        out.extend_from_slice(&d.vdev.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&d.offset.to_le_bytes());
-        out.extend_from_slice(&d.asize.to_le_bytes());
+        put_varint(&mut out, *txg);
+        put_varint(&mut out, u64::from(d.vdev));
+        put_varint(&mut out, d.offset >> 9);
+        put_varint(&mut out, d.asize >> 9);
     }
     out
 }
 
 const SPACE_MAP_MAGIC: u32 = 0x5350_4d31; // "SPM1"
+const SPACE_MAP_VERSION: u32 = 2;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
 
 /// Loads a space map into fresh allocators; returns the deferred frees. Every extent is
 /// checked, so a damaged map is an error, never a panic or a double allocation.
@@ -389,41 +432,48 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
     if r.u32()? != SPACE_MAP_MAGIC {
         return Err("bad space map magic".into());
     }
-    if r.u32()? != 1 {
+    if r.u32()? != SPACE_MAP_VERSION {
         return Err("unsupported space map version".into());
     }
     let nvdevs = r.u32()? as usize;
-    // Fewer vdevs than the pool: vdevs added (`cairn add`) since it was written are empty.
-    if nvdevs > alloc.vdevs.len() {
+    if nvdevs != alloc.vdevs.len() {
         return Err(format!(
             "space map has {nvdevs} vdevs, pool has {}",
             alloc.vdevs.len()
         ));
     }
-    for v in alloc.vdevs.iter_mut().take(nvdevs) {
-        let count = r.u64()?;
+    let units = |v: u64| {
+        v.checked_mul(512)
+            .ok_or_else(|| "extent out of range".to_string())
+    };
+    for v in alloc.vdevs.iter_mut() {
+        let count = r.varint()?;
+        let mut prev_end = 0u64;
         for _ in 0..count {
-            let (o, l) = (r.u64()?, r.u64()?);
+            let o = prev_end
+                .checked_add(units(r.varint()?)?)
+                .ok_or("extent out of range")?;
+            let l = units(r.varint()?)?;
             if l == 0 || o.checked_add(l).is_none() {
                 return Err(format!("bad extent ({o}, {l})"));
             }
             v.claim(o, l)?;
+            prev_end = o + l;
         }
     }
-    let n = r.u64()?;
+    let n = r.varint()?;
     let mut deferred = Vec::new();
     for _ in 0..n {
-        let txg = r.u64()?;
-        let vdev = r.u32()?;
-        let _pad = r.u32()?;
-        let (offset, asize) = (r.u64()?, r.u64()?);
+        let txg = r.varint()?;
+        let vdev = r.varint()?;
+        let (offset, asize) = (units(r.varint()?)?, units(r.varint()?)?);
         if vdev as usize >= alloc.vdevs.len() || asize == 0 {
             return Err(format!("bad deferred free on vdev {vdev}"));
         }
         deferred.push((
             txg,
             Dva {
-                vdev,
+                vdev: vdev as u32,
                 offset,
                 asize,
             },
@@ -449,10 +499,99 @@ impl Reader<'_> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn u64(&mut self) -> Result<u64, String> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("space map varint too long".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocator() -> Allocator {
+        Allocator::new(vec![
+            VdevAllocator::new(1 << 30, 12),
+            VdevAllocator::new(1 << 30, 9),
+        ])
+    }
+
+    #[test]
+    fn space_map_round_trips_and_rejects_damage() {
+        let mut a = allocator();
+        let mut deferred = Vec::new();
+        for i in 0..500u64 {
+            let dvas = a
+                .alloc_block(
+                    1 + (i % 2) as usize,
+                    &|v| if v == 0 { 16384 } else { 4608 },
+                    i % 3 == 0,
+                )
+                .unwrap();
+            if i % 7 == 0 {
+                deferred.push((i, dvas[0]));
+            }
+            if i % 5 == 0 {
+                a.free(&dvas[0]);
+                if i % 7 == 0 {
+                    deferred.pop();
+                }
+            }
+        }
+        let map = encode_space_map(&a, &deferred);
+        let mut b = allocator();
+        assert_eq!(decode_space_map(&map, &mut b).unwrap(), deferred);
+        for (x, y) in a.vdevs.iter().zip(&b.vdevs) {
+            assert_eq!(x.allocated_extents(), y.allocated_extents());
+        }
+        for cut in [0, 5, 12, map.len() / 2, map.len() - 1] {
+            assert!(
+                decode_space_map(&map[..cut], &mut allocator()).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn second_copy_shares_a_metaslab_when_only_one_has_room() {
+        // One vdev; fill every metaslab but the last with data.
+        let mut a = Allocator::new(vec![VdevAllocator::new(1 << 30, 12)]);
+        let ms = a.vdevs[0].metaslabs.len();
+        let ms_size = a.vdevs[0].metaslabs[0].size;
+        for _ in 0..ms - 1 {
+            a.alloc_block(1, &|_| ms_size, false).unwrap();
+        }
+        assert_eq!(
+            a.vdevs[0].metaslabs[..ms - 1]
+                .iter()
+                .map(|m| m.free_bytes)
+                .sum::<u64>(),
+            0
+        );
+        let dvas = a
+            .alloc_block(2, &|_| 16384, true)
+            .expect("both copies in the last metaslab");
+        assert_eq!(a.vdevs[0].metaslab_of(dvas[0].offset), ms - 1);
+        assert_eq!(a.vdevs[0].metaslab_of(dvas[1].offset), ms - 1);
+        assert_ne!(dvas[0].offset, dvas[1].offset);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let mut with_header = SPACE_MAP_MAGIC.to_le_bytes().to_vec();
+            with_header.extend_from_slice(&SPACE_MAP_VERSION.to_le_bytes());
+            with_header.extend_from_slice(&2u32.to_le_bytes());
+            with_header.extend_from_slice(&bytes);
+            let _ = decode_space_map(&with_header, &mut allocator());
+            let _ = decode_space_map(&bytes, &mut allocator());
+        }
     }
 }
