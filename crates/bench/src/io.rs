@@ -283,7 +283,9 @@ fn bench_zfs_fuse(
         )
         .collect();
     let _daemon = ZfsFuse::start()?;
-    let name = "cairnbenchzf";
+    // A name of this run: zfs-fuse remembers pools of earlier (interrupted) runs.
+    let name = format!("cairnbench{}", std::process::id());
+    let name = name.as_str();
     let mut args: Vec<&str> = vec!["create", "-f", "-m", mnt.to_str().ok_or("path")?, name];
     args.extend(tokens.iter().map(String::as_str));
     run_cmd("zpool", &args)?;
