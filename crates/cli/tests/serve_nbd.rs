@@ -312,3 +312,126 @@ fn read_only_volume_is_exported_read_only() {
     );
     server.stop();
 }
+
+/// Unmounts / detaches what the ext4 test set up, even when it fails half way.
+struct Cleanup(Vec<Vec<String>>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for cmd in self.0.iter().rev() {
+            let _ = Command::new(&cmd[0]).args(&cmd[1..]).output();
+        }
+    }
+}
+
+#[test]
+fn ext4_on_a_volume_through_nbdfuse_and_a_loop_device() {
+    // The one skip the issue allows: a machine without loop devices.
+    match Command::new("losetup").arg("-f").output() {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED ext4 test: no free loop device: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED ext4 test: losetup unavailable: {e}");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = setup(dir.path(), &["mirror", "d0", "d1"], 256);
+    ok(cairn(
+        &home,
+        &["volume", "create", "-V", "128M", "-b", "4K", "tank/fs"],
+    ));
+    let sock = dir.path().join("nbd.sock");
+    let server = Server::start(&home, "tank", &sock);
+    let uri = format!("nbd+unix:///tank/fs?socket={}", sock.display());
+    let fuse_mnt = dir.path().join("fuse");
+    let fs_mnt = dir.path().join("ext4");
+    std::fs::create_dir(&fuse_mnt).unwrap();
+    std::fs::create_dir(&fs_mnt).unwrap();
+    let mut cleanup = Cleanup(Vec::new());
+    let mut nbdfuse = tool("nbdfuse", "libnbd-bin")
+        .args([fuse_mnt.to_str().unwrap(), &uri])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    cleanup.0.push(vec![
+        "fusermount3".into(),
+        "-u".into(),
+        fuse_mnt.display().to_string(),
+    ]);
+    let image = fuse_mnt.join("nbd");
+    let start = Instant::now();
+    while !image.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nbdfuse did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let loopdev = run({
+        let mut c = tool("losetup", "mount");
+        c.args(["-f", "--show", image.to_str().unwrap()]);
+        c
+    })
+    .trim()
+    .to_string();
+    cleanup
+        .0
+        .push(vec!["losetup".into(), "-d".into(), loopdev.clone()]);
+    run({
+        let mut c = tool("mkfs.ext4", "e2fsprogs");
+        c.args(["-q", "-F", &loopdev]);
+        c
+    });
+    run({
+        let mut c = tool("mount", "mount");
+        c.args([&loopdev, fs_mnt.to_str().unwrap()]);
+        c
+    });
+    cleanup
+        .0
+        .push(vec!["umount".into(), fs_mnt.display().to_string()]);
+    let mut files = Vec::new();
+    for i in 0..12 {
+        let p = fs_mnt.join(format!("file{i}"));
+        files.push((p.clone(), random_file(&p, (i + 1) * 300_000, 10 + i as u64)));
+    }
+    run({
+        let mut c = tool("umount", "mount");
+        c.arg(fs_mnt.to_str().unwrap());
+        c
+    });
+    cleanup.0.pop();
+    run({
+        let mut c = tool("e2fsck", "e2fsprogs");
+        c.args(["-f", "-n", &loopdev]);
+        c
+    });
+    run({
+        let mut c = tool("mount", "mount");
+        c.args(["-o", "ro", &loopdev, fs_mnt.to_str().unwrap()]);
+        c
+    });
+    cleanup
+        .0
+        .push(vec!["umount".into(), fs_mnt.display().to_string()]);
+    for (p, data) in &files {
+        assert!(
+            std::fs::read(p).unwrap() == *data,
+            "{} differs after remount",
+            p.display()
+        );
+    }
+    drop(cleanup);
+    let _ = nbdfuse.wait();
+    server.stop();
+    let scrub = ok(cairn(&home, &["scrub", "tank"]));
+    assert!(scrub.contains(", 0 errors"), "{scrub}");
+}
