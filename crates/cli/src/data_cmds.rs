@@ -651,6 +651,14 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         };
         return save_json(&scan_path, &s);
     }
+    if let Some(answer) = crate::control::ask(&home, &a.pool, "scrub") {
+        print!("{answer}");
+        return if answer.starts_with("error") {
+            Err(answer.trim().to_string())
+        } else {
+            Ok(())
+        };
+    }
     let (home, store) = open(&a.pool)?;
     let _ = std::fs::remove_file(&ctl_path);
     let previous: Option<ScanState> = load_json(&scan_path);

@@ -1,5 +1,6 @@
 //! The `cairn` binary: a thin clap front end over the library crates.
 
+mod control;
 mod data_cmds;
 mod demo;
 mod device_cmds;

@@ -77,6 +77,13 @@ pub fn create(a: CreateArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn pool_names(home: &Home, name: Option<&str>) -> Result<Vec<String>, String> {
+    match name {
+        Some(n) => Ok(vec![n.to_string()]),
+        None => home.pool_names().map_err(err),
+    }
+}
+
 fn pools_to_show(home: &Home, name: Option<&str>) -> Result<Vec<Pool>, String> {
     let names = match name {
         Some(n) => vec![n.to_string()],
@@ -90,6 +97,31 @@ fn pools_to_show(home: &Home, name: Option<&str>) -> Result<Vec<Pool>, String> {
 
 pub fn status(a: StatusArgs) -> Result<(), String> {
     let home = Home::from_env();
+    if !a.json {
+        // Pools held by `cairn serve` answer through its control socket.
+        let names = pool_names(&home, a.pool.as_deref())?;
+        let request = if a.verbose { "status -v" } else { "status" };
+        let served: Vec<String> = names
+            .iter()
+            .filter_map(|n| crate::control::ask(&home, n, request))
+            .collect();
+        if !served.is_empty() {
+            let rest: Vec<&String> = names
+                .iter()
+                .filter(|n| crate::control::ask(&home, n, "list").is_none())
+                .collect();
+            let mut texts = served;
+            for n in rest {
+                let p = Pool::open(&home, n).map_err(err)?;
+                let scan = crate::device_cmds::resilver_scan_line(&home, &p)
+                    .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
+                let damaged = crate::data_cmds::load_errors(&home, p.name());
+                texts.push(render_status_with(&p, a.verbose, scan.as_deref(), &damaged));
+            }
+            print!("{}", texts.join("\n"));
+            return Ok(());
+        }
+    }
     let pools = pools_to_show(&home, a.pool.as_deref())?;
     if a.json {
         let list: Vec<_> = pools.iter().map(status_json).collect();
@@ -114,10 +146,14 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
 
 pub fn list(a: ListArgs) -> Result<(), String> {
     let home = Home::from_env();
-    let pools = pools_to_show(&home, a.pool.as_deref())?;
     let mut rows: Vec<ListRow> = Vec::new();
-    for pool in pools {
-        rows.push(list_row(pool)?);
+    for name in pool_names(&home, a.pool.as_deref())? {
+        let served =
+            crate::control::ask(&home, &name, "list").and_then(|j| serde_json::from_str(&j).ok());
+        match served {
+            Some(row) => rows.push(row),
+            None => rows.push(list_row(Pool::open(&home, &name).map_err(err)?)?),
+        }
     }
     if a.json {
         println!("{}", serde_json::json!({ "pools": rows }));

@@ -208,6 +208,8 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         running.push(server.spawn_unix(l));
     }
     eprintln!("cairn: exports: {}", source.list().join(", "));
+    let control = crate::control::spawn(home.clone(), store.clone(), &STOP)
+        .map_err(|e| format!("cannot open the control socket: {e}"))?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -234,6 +236,8 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     for r in running {
         let _ = r.stop();
     }
+    STOP.store(true, Ordering::SeqCst);
+    let _ = control.join();
     drop(server);
     drop(source);
     let store =

@@ -35,7 +35,7 @@ pub struct CreateOptions {
 }
 
 /// Health of a leaf, a top-level vdev or the pool, as `zpool status` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Health {
     Online,

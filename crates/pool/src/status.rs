@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::pool::{Health, Pool};
 
 /// One row of `cairn list` (sizes in bytes).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ListRow {
     pub name: String,
     pub size: u64,
