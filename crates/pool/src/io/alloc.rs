@@ -436,7 +436,8 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
         return Err("unsupported space map version".into());
     }
     let nvdevs = r.u32()? as usize;
-    if nvdevs != alloc.vdevs.len() {
+    // Fewer vdevs than the pool: vdevs added (`cairn add`) since it was written are empty.
+    if nvdevs > alloc.vdevs.len() {
         return Err(format!(
             "space map has {nvdevs} vdevs, pool has {}",
             alloc.vdevs.len()
@@ -446,7 +447,7 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
         v.checked_mul(512)
             .ok_or_else(|| "extent out of range".to_string())
     };
-    for v in alloc.vdevs.iter_mut() {
+    for v in alloc.vdevs.iter_mut().take(nvdevs) {
         let count = r.varint()?;
         let mut prev_end = 0u64;
         for _ in 0..count {
@@ -557,6 +558,24 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn a_map_written_before_cairn_add_loads_into_more_vdevs() {
+        let mut one = Allocator::new(vec![VdevAllocator::new(1 << 30, 12)]);
+        one.alloc_block(1, &|_| 1 << 20, false).unwrap();
+        let map = encode_space_map(&one, &[]);
+        let mut two = allocator();
+        decode_space_map(&map, &mut two).unwrap();
+        assert_eq!(two.vdevs[0].allocated_bytes(), 1 << 20);
+        assert_eq!(two.vdevs[1].allocated_bytes(), 0);
+        // More vdevs in the map than in the pool is damage.
+        let map = encode_space_map(&allocator(), &[]);
+        assert!(decode_space_map(
+            &map,
+            &mut Allocator::new(vec![VdevAllocator::new(1 << 30, 12)])
+        )
+        .is_err());
     }
 
     #[test]
