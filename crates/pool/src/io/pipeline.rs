@@ -314,6 +314,19 @@ impl Pool {
                 }
             }
         }
+        let data = self.settle_copies(good, &bad, last_err, &mut health)?;
+        Ok((data, health))
+    }
+
+    /// The good copy of a block (or the last copy's error), after rewriting every copy that
+    /// could not be read or was wrong with it: self-heal across copies.
+    fn settle_copies(
+        &self,
+        good: Option<Vec<u8>>,
+        bad: &[Dva],
+        last_err: Option<VdevError>,
+        health: &mut BlockHealth,
+    ) -> Result<Vec<u8>, PoolError> {
         let Some(data) = good else {
             return Err(PoolError::Vdev(last_err.unwrap_or(
                 VdevError::Unrecoverable {
@@ -322,15 +335,14 @@ impl Pool {
                 },
             )));
         };
-        // Self-heal: rewrite copies that could not be read or were wrong.
         for dva in bad {
             if let Some(top) = self.tops.get(dva.vdev as usize) {
                 if top.write_block(dva.offset, &data).is_ok() {
-                    health.repaired_bytes += u64::from(bp.psize);
+                    health.repaired_bytes += data.len() as u64;
                 }
             }
         }
-        Ok((data, health))
+        Ok(data)
     }
 
     /// Reads a block and returns its logical bytes.
@@ -375,21 +387,7 @@ impl Pool {
                 }
             }
         }
-        let Some(data) = good else {
-            return Err(PoolError::Vdev(last_err.unwrap_or(
-                VdevError::Unrecoverable {
-                    vdev: "pool".into(),
-                    offset: 0,
-                },
-            )));
-        };
-        for dva in bad {
-            if let Some(top) = self.tops.get(dva.vdev as usize) {
-                if top.write_block(dva.offset, &data).is_ok() {
-                    health.repaired_bytes += u64::from(bp.psize);
-                }
-            }
-        }
+        self.settle_copies(good, &bad, last_err, &mut health)?;
         Ok(health)
     }
 
