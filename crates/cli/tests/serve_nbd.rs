@@ -253,6 +253,7 @@ fn fio_nbd_engine_verifies_writes_trims_and_flushes() {
         "--offset_increment=32M",
         "--verify=crc32c",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--fsync=16",
         "--group_reporting",
     ]);
