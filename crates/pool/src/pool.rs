@@ -736,17 +736,29 @@ impl Pool {
         self.config_txg.store(txg, Ordering::SeqCst);
         let mut config = self.live_config();
         config.txg = txg;
+        self.on_every_usable_leaf("the configuration", |top, child, leaf| {
+            let label = LabelConfig {
+                pool: config.clone(),
+                leaf_guid: child.guid,
+                top_guid: top.config.guid,
+            };
+            write_leaf_config(leaf, &label)
+        })
+    }
+
+    /// Runs `write` on every leaf that takes writes and flushes it; succeeds when at least
+    /// one leaf took it (the others are skipped: their DTLs record what they miss).
+    fn on_every_usable_leaf(
+        &self,
+        what: &str,
+        write: impl Fn(&TopVdev, &Child, &dyn Leaf) -> Result<(), VdevError>,
+    ) -> Result<(), PoolError> {
         let mut written = 0;
         let mut last_err = None;
         for top in &self.tops {
             for child in top.children.iter().filter(|c| c.is_usable()) {
                 let Some(leaf) = &child.leaf else { continue };
-                let label = LabelConfig {
-                    pool: config.clone(),
-                    leaf_guid: child.guid,
-                    top_guid: top.config.guid,
-                };
-                let result = write_leaf_config(leaf.as_ref(), &label).and_then(|_| {
+                let result = write(top, child, leaf.as_ref()).and_then(|_| {
                     leaf.flush().map_err(|e| VdevError::Io {
                         path: child.path.clone(),
                         source: e,
@@ -763,7 +775,7 @@ impl Pool {
                 .map(PoolError::Vdev)
                 .unwrap_or(PoolError::Unavailable {
                     pool: self.config.name.clone(),
-                    why: "no device could take the configuration".into(),
+                    why: format!("no device could take {what}"),
                 }));
         }
         Ok(())
@@ -779,33 +791,9 @@ impl Pool {
             root: [0u8; cairn_vdev::label::ROOT_POINTER_SIZE],
         };
         ub.root[..root.len()].copy_from_slice(root);
-        let mut written = 0;
-        let mut last_err = None;
-        for top in &self.tops {
-            for child in top.children.iter().filter(|c| c.is_usable()) {
-                let Some(leaf) = &child.leaf else { continue };
-                let result =
-                    write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift()).and_then(|_| {
-                        leaf.flush().map_err(|e| VdevError::Io {
-                            path: child.path.clone(),
-                            source: e,
-                        })
-                    });
-                match result {
-                    Ok(()) => written += 1,
-                    Err(e) => last_err = Some(e),
-                }
-            }
-        }
-        if written == 0 {
-            return Err(last_err
-                .map(PoolError::Vdev)
-                .unwrap_or(PoolError::Unavailable {
-                    pool: self.config.name.clone(),
-                    why: "no device could take the uberblock".into(),
-                }));
-        }
-        Ok(())
+        self.on_every_usable_leaf("the uberblock", |top, _, leaf| {
+            write_leaf_uberblock(leaf, &ub, top.ashift())
+        })
     }
 
     /// Every valid uberblock of this pool on any usable leaf, newest first, one per txg.
