@@ -9,7 +9,7 @@ use crate::dataset::{
 use crate::dir::{DirEntry, Directory};
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::store::{load_object_bytes, size_property, State, Store};
+use crate::store::{load_object_bytes, size_property, State, StoreCore};
 
 /// What a path names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +54,7 @@ fn split_path<'a>(table: &DatasetTable, path: &'a str) -> Option<(&'a str, Vec<&
     None
 }
 
-impl Store {
+impl StoreCore {
     // ---- datasets ------------------------------------------------------------------------
 
     pub fn datasets(&self) -> DatasetTable {
@@ -505,7 +505,7 @@ impl Store {
 
     /// Writes into a file or volume object at `offset` (space and read-only checked).
     pub fn write(&self, r: &Resolved, offset: u64, data: &[u8]) -> Result<(), StoreError> {
-        let mut st = self.lock();
+        let mut st = self.throttle(self.lock());
         self.check_writable(&st, r.dataset)?;
         self.reserve_space(&mut st, data.len() as u64)?;
         if r.kind == ObjectKind::Volume {
@@ -528,6 +528,7 @@ impl Store {
             }
         }
         self.write_locked(&mut st, r.object, offset, data)?;
+        self.nudge_writer(&st);
         self.maybe_sync(&mut st)
     }
 
@@ -672,8 +673,10 @@ impl Store {
         while pos < end && blocks < 65536 {
             let blkid = pos / bs;
             let next = ((blkid + 1) * bs).min(end);
-            let hole = if obj.dirty.contains_key(&blkid) {
+            let hole = if obj.dirty.contains_key(&blkid) || obj.syncing.contains_key(&blkid) {
                 false
+            } else if let Some(bp) = obj.written.get(&blkid) {
+                bp.is_hole()
             } else if obj.punched.contains(&blkid) || obj.truncate_from.is_some_and(|f| blkid >= f)
             {
                 true

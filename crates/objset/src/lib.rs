@@ -14,8 +14,9 @@ pub mod object;
 pub mod resilver;
 pub mod scrub;
 pub mod store;
+pub mod writer;
 
 pub use dataset::{DatasetKind, DatasetTable};
 pub use error::StoreError;
 pub use fs::{DatasetInfo, ListEntry, Resolved};
-pub use store::{PoolUsage, Store, StoreConfig};
+pub use store::{PoolUsage, Store, StoreConfig, StoreCore};

@@ -35,6 +35,12 @@ pub struct ObjectState {
     pub freeing: bool,
     /// The dnode changed and must be written to the object table.
     pub dnode_dirty: bool,
+    /// Whole data blocks the background writer took from `dirty` and is compressing,
+    /// checksumming and writing now (still read from here until they land in `written`).
+    pub syncing: BTreeMap<u64, Arc<Vec<u8>>>,
+    /// Data blocks of the open txg already written by the background writer, not yet
+    /// linked into the tree (the sync links them; a hole = the block was all zeros).
+    pub written: BTreeMap<u64, BlockPointer>,
 }
 
 impl ObjectState {
@@ -46,7 +52,23 @@ impl ObjectState {
             truncate_from: None,
             freeing: false,
             dnode_dirty: false,
+            syncing: BTreeMap::new(),
+            written: BTreeMap::new(),
         }
+    }
+
+    /// Whether the background writer may take block `blkid` now: a whole block of an
+    /// object that lives on (not a short single-block object, whose stored size follows
+    /// the object size, and not an object being deleted).
+    pub fn may_presync(&self, blkid: u64) -> bool {
+        !self.freeing && (blkid != 0 || self.dnode.levels > 1)
+    }
+
+    /// Forgets what the background writer did for `blkid` because the block changes again;
+    /// returns the pointer of a block it already wrote (to be freed).
+    pub fn forget_presynced(&mut self, blkid: u64) -> Option<BlockPointer> {
+        self.syncing.remove(&blkid);
+        self.written.remove(&blkid).filter(|bp| !bp.is_hole())
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -55,6 +77,8 @@ impl ObjectState {
             || !self.punched.is_empty()
             || self.truncate_from.is_some()
             || self.freeing
+            || !self.syncing.is_empty()
+            || !self.written.is_empty()
     }
 
     /// Bytes of dirty data held in memory.
@@ -324,7 +348,17 @@ pub fn sync_object(
         free_from(ctx, object, &mut dnode, &mut dirty, from)?;
     }
     // Grow the tree so every block is addressable (a new top level holds the old root).
-    let highest = st.dirty.keys().next_back().map(|b| b + 1).unwrap_or(0);
+    debug_assert!(
+        st.syncing.is_empty(),
+        "the background writer is done before a sync"
+    );
+    let highest = st
+        .dirty
+        .keys()
+        .next_back()
+        .max(st.written.keys().next_back())
+        .map(|b| b + 1)
+        .unwrap_or(0);
     let need = levels_for(dnode.block_count().max(highest).max(1));
     if need > MAX_LEVELS {
         return Err(StoreError::TooLarge(object));
@@ -342,6 +376,15 @@ pub fn sync_object(
         entries[0] = std::mem::replace(&mut dnode.root, BlockPointer::HOLE);
         dirty.insert((dnode.levels, 0), entries);
         dnode.levels += 1;
+    }
+    // Blocks the background writer already wrote: link them (each was forgotten again if
+    // it changed after it was taken, so what is here is current).
+    for (blkid, bp) in std::mem::take(&mut st.written) {
+        if !bp.is_hole() {
+            ctx.account_new(&bp, &mut dnode);
+        }
+        let old = set_data_bp(ctx, object, &mut dnode, &mut dirty, blkid, bp)?;
+        ctx.free_bp(&old, &mut dnode);
     }
     for blkid in std::mem::take(&mut st.punched) {
         if !st.dirty.contains_key(&blkid) {
@@ -541,10 +584,18 @@ pub fn plan_read(
         let out = &mut buf[done..done + n];
         if let Some(block) = st.dirty.get(&blkid) {
             out.copy_from_slice(&block[within..within + n]);
-        } else if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
+        } else if let Some(block) = st.syncing.get(&blkid) {
+            out.copy_from_slice(&block[within..within + n]);
+        } else if !st.written.contains_key(&blkid)
+            && (st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f))
+        {
+            // (A block written early is newer than any punch or truncate: those forget it.)
             out.fill(0);
         } else {
-            let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+            let bp = match st.written.get(&blkid) {
+                Some(bp) => *bp,
+                None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
+            };
             if bp.is_hole() {
                 out.fill(0);
             } else {
@@ -590,10 +641,16 @@ pub fn block_for_update(
     blkid: u64,
 ) -> Result<Vec<u8>, StoreError> {
     let bs = st.dnode.block_size as usize;
-    if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
-        return Ok(vec![0u8; bs]);
+    if let Some(block) = st.syncing.get(&blkid) {
+        return Ok(block.as_ref().clone());
     }
-    let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+    let bp = match st.written.get(&blkid) {
+        Some(bp) => *bp,
+        None if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) => {
+            return Ok(vec![0u8; bs]);
+        }
+        None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
+    };
     if bp.is_hole() {
         return Ok(vec![0u8; bs]);
     }

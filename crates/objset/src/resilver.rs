@@ -26,7 +26,7 @@ use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::decode_indirect;
 use crate::scrub::{read_synced_dnode, ScrubControl};
-use crate::store::{State, Store};
+use crate::store::{State, StoreCore};
 
 /// Tunables of a resilver.
 #[derive(Clone, Copy, Debug)]
@@ -119,7 +119,7 @@ struct Targets {
 }
 
 impl Targets {
-    fn find(store: &Store) -> Option<Targets> {
+    fn find(store: &StoreCore) -> Option<Targets> {
         let mut per_vdev = BTreeMap::new();
         for (t, top) in store.pool().tops.iter().enumerate() {
             let list: Vec<(usize, Dtl)> = top
@@ -181,7 +181,7 @@ struct Batch {
     bytes: u64,
 }
 
-impl Store {
+impl StoreCore {
     /// Resilvers every stale leaf, resuming a persisted resilver. `report` is called about
     /// every `opts.checkpoint_every` and may pause (the resume point stays on disk).
     pub fn resilver(

@@ -14,7 +14,7 @@ use cairn_pool::io::pipeline::BlockHealth;
 use crate::dnode::{Dnode, ObjectKind, DNODE_SIZE};
 use crate::error::StoreError;
 use crate::object::{decode_indirect, read_object};
-use crate::store::{State, Store};
+use crate::store::{State, StoreCore};
 
 /// Where a scrub is.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -65,7 +65,7 @@ pub enum ScrubEnd {
     Stopped,
 }
 
-impl Store {
+impl StoreCore {
     /// Scrubs the pool from object `resume_from` on (0 = from the start). `report` is called
     /// about every `every` and decides whether to go on.
     pub fn scrub(
@@ -232,7 +232,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl StoreCore {
     /// Every data block pointer of an object as synced, by block id (for tests and tools).
     pub fn object_blocks(&self, object: u64) -> Result<Vec<(u64, BlockPointer)>, StoreError> {
         self.sync()?;
@@ -261,7 +261,7 @@ impl Store {
 
 /// The synced dnode of `id` (straight from the object table).
 pub(crate) fn read_synced_dnode(
-    store: &Store,
+    store: &StoreCore,
     st: &mut State,
     id: u64,
 ) -> Result<Dnode, StoreError> {

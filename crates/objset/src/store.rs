@@ -11,9 +11,16 @@
 //! the dataset table, the object table, then the space map and the root block, flushes every
 //! leaf, and only then writes the uberblock: the commit point. Blocks freed in txg F are
 //! reused from txg F+2 on, so the trees of the two previous uberblocks stay intact.
+//!
+//! While the txg is open, a background writer (`crate::writer`) already compresses,
+//! checksums and writes whole dirty data blocks; the sync then only links them into the
+//! tree. It commits nothing itself, so txgs end exactly where they would without it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
 
 use cairn_pool::io::alloc::{decode_space_map, encode_space_map, Allocator, VdevAllocator};
 use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
@@ -50,6 +57,12 @@ pub struct StoreConfig {
     pub dirty_max: u64,
     /// Copies of metadata blocks (root block gets one more, up to 3).
     pub metadata_copies: usize,
+    /// Write whole dirty data blocks in the background while the txg is open (the sync
+    /// then only links them into the tree).
+    pub background_writer: bool,
+    /// Dirty bytes the background writer takes at a time (it starts when this much waits;
+    /// writers pause when eight times this much waits).
+    pub background_batch: u64,
 }
 
 impl Default for StoreConfig {
@@ -57,11 +70,19 @@ impl Default for StoreConfig {
         StoreConfig {
             dirty_max: default_dirty_max(),
             metadata_copies: 2,
+            background_writer: true,
+            background_batch: 32 << 20,
         }
     }
 }
 
 fn default_dirty_max() -> u64 {
+    if let Some(v) = std::env::var("CAIRN_DIRTY_MAX")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return v.max(1 << 20);
+    }
     let ram = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
@@ -96,10 +117,27 @@ pub(crate) struct State {
     pub space_map_bps: Vec<BlockPointer>,
     /// Objects found damaged beyond redundancy (dataset id, object id).
     pub damaged: BTreeSet<(u32, u64)>,
+    /// The background writer's progress in the open txg.
+    pub presync: Presync,
 }
 
-/// An open store.
-pub struct Store {
+/// What the background writer is doing (see `crate::writer`).
+#[derive(Debug, Default)]
+pub(crate) struct Presync {
+    /// A batch is taken and not yet landed.
+    pub busy: bool,
+    /// Bumped when a sync takes the blocks of a batch back: that batch must not land.
+    pub generation: u64,
+    /// DVAs allocated for the batch in flight (freed if a sync takes the batch back).
+    pub inflight: Vec<Dva>,
+    /// Dirty bytes already taken in the open txg (the rest is the backlog).
+    pub taken_bytes: u64,
+    /// Blocks that landed in `written` since the store opened.
+    pub landed_blocks: u64,
+}
+
+/// The state and pool behind an open store, shared with its background writer.
+pub struct StoreCore {
     pool: Pool,
     state: Mutex<State>,
     /// Readers fetch blocks without the state lock but hold this gate shared; a txg sync
@@ -107,6 +145,81 @@ pub struct Store {
     /// while a reader is still fetching it.
     pub(crate) read_gate: RwLock<()>,
     pub config: StoreConfig,
+    /// Wakes the background writer (work or stop) and whoever waits for it.
+    pub(crate) presync_cv: Condvar,
+    pub(crate) stop: AtomicBool,
+}
+
+/// An open store: its core, and the background writer thread working on it.
+pub struct Store {
+    core: Option<Arc<StoreCore>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Deref for Store {
+    type Target = StoreCore;
+    fn deref(&self) -> &StoreCore {
+        self.core.as_ref().expect("store is open")
+    }
+}
+
+impl Store {
+    /// Opens the store of a pool; a pool that never synced a tree gets an empty store with
+    /// its root file system (named like the pool).
+    pub fn open(pool: Pool) -> Result<Store, StoreError> {
+        Store::open_with(pool, StoreConfig::default())
+    }
+
+    pub fn open_with(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
+        let core = Arc::new(StoreCore::open_with(pool, config)?);
+        let writer = if config.background_writer {
+            let c = Arc::clone(&core);
+            Some(
+                std::thread::Builder::new()
+                    .name("cairn-writer".into())
+                    .spawn(move || c.background_writer())
+                    .map_err(|e| {
+                        StoreError::Corrupt(format!("cannot start the writer thread: {e}"))
+                    })?,
+            )
+        } else {
+            None
+        };
+        Ok(Store {
+            core: Some(core),
+            writer,
+        })
+    }
+
+    fn stop_writer(&mut self) {
+        if let Some(h) = self.writer.take() {
+            self.stop.store(true, Ordering::SeqCst);
+            {
+                let _st = self.lock();
+                self.presync_cv.notify_all();
+            }
+            let _ = h.join();
+        }
+    }
+
+    /// Syncs and returns the pool (for export).
+    pub fn close(mut self) -> Result<Pool, StoreError> {
+        self.stop_writer();
+        self.sync()?;
+        let core = self.core.take().expect("open");
+        match Arc::try_unwrap(core) {
+            Ok(core) => Ok(core.pool),
+            Err(_) => unreachable!("the writer thread holding the other reference was joined"),
+        }
+    }
+}
+
+/// Dropping a store without `close` is a crash: nothing more is synced (an in-flight
+/// background batch finishes, but nothing commits it).
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop_writer();
+    }
 }
 
 pub fn now_ns() -> u64 {
@@ -199,36 +312,34 @@ impl RootBlock {
     }
 }
 
-impl Store {
-    /// Opens the store of a pool; a pool that never synced a tree gets an empty store with
-    /// its root file system (named like the pool).
-    pub fn open(pool: Pool) -> Result<Store, StoreError> {
-        Store::open_with(pool, StoreConfig::default())
-    }
-
-    pub fn open_with(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
+impl StoreCore {
+    fn open_with(pool: Pool, config: StoreConfig) -> Result<StoreCore, StoreError> {
         let ubs = pool.uberblocks();
         let mut last_err = None;
         for ub in &ubs {
             if ub.root.iter().all(|&b| b == 0) {
                 continue;
             }
-            match Store::load(&pool, &ub.root[..BP_SIZE], ub.txg) {
-                Ok(state) => {
-                    return Ok(Store {
-                        pool,
-                        state: Mutex::new(state),
-                        read_gate: RwLock::new(()),
-                        config,
-                    })
-                }
+            match StoreCore::load(&pool, &ub.root[..BP_SIZE], ub.txg) {
+                Ok(state) => return Ok(StoreCore::new(pool, state, config)),
                 Err(e) => last_err = Some(e),
             }
         }
         if let Some(e) = last_err {
             return Err(e);
         }
-        Store::create(pool, config)
+        StoreCore::create(pool, config)
+    }
+
+    fn new(pool: Pool, state: State, config: StoreConfig) -> StoreCore {
+        StoreCore {
+            pool,
+            state: Mutex::new(state),
+            read_gate: RwLock::new(()),
+            config,
+            presync_cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        }
     }
 
     /// Reads the tree of one uberblock; any damage is an error (the caller tries an older one).
@@ -258,6 +369,7 @@ impl Store {
             root_bp,
             space_map_bps: root.space_map_bps,
             damaged: BTreeSet::new(),
+            presync: Presync::default(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets =
@@ -266,7 +378,7 @@ impl Store {
     }
 
     /// A new, empty store: object table, dataset table, root file system.
-    fn create(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
+    fn create(pool: Pool, config: StoreConfig) -> Result<StoreCore, StoreError> {
         let txg = pool.uberblocks().first().map(|u| u.txg).unwrap_or(0) + 1;
         let mut meta = Dnode::new(ObjectKind::Table, 0, DNODE_BLOCK_SIZE, now_ns());
         meta.nlink = 0;
@@ -285,13 +397,9 @@ impl Store {
             root_bp: BlockPointer::HOLE,
             space_map_bps: Vec::new(),
             damaged: BTreeSet::new(),
+            presync: Presync::default(),
         };
-        let store = Store {
-            pool,
-            state: Mutex::new(state),
-            read_gate: RwLock::new(()),
-            config,
-        };
+        let store = StoreCore::new(pool, state, config);
         {
             let mut st = store.lock();
             let table = store.create_object_locked(&mut st, ObjectKind::Table, 0, 16 << 10)?;
@@ -312,12 +420,6 @@ impl Store {
 
     pub fn pool(&self) -> &Pool {
         &self.pool
-    }
-
-    /// Syncs and returns the pool (for export).
-    pub fn close(self) -> Result<Pool, StoreError> {
-        self.sync()?;
-        Ok(self.pool)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -414,7 +516,11 @@ impl Store {
             if !present {
                 obj.punched.remove(&blkid);
                 added += bs;
+                if let Some(bp) = obj.forget_presynced(blkid) {
+                    defer_free(st, &bp);
+                }
             }
+            let obj = st.objects.get_mut(&id).expect("loaded");
 
             let piece = &data[done..done + n];
             if whole {
@@ -455,6 +561,8 @@ impl Store {
             return Ok(());
         }
         let keep_blocks = size.div_ceil(bs);
+        forget_presynced(st, id, keep_blocks..);
+        let obj = st.objects.get_mut(&id).expect("loaded");
         obj.dirty.retain(|&b, _| b < keep_blocks);
         obj.punched.retain(|&b| b < keep_blocks);
         obj.truncate_from = Some(
@@ -490,6 +598,7 @@ impl Store {
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs; // exclusive
         if first_full < last_full {
+            forget_presynced(st, id, first_full..last_full);
             let obj = st.objects.get_mut(&id).expect("loaded");
             for b in first_full..last_full {
                 if obj.dirty.remove(&b).is_some() {
@@ -513,7 +622,9 @@ impl Store {
 
     /// Deletes an object: its blocks are freed at sync and its id reused afterwards.
     pub(crate) fn free_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
-        let obj = self.object_mut(st, id)?;
+        self.object_mut(st, id)?;
+        forget_presynced(st, id, ..);
+        let obj = st.objects.get_mut(&id).expect("loaded");
         let held = obj.dirty_bytes();
         obj.freeing = true;
         obj.dirty.clear();
@@ -587,14 +698,16 @@ impl Store {
     /// Commits the open txg; returns its number. A failed sync leaves the on-disk pool at
     /// the previous txg (reopen the store to continue from there).
     pub fn sync(&self) -> Result<u64, StoreError> {
-        let mut st = self.lock();
+        let mut st = self.wait_for_writer(self.lock());
         self.sync_locked(&mut st)
     }
 
     pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
         let txg = st.txg;
+        self.take_back_background_batch(st);
         // Blocks freed two txgs ago are no longer referenced by any kept uberblock. Wait for
-        // readers still fetching blocks they looked up earlier.
+        // readers still fetching blocks they looked up earlier (and for a background batch
+        // still writing into space it was given).
         let _no_readers = self.read_gate.write().unwrap_or_else(|p| p.into_inner());
         let (release, keep): (Vec<_>, Vec<_>) = st
             .deferred
@@ -741,6 +854,7 @@ impl Store {
         st.space_map_bps = map_bps;
         st.txg = txg + 1;
         st.dirty_bytes = 0;
+        st.presync.taken_bytes = 0;
         st.objects.retain(|_, o| o.is_dirty());
         Ok(txg)
     }
@@ -811,7 +925,7 @@ impl Store {
     }
 
     /// Write props of every dataset, resolved through inheritance.
-    fn write_props(&self, st: &State) -> HashMap<u32, WriteProps> {
+    pub(crate) fn write_props(&self, st: &State) -> HashMap<u32, WriteProps> {
         st.datasets
             .datasets
             .iter()
@@ -931,4 +1045,27 @@ pub(crate) fn load_object_bytes(
 /// Compression of metadata is lz4; exposed for tests.
 pub fn metadata_compression() -> Compression {
     Compression::Lz4
+}
+
+/// Hands the copies of a block that was written but never linked to the deferred frees of
+/// the open txg (a reader may still be fetching it; the read gate covers the release).
+pub(crate) fn defer_free(st: &mut State, bp: &BlockPointer) {
+    let txg = st.txg;
+    st.deferred.extend(bp.copies().map(|d| (txg, *d)));
+}
+
+/// Forgets what the background writer did for `blocks` of object `id`, which change again.
+fn forget_presynced(st: &mut State, id: u64, blocks: impl std::ops::RangeBounds<u64> + Clone) {
+    let Some(obj) = st.objects.get_mut(&id) else {
+        return;
+    };
+    let mut keys: Vec<u64> = obj.syncing.range(blocks.clone()).map(|(k, _)| *k).collect();
+    keys.extend(obj.written.range(blocks).map(|(k, _)| *k));
+    let freed: Vec<BlockPointer> = keys
+        .into_iter()
+        .filter_map(|b| obj.forget_presynced(b))
+        .collect();
+    for bp in &freed {
+        defer_free(st, bp);
+    }
 }

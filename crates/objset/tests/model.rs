@@ -43,6 +43,9 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
     let (home, _) = new_pool(dir.path(), kind, disks, 96 * MIB);
     let config = StoreConfig {
         dirty_max: 2 * MIB,
+        // Small background batches: blocks are written early, then changed, punched,
+        // truncated and read while in flight.
+        background_batch: 64 << 10,
         ..StoreConfig::default()
     };
     let mut store = open_store_with(&home, config);
@@ -99,6 +102,8 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
         .insert("tank/vol".into(), vec![0u8; 8 * MIB as usize]);
     let datasets = ["tank", "tank/small", "tank/safe", "tank/raw"];
     let mut names: BTreeSet<String> = BTreeSet::new();
+    // Blocks the background writer wrote early (the run must exercise that path).
+    let mut landed = 0u64;
     for step in 0..320 {
         let op = rng.gen_range(0..100);
         let ds = datasets[rng.gen_range(0..datasets.len())];
@@ -165,6 +170,7 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
             }
             85..=89 => {
                 // Re-import: everything must come back from disk.
+                landed += store.background_blocks_landed();
                 let pool = store.close().unwrap();
                 drop(pool);
                 store = open_store_with(&home, config);
@@ -179,6 +185,11 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
     }
     store.sync().unwrap();
     verify(&store, &m, &format!("seed {seed} end"));
+    landed += store.background_blocks_landed();
+    assert!(
+        landed > 0,
+        "seed {seed}: the background writer never wrote a block"
+    );
     // Space accounting: the datasets' USED adds up to what the allocator holds, minus
     // pool metadata; and scrub finds the pool clean.
     let (p, _) = store

@@ -375,6 +375,8 @@ impl Run {
         let (home, leaves) = layout.create(dir).map_err(|e| e.to_string())?;
         let config = StoreConfig {
             dirty_max: rng.gen_range(1..=32) * MIB,
+            // Small batches keep the background writer busy in the middle of the workload.
+            background_batch: [64 << 10, 256 << 10, MIB, 32 * MIB][rng.gen_range(0..4)],
             ..StoreConfig::default()
         };
         let groups = layout.groups;

@@ -5,6 +5,8 @@
 //! several threads; `Pool::write_prepared` allocates and issues; `Pool::read_bp` verifies
 //! every read against the checksum in the block pointer and repairs bad copies.
 
+use std::sync::Arc;
+
 use cairn_vdev::VdevError;
 
 use crate::error::PoolError;
@@ -24,10 +26,11 @@ pub struct WriteProps {
     pub level: u8,
 }
 
-/// A block ready to be allocated and written: physical bytes padded to the sector.
+/// A block ready to be allocated and written: physical bytes padded to the sector (shared,
+/// so a block that does not compress is written from the caller's buffer without a copy).
 #[derive(Clone, Debug)]
 pub struct PreparedBlock {
-    pub physical: Vec<u8>,
+    pub physical: Arc<Vec<u8>>,
     pub lsize: u32,
     pub compression: Compression,
     pub checksum: [u8; 32],
@@ -54,6 +57,23 @@ pub fn prepare_owned(data: Vec<u8>, props: WriteProps, sector: u64) -> PreparedB
     }
 }
 
+/// `prepare` for a block that others may still read: stored from the shared buffer without
+/// a copy when it does not compress and is a whole number of sectors.
+pub fn prepare_shared(data: &Arc<Vec<u8>>, props: WriteProps, sector: u64) -> PreparedBlock {
+    assert!(!data.is_empty(), "blocks are never empty");
+    match compress(props.compression, data) {
+        Some(c) => finish_prepare(c, data.len(), props.compression.algorithm, props, sector),
+        None if (data.len() as u64).is_multiple_of(sector) => PreparedBlock {
+            physical: Arc::clone(data),
+            lsize: data.len() as u32,
+            compression: Compression::Off,
+            checksum: props.checksum.digest(data),
+            props,
+        },
+        None => finish_prepare(data.to_vec(), data.len(), Compression::Off, props, sector),
+    }
+}
+
 fn finish_prepare(
     mut physical: Vec<u8>,
     lsize: usize,
@@ -65,7 +85,7 @@ fn finish_prepare(
     physical.resize(padded as usize, 0);
     let checksum = props.checksum.digest(&physical);
     PreparedBlock {
-        physical,
+        physical: Arc::new(physical),
         lsize: lsize as u32,
         compression,
         checksum,
@@ -167,12 +187,23 @@ impl Pool {
         blocks: &[PreparedBlock],
         txg: u64,
     ) -> Result<Vec<BlockPointer>, PoolError> {
+        let all_dvas = self.allocate_batch(alloc, blocks)?;
+        let results = self.write_blocks_at(blocks, &all_dvas, txg);
+        if let Some(i) = results.iter().position(|r| r.is_err()) {
+            release_all(alloc, &all_dvas);
+            let mut results = results;
+            return Err(results.swap_remove(i).expect_err("failed"));
+        }
+        Ok(results.into_iter().map(|r| r.expect("all ok")).collect())
+    }
+
+    /// Allocates every copy of every block; all or nothing.
+    pub fn allocate_batch(
+        &self,
+        alloc: &mut Allocator,
+        blocks: &[PreparedBlock],
+    ) -> Result<Vec<[Dva; 3]>, PoolError> {
         let mut all_dvas: Vec<[Dva; 3]> = Vec::with_capacity(blocks.len());
-        let release = |alloc: &mut Allocator, all: &[[Dva; 3]]| {
-            for d in all.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
-                alloc.free(d);
-            }
-        };
         for b in blocks {
             match self.allocate(
                 alloc,
@@ -182,48 +213,63 @@ impl Pool {
             ) {
                 Ok(d) => all_dvas.push(d),
                 Err(e) => {
-                    release(alloc, &all_dvas);
+                    release_all(alloc, &all_dvas);
                     return Err(e);
                 }
             }
         }
+        Ok(all_dvas)
+    }
+
+    /// Writes blocks to DVAs allocated earlier (no allocator needed: callers may run this
+    /// without the lock that guards it), grouped per top-level vdev. A block succeeds when
+    /// at least one copy was written; the caller frees the DVAs of the blocks that failed.
+    pub fn write_blocks_at(
+        &self,
+        blocks: &[PreparedBlock],
+        all_dvas: &[[Dva; 3]],
+        txg: u64,
+    ) -> Vec<Result<BlockPointer, PoolError>> {
+        assert_eq!(blocks.len(), all_dvas.len(), "one DVA set per block");
         let mut per_vdev: Vec<Vec<(u64, &[u8])>> = vec![Vec::new(); self.tops.len()];
         let mut owner: Vec<Vec<usize>> = vec![Vec::new(); self.tops.len()];
-        for (i, (b, dvas)) in blocks.iter().zip(&all_dvas).enumerate() {
+        for (i, (b, dvas)) in blocks.iter().zip(all_dvas).enumerate() {
             for d in dvas.iter().filter(|d| !d.is_empty()) {
-                per_vdev[d.vdev as usize].push((d.offset, &b.physical));
+                per_vdev[d.vdev as usize].push((d.offset, b.physical.as_slice()));
                 owner[d.vdev as usize].push(i);
             }
         }
         let mut copies_written = vec![0usize; blocks.len()];
-        let mut last_err = None;
+        let mut last_err: Vec<Option<VdevError>> = (0..blocks.len()).map(|_| None).collect();
         for (v, list) in per_vdev.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
             for (k, r) in self.tops[v].write_batch(list).into_iter().enumerate() {
                 match r {
                     Ok(_) => copies_written[owner[v][k]] += 1,
-                    Err(e) => last_err = Some(e),
+                    Err(e) => last_err[owner[v][k]] = Some(e),
                 }
             }
         }
-        if copies_written.contains(&0) {
-            release(alloc, &all_dvas);
-            return Err(PoolError::Vdev(last_err.expect("a block failed")));
-        }
-        Ok(blocks
+        blocks
             .iter()
             .zip(all_dvas)
-            .map(|(b, dvas)| BlockPointer {
-                dvas,
-                lsize: b.lsize,
-                psize: b.physical.len() as u32,
-                compression: b.compression,
-                checksum_kind: b.props.checksum,
-                kind: b.props.kind,
-                level: b.props.level,
-                birth: txg,
-                checksum: b.checksum,
+            .zip(copies_written.into_iter().zip(last_err))
+            .map(|((b, dvas), (written, err))| {
+                if written == 0 {
+                    return Err(PoolError::Vdev(err.expect("a copy failed")));
+                }
+                Ok(BlockPointer {
+                    dvas: *dvas,
+                    lsize: b.lsize,
+                    psize: b.physical.len() as u32,
+                    compression: b.compression,
+                    checksum_kind: b.props.checksum,
+                    kind: b.props.kind,
+                    level: b.props.level,
+                    birth: txg,
+                    checksum: b.checksum,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Reads many blocks: a fast batched read of data columns per vdev, then checksum and
@@ -416,5 +462,12 @@ impl BlockKind {
             kind: self,
             level,
         }
+    }
+}
+
+/// Frees every DVA of a batch.
+pub fn release_all(alloc: &mut Allocator, all: &[[Dva; 3]]) {
+    for d in all.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
+        alloc.free(d);
     }
 }
