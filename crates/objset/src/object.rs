@@ -475,17 +475,8 @@ fn prepare_parallel(
         }
     };
     let bytes: usize = jobs.iter().map(|j| j.1.len()).sum();
-    if jobs.len() < 4 || bytes < (1 << 20) {
-        return jobs.into_iter().map(one).collect();
-    }
-    let mut first = jobs;
-    let second = first.split_off(first.len() / 2);
-    std::thread::scope(|s| {
-        let other = s.spawn(move || second.into_iter().map(one).collect::<Vec<_>>());
-        let mut mine: Vec<_> = first.into_iter().map(one).collect();
-        mine.extend(other.join().expect("prepare thread"));
-        mine
-    })
+    let min_items = if bytes < (1 << 20) { usize::MAX } else { 4 };
+    cairn_vdev::threads::split_cpu(jobs, min_items, one)
 }
 
 /// Writes dirty indirect blocks from level 1 up, linking each into its parent.

@@ -297,14 +297,5 @@ fn prepare_items(items: &[Item], sector: u64) -> Vec<Option<PreparedBlock>> {
             Some(prepare_shared(&item.data, item.props, sector))
         }
     };
-    if items.len() < 4 {
-        return items.iter().map(one).collect();
-    }
-    let (first, second) = items.split_at(items.len() / 2);
-    std::thread::scope(|s| {
-        let other = s.spawn(|| second.iter().map(one).collect::<Vec<_>>());
-        let mut mine: Vec<_> = first.iter().map(one).collect();
-        mine.extend(other.join().expect("prepare thread"));
-        mine
-    })
+    cairn_vdev::threads::split_cpu(items.iter().collect(), 4, one)
 }

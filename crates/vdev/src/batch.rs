@@ -101,18 +101,8 @@ impl TopVdev {
             self.parity().generate_split(nparity, &mut pcols, &dcols)?;
             Ok((map, pbufs))
         };
-        let half = blocks.len().div_ceil(2);
-        let computed: Vec<Result<MapWithParity, VdevError>> = if blocks.len() < 4 {
-            blocks.iter().map(one).collect()
-        } else {
-            std::thread::scope(|s| {
-                let (a, b) = blocks.split_at(half);
-                let other = s.spawn(|| b.iter().map(one).collect::<Vec<_>>());
-                let mut mine: Vec<_> = a.iter().map(one).collect();
-                mine.extend(other.join().expect("parity thread"));
-                mine
-            })
-        };
+        let computed: Vec<Result<MapWithParity, VdevError>> =
+            crate::threads::split_cpu(blocks.iter().collect(), 4, one);
         computed
             .into_iter()
             .enumerate()
@@ -128,20 +118,9 @@ impl TopVdev {
     }
 
     /// Runs each child's jobs on its own thread; returns, per child, the failed block indices.
-    fn issue_write_jobs(&self, mut jobs: Vec<Vec<WriteJob<'_>>>) -> Vec<Vec<usize>> {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = jobs
-                .iter_mut()
-                .enumerate()
-                .map(|(c, list)| {
-                    let list = std::mem::take(list);
-                    s.spawn(move || self.write_child_jobs(c, list))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_default())
-                .collect()
+    fn issue_write_jobs(&self, jobs: Vec<Vec<WriteJob<'_>>>) -> Vec<Vec<usize>> {
+        crate::threads::on_io_threads(jobs.into_iter().enumerate().collect(), |(c, list)| {
+            self.write_child_jobs(c, list)
         })
     }
 
@@ -243,19 +222,14 @@ impl TopVdev {
                 }
             }
         }
-        let failed: Vec<usize> = std::thread::scope(|s| {
-            let handles: Vec<_> = jobs
-                .into_iter()
-                .enumerate()
-                .filter(|(_, list)| !list.is_empty())
-                .map(|(c, list)| s.spawn(move || self.read_child_jobs(c, list)))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
-        for b in failed {
+        let lists: Vec<(usize, Vec<ReadJob<'_>>)> = jobs
+            .into_iter()
+            .enumerate()
+            .filter(|(_, list)| !list.is_empty())
+            .collect();
+        let failed =
+            crate::threads::on_io_threads(lists, |(c, list)| self.read_child_jobs(c, list));
+        for b in failed.into_iter().flatten() {
             ok[b] = false;
         }
         ok

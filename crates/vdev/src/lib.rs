@@ -13,6 +13,7 @@ pub mod fault;
 pub mod label;
 pub mod leaf;
 pub mod rebuild;
+pub mod threads;
 pub mod top;
 
 pub use config::{

@@ -146,18 +146,15 @@ impl TopVdev {
                     missing[i][col_index] = false;
                 }
             }
-            let failed: Vec<(usize, Vec<usize>)> = std::thread::scope(|s| {
-                let handles: Vec<_> = jobs
-                    .into_iter()
-                    .enumerate()
-                    .filter(|(_, list)| !list.is_empty())
-                    .map(|(c, list)| (c, s.spawn(move || self.read_child_jobs(c, list))))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|(c, h)| (c, h.join().unwrap_or_default()))
-                    .collect()
-            });
+            let lists: Vec<(usize, Vec<_>)> = jobs
+                .into_iter()
+                .enumerate()
+                .filter(|(_, list)| !list.is_empty())
+                .collect();
+            let failed: Vec<(usize, Vec<usize>)> =
+                crate::threads::on_io_threads(lists, |(c, list)| {
+                    (c, self.read_child_jobs(c, list))
+                });
             for (c, blocks) in failed {
                 for (i, col_index) in planned[c]
                     .iter()

@@ -1005,16 +1005,7 @@ impl TopVdev {
             }
         };
         let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = jobs[1..]
-                    .iter()
-                    .map(|j| s.spawn(move || write_one(j)))
-                    .collect();
-                let first = write_one(&jobs[0]);
-                std::iter::once(first)
-                    .chain(handles.into_iter().map(|h| h.join().unwrap_or(false)))
-                    .collect()
-            })
+            crate::threads::on_io_threads(jobs.iter().collect(), write_one)
         } else {
             jobs.iter().map(write_one).collect()
         };
@@ -1042,15 +1033,7 @@ impl TopVdev {
             }
         };
         if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            std::thread::scope(|s| {
-                let mut iter = jobs.into_iter();
-                let first = iter.next().expect("at least two jobs");
-                let handles: Vec<_> = iter.map(|j| s.spawn(move || read_one(j))).collect();
-                let first = read_one(first);
-                std::iter::once(first)
-                    .chain(handles.into_iter().map(|h| h.join().unwrap_or(true)))
-                    .collect()
-            })
+            crate::threads::on_io_threads(jobs, read_one)
         } else {
             jobs.into_iter().map(read_one).collect()
         }

@@ -107,6 +107,20 @@ pub struct DecompressError {
 }
 
 /// Decompresses `data` (the first `payload` bytes are meaningful) into exactly `lsize` bytes.
+/// `decompress` of a buffer the caller gives up: an uncompressed block comes back as is
+/// (trimmed to `lsize`), without a copy.
+pub fn decompress_owned(
+    algorithm: Compression,
+    mut data: Vec<u8>,
+    lsize: usize,
+) -> Result<Vec<u8>, DecompressError> {
+    if algorithm == Compression::Off && data.len() >= lsize {
+        data.truncate(lsize);
+        return Ok(data);
+    }
+    decompress(algorithm, &data, lsize)
+}
+
 pub fn decompress(
     algorithm: Compression,
     data: &[u8],

@@ -13,7 +13,7 @@ use crate::error::PoolError;
 use crate::io::alloc::Allocator;
 use crate::io::bp::{BlockKind, BlockPointer, Dva};
 use crate::io::checksum::ChecksumKind;
-use crate::io::compress::{compress, decompress, Compression, CompressionSetting};
+use crate::io::compress::{compress, decompress_owned, Compression, CompressionSetting};
 use crate::pool::Pool;
 
 /// How to store a block.
@@ -302,30 +302,14 @@ impl Pool {
         let finish =
             |(bp, (data, ok)): (&BlockPointer, (Vec<u8>, bool))| -> Result<Vec<u8>, PoolError> {
                 if ok && bp.checksum_kind.digest(&data) == bp.checksum {
-                    return decompress(bp.compression, &data, bp.lsize as usize)
+                    return decompress_owned(bp.compression, data, bp.lsize as usize)
                         .map_err(|e| PoolError::Corrupt(e.to_string()));
                 }
                 self.read_bp(bp)
             };
-        let items: Vec<(Vec<u8>, bool)> = phys.into_iter().zip(arrived).collect();
-        if bps.len() < 4 {
-            return bps.iter().zip(items).map(finish).collect();
-        }
-        let half = bps.len().div_ceil(2);
-        let mut items = items;
-        let second: Vec<(Vec<u8>, bool)> = items.split_off(half);
-        std::thread::scope(|s| {
-            let other = s.spawn(|| {
-                bps[half..]
-                    .iter()
-                    .zip(second)
-                    .map(finish)
-                    .collect::<Vec<_>>()
-            });
-            let mut mine: Vec<_> = bps[..half].iter().zip(items).map(finish).collect();
-            mine.extend(other.join().expect("verify thread"));
-            mine
-        })
+        let items: Vec<(&BlockPointer, (Vec<u8>, bool))> =
+            bps.iter().zip(phys.into_iter().zip(arrived)).collect();
+        cairn_vdev::threads::split_cpu(items, 4, finish)
     }
 
     /// Reads the physical bytes of a block, verified; repairs copies that were bad.
@@ -401,7 +385,7 @@ impl Pool {
         bp: &BlockPointer,
     ) -> Result<(Vec<u8>, BlockHealth), PoolError> {
         let (physical, health) = self.read_physical(bp)?;
-        let logical = decompress(bp.compression, &physical, bp.lsize as usize)
+        let logical = decompress_owned(bp.compression, physical, bp.lsize as usize)
             .map_err(|e| PoolError::Corrupt(e.to_string()))?;
         Ok((logical, health))
     }
