@@ -195,9 +195,14 @@ fn hot_spare_takes_over_and_returns_after_replace() {
         "{st}"
     );
     ok(&cairn(&home, &["resilver", "tank"]));
+    // Resilvered, the spare holds the data; the pool stays DEGRADED (as zpool shows a
+    // spare group) until the failed disk is replaced.
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
-        st.contains("state: ONLINE") && st.contains("cairn replace tank"),
+        st.contains("state: DEGRADED")
+            && st.contains("spare-0")
+            && st.contains("holds all its data")
+            && st.contains(&format!("cairn replace tank {}", d[0])),
         "{st}"
     );
     assert!(cat(&home, "a") == a, "a differs");
