@@ -601,3 +601,42 @@ fn raidz1_spare_takes_over_a_failing_leaf_at_run_time() {
 fn mirror_spare_takes_over_a_failing_leaf_at_run_time() {
     spare_takes_over_at_run_time("mirror", 2, 0);
 }
+
+/// A leaf of a pool that is only read fails its reads until FAULTED; the spare is put in
+/// without a txg sync (`take_over_failed_leaves`), and the process dies before the next
+/// sync. The labels then name the spare while every uberblock still carries the GUID sum
+/// from before it took over: the pool opens at its last txg with all its data, spare in use.
+#[test]
+fn spare_put_in_without_a_sync_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files, spare) = pool_with_spare(dir.path(), "raidz1", 3);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let (store, switches) = open_with_switches(&home);
+    let model = write_files(&store, &mut rng, "a", 8, 400_000);
+    let synced = store.open_txg() - 1;
+    switches[2].fail_reads.store(true, Ordering::Relaxed);
+    while !store.pool().tops[0].children[2]
+        .faulted
+        .load(Ordering::Relaxed)
+    {
+        check_files(&store, &model);
+    }
+    assert!(store.take_over_failed_leaves().unwrap());
+    assert_eq!(store.open_txg() - 1, synced, "no txg was synced");
+    // The crash: no sync, no export.
+    drop(store);
+    let pool = Pool::open(&home, "tank").unwrap();
+    let slot = &pool.tops[0].children[2];
+    assert_eq!(slot.path, spare.display().to_string());
+    assert_eq!(
+        slot.replaced().map(|f| f.path.clone()),
+        Some(files[2].display().to_string())
+    );
+    assert_eq!(pool.uberblocks().first().map(|u| u.txg), Some(synced));
+    let store = Store::open(pool).unwrap();
+    check_files(&store, &model);
+    resilver_all(&store);
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+}
