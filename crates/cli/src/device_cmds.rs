@@ -192,6 +192,11 @@ pub fn resilver(a: ResilverArgs) -> Result<(), String> {
     run_resilver(&home, pool, &a.flags)
 }
 
+/// `$CAIRN_RESILVER_RATE` (bytes per second), for resilvers nobody started by hand.
+pub fn env_rate() -> Result<Option<u64>, String> {
+    parse_rate(&ResilverFlags::default())
+}
+
 /// The `--rate` value, or `$CAIRN_RESILVER_RATE`.
 fn parse_rate(flags: &ResilverFlags) -> Result<Option<u64>, String> {
     let text = match &flags.rate {
@@ -266,17 +271,7 @@ pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<()
     }
     store.close().map_err(err)?.save_record().map_err(err)?;
     if end == ResilverEnd::Finished {
-        let record = ResilverRecord {
-            repaired_bytes: p.repaired_bytes,
-            errors: p.errors,
-            elapsed_secs: p.elapsed_secs,
-            ended: unix_now(),
-        };
-        let path = crate::data_cmds::state_file(home, &name, "resilver");
-        if let (Some(dir), Ok(text)) = (path.parent(), serde_json::to_string(&record)) {
-            let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(&path, text);
-        }
+        record_resilver(home, &name, &p);
         println!(
             "resilvered {} in {:.1} s ({}/s) with {} errors",
             format_zfs_size(p.repaired_bytes),
@@ -286,6 +281,21 @@ pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<()
         );
     }
     Ok(())
+}
+
+/// Keeps a finished resilver for the `scan:` line of `status`.
+pub fn record_resilver(home: &Home, pool: &str, p: &ResilverProgress) {
+    let record = ResilverRecord {
+        repaired_bytes: p.repaired_bytes,
+        errors: p.errors,
+        elapsed_secs: p.elapsed_secs,
+        ended: unix_now(),
+    };
+    let path = crate::data_cmds::state_file(home, pool, "resilver");
+    if let (Some(dir), Ok(text)) = (path.parent(), serde_json::to_string(&record)) {
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(&path, text);
+    }
 }
 
 /// `2026-11-22 13:47:49 UTC` from Unix seconds (proleptic Gregorian calendar).

@@ -5,6 +5,11 @@
 //! data is on stable storage — for every connection at once, which is what makes multi-conn
 //! safe. TRIM and WRITE_ZEROES punch holes; `base:allocation` reports them. A txg is also
 //! synced every `--sync-interval` seconds when something changed.
+//!
+//! The pool heals while it serves: a leaf that fails for good gets an available hot spare
+//! in its slot (at the next txg sync, or the next tick for a pool that is only read), and a
+//! thread resilvers whatever leaf needs it (a spare put in, a resilver left unfinished) with
+//! the store lock taken per batch, so clients keep being served meanwhile.
 
 use std::io;
 use std::net::TcpListener;
@@ -16,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use cairn_nbd::{BlockExport, ExportSource, NbdServer};
 use cairn_objset::dnode::ObjectKind;
+use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
+use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
+use cairn_pool::Home;
 
 use crate::data_cmds::{finish, open};
 
@@ -175,6 +183,78 @@ impl ExportSource for VolumeSource {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+type ResilverRun = std::thread::JoinHandle<Result<(ResilverProgress, ResilverEnd), StoreError>>;
+
+/// Puts hot spares in for failed leaves and resilvers in a thread of its own whenever a
+/// leaf needs it; a resilver that failed is retried after `RETRY`.
+struct Healer {
+    rate: Option<u64>,
+    running: Option<ResilverRun>,
+    retry_at: Instant,
+}
+
+impl Healer {
+    const RETRY: Duration = Duration::from_secs(30);
+
+    fn tick(&mut self, home: &Home, store: &Arc<Store>) {
+        match store.take_over_failed_leaves() {
+            Ok(true) => eprintln!("cairn serve: a hot spare took the place of a failed device"),
+            Ok(false) => {}
+            Err(e) => eprintln!("cairn serve: could not put a hot spare in: {e}"),
+        }
+        if self.running.as_ref().is_some_and(|r| r.is_finished()) {
+            self.join(home, store);
+        }
+        if self.running.is_none()
+            && Instant::now() >= self.retry_at
+            && store.pool().needs_resilver()
+        {
+            eprintln!("cairn serve: resilvering in the background");
+            let store = store.clone();
+            let opts = ResilverOptions {
+                rate: self.rate,
+                checkpoint_every: Duration::from_secs(1),
+                ..ResilverOptions::default()
+            };
+            self.running = Some(std::thread::spawn(move || {
+                store.resilver(opts, &mut |_| {
+                    // Stopping keeps the resume point: the next import or serve goes on.
+                    if STOP.load(Ordering::SeqCst) {
+                        ScrubControl::Pause
+                    } else {
+                        ScrubControl::Continue
+                    }
+                })
+            }));
+        }
+    }
+
+    /// Waits for the resilver thread (when there is one) and reports how it ended.
+    fn join(&mut self, home: &Home, store: &Store) {
+        let Some(run) = self.running.take() else {
+            return;
+        };
+        match run.join() {
+            Ok(Ok((p, ResilverEnd::Finished))) => {
+                crate::device_cmds::record_resilver(home, store.pool().name(), &p);
+                eprintln!(
+                    "cairn serve: resilvered {} bytes in {:.1} s with {} errors",
+                    p.repaired_bytes, p.elapsed_secs, p.errors
+                );
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                eprintln!("cairn serve: resilver failed (retrying later): {e}");
+                self.retry_at = Instant::now() + Self::RETRY;
+            }
+            Err(_) => {
+                eprintln!("cairn serve: the resilver thread panicked");
+                self.retry_at = Instant::now() + Self::RETRY;
+            }
+        }
+    }
+}
+
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
@@ -219,10 +299,20 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     let interval = Duration::from_secs_f64(a.sync_interval.max(0.1));
     let mut last_sync = Instant::now();
     let mut sync_error = None;
+    let mut healer = Healer {
+        rate: crate::device_cmds::env_rate()?,
+        running: None,
+        retry_at: Instant::now(),
+    };
+    let mut last_heal = Instant::now();
     while !STOP.load(Ordering::SeqCst)
         && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
     {
         std::thread::sleep(Duration::from_millis(50));
+        if last_heal.elapsed() >= Duration::from_secs(1) {
+            last_heal = Instant::now();
+            healer.tick(&home, &store);
+        }
         if last_sync.elapsed() >= interval {
             last_sync = Instant::now();
             if store.is_dirty() {
@@ -237,6 +327,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         let _ = r.stop();
     }
     STOP.store(true, Ordering::SeqCst);
+    healer.join(&home, &store);
     let _ = control.join();
     drop(server);
     drop(source);

@@ -195,9 +195,14 @@ fn hot_spare_takes_over_and_returns_after_replace() {
         "{st}"
     );
     ok(&cairn(&home, &["resilver", "tank"]));
+    // Resilvered, the spare holds the data; the pool stays DEGRADED (as zpool shows a
+    // spare group) until the failed disk is replaced.
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
-        st.contains("state: ONLINE") && st.contains("cairn replace tank"),
+        st.contains("state: DEGRADED")
+            && st.contains("spare-0")
+            && st.contains("holds all its data")
+            && st.contains(&format!("cairn replace tank {}", d[0])),
         "{st}"
     );
     assert!(cat(&home, "a") == a, "a differs");
@@ -247,4 +252,126 @@ fn temporary_offline_ends_at_import_which_resilvers() {
     ok(&cairn(&home, &["offline", "tank", &d[0]]));
     assert!(cat(&home, "a") == a, "a differs");
     assert!(cat(&home, "b") == b, "b differs");
+}
+
+/// `cairn serve` heals the pool it serves: a mirror side that starts failing every I/O
+/// (its fault control file flipped) while a client writes gets the hot spare in its slot,
+/// the serving process resilvers the spare in the background, the client reads back what
+/// it wrote, and after the server stops `replace` returns the spare to AVAIL.
+#[test]
+fn served_pool_puts_the_spare_in_and_resilvers_it() {
+    use cairn_nbd::{parse_nbd_url, NbdClient};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d0 = file(dir.path(), "d0", 64 * MIB);
+    let d1 = file(dir.path(), "d1", 64 * MIB);
+    let spare = file(dir.path(), "s0", 64 * MIB);
+    let failing = format!("fault:{d0}");
+    ok(&cairn(
+        &home,
+        &["create", "tank", "mirror", &failing, &d1, "spare", &spare],
+    ));
+    ok(&cairn(
+        &home,
+        &["volume", "create", "-V", "32M", "-b", "16K", "tank/vol"],
+    ));
+    let socket = dir.path().join("nbd.sock");
+    let serve = |home: &Path| {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["serve", "--nbd-socket", socket.to_str().unwrap()])
+            .args(["--sync-interval", "0.5", "--duration", "120", "tank"])
+            .env("CAIRN_HOME", home)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "serve did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let stop = |mut child: std::process::Child| {
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        assert!(child.wait().unwrap().success(), "serve failed");
+        let _ = std::fs::remove_file(&socket);
+    };
+    let url = parse_nbd_url(&format!("nbd+unix:///tank/vol?socket={}", socket.display())).unwrap();
+    let data: Vec<u8> = (0..24 << 20)
+        .map(|i: usize| (i as u8).wrapping_mul(13) ^ (i >> 11) as u8)
+        .collect();
+    let server = serve(&home);
+    let mut client = NbdClient::connect(&url).unwrap();
+    let chunk = 1 << 20;
+    for (i, piece) in data.chunks(chunk).enumerate() {
+        if i == 8 {
+            // d0 starts failing every read and write.
+            std::fs::write(format!("{d0}.fault"), "fail_reads=1&fail_writes=1").unwrap();
+        }
+        client.write_at(piece, (i * chunk) as u64, false).unwrap();
+        client.flush().unwrap();
+    }
+    // The serving process puts the spare in and resilvers it meanwhile.
+    let start = Instant::now();
+    let st = loop {
+        let st = ok(&cairn(&home, &["status", "tank"]));
+        if st.contains("holds all its data") {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "no resilvered spare: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        st.contains("spare-0") && st.contains("INUSE") && st.contains("FAULTED"),
+        "{st}"
+    );
+    let mut back = vec![0u8; data.len()];
+    for (i, piece) in back.chunks_mut(chunk).enumerate() {
+        client.read_at(piece, (i * chunk) as u64).unwrap();
+    }
+    assert!(back == data, "the volume reads back different data");
+    client.disconnect();
+    stop(server);
+    // The labels say the same to a process that opens the pool.
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("state: DEGRADED")
+            && st.contains("spare-0")
+            && st.contains("INUSE")
+            && st.contains("holds all its data"),
+        "{st}"
+    );
+    std::fs::remove_file(format!("{d0}.fault")).unwrap();
+    let new = file(dir.path(), "new0", 64 * MIB);
+    ok(&cairn(&home, &["replace", "tank", &failing, &new]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        state_of(&st, &spare) == "AVAIL" && st.contains("state: ONLINE"),
+        "{st}"
+    );
+    let scrub = ok(&cairn(&home, &["scrub", "-w", "tank"]));
+    assert!(scrub.contains("0 errors"), "{scrub}");
+    let server = serve(&home);
+    let mut client = NbdClient::connect(&url).unwrap();
+    let mut back = vec![0u8; data.len()];
+    for (i, piece) in back.chunks_mut(chunk).enumerate() {
+        client.read_at(piece, (i * chunk) as u64).unwrap();
+    }
+    assert!(
+        back == data,
+        "after replace the volume reads back different data"
+    );
+    client.disconnect();
+    stop(server);
 }

@@ -127,7 +127,7 @@ fn leaf_health(pool: &Pool) -> Vec<Health> {
     pool.tops[0]
         .children
         .iter()
-        .map(Pool::leaf_health)
+        .map(|slot| Pool::leaf_health(slot))
         .collect()
 }
 

@@ -110,10 +110,17 @@ pub enum ResilverEnd {
 /// Txg ranges a leaf missed.
 type Dtl = Vec<(u64, u64)>;
 
+/// A stale leaf: its index in the vdev, its GUID and its DTL at the start.
+struct Target {
+    child: usize,
+    guid: u64,
+    dtl: Dtl,
+}
+
 /// Stale leaves per top-level vdev with their DTLs at the start.
 struct Targets {
-    /// vdev → [(child index, DTL)].
-    per_vdev: BTreeMap<usize, Vec<(usize, Dtl)>>,
+    /// vdev → stale leaves.
+    per_vdev: BTreeMap<usize, Vec<Target>>,
     /// Earliest missed txg of any target.
     first_txg: u64,
 }
@@ -122,18 +129,24 @@ impl Targets {
     fn find(store: &StoreCore) -> Option<Targets> {
         let mut per_vdev = BTreeMap::new();
         for (t, top) in store.pool().tops.iter().enumerate() {
-            let list: Vec<(usize, Dtl)> = top
+            let list: Vec<Target> = top
                 .children
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| c.is_usable())
-                .map(|(i, c)| (i, c.dtl_ranges()))
-                .filter(|(i, r)| {
+                .map(|(i, c)| Target {
+                    child: i,
+                    guid: c.guid,
+                    dtl: c.dtl_ranges(),
+                })
+                .filter(|target| {
                     // A leaf that missed nothing needs no copy: trust it (again).
-                    if r.is_empty() {
-                        top.children[*i].stale.store(false, Ordering::Relaxed);
+                    if target.dtl.is_empty() {
+                        top.children[target.child]
+                            .stale
+                            .store(false, Ordering::Relaxed);
                     }
-                    !r.is_empty()
+                    !target.dtl.is_empty()
                 })
                 .collect();
             if !list.is_empty() {
@@ -143,7 +156,7 @@ impl Targets {
         let first_txg = per_vdev
             .values()
             .flatten()
-            .filter_map(|(_, r)| dtl::first_txg(r))
+            .filter_map(|target| dtl::first_txg(&target.dtl))
             .min()
             .unwrap_or(0);
         (!per_vdev.is_empty()).then_some(Targets {
@@ -158,8 +171,8 @@ impl Targets {
             .get(&vdev)
             .map(|l| {
                 l.iter()
-                    .filter(|(_, r)| dtl::contains(r, birth))
-                    .map(|(c, _)| *c)
+                    .filter(|target| dtl::contains(&target.dtl, birth))
+                    .map(|target| target.child)
                     .collect()
             })
             .unwrap_or_default()
@@ -337,19 +350,21 @@ impl StoreCore {
     }
 
     /// Marks the targets whole again: their DTL ranges at the start are dropped (txgs missed
-    /// meanwhile stay), and the config without a resume point goes to the labels.
+    /// meanwhile stay), and the config without a resume point goes to the labels. A slot
+    /// whose device changed meanwhile (a hot spare took over) is left stale: the spare
+    /// needs a resilver of its own.
     fn finish_resilver(&self, targets: &Targets) -> Result<(), StoreError> {
         let _st = self.lock();
         for (&t, list) in &targets.per_vdev {
-            for (c, before) in list {
-                let child = &self.pool().tops[t].children[*c];
-                if !child.is_usable() {
+            for target in list {
+                let child = &self.pool().tops[t].children[target.child];
+                if !child.is_usable() || child.guid != target.guid {
                     continue;
                 }
                 let left: Vec<(u64, u64)> = child
                     .dtl_ranges()
                     .into_iter()
-                    .filter(|r| !before.contains(r))
+                    .filter(|r| !target.dtl.contains(r))
                     .collect();
                 child.stale.store(!left.is_empty(), Ordering::Relaxed);
                 child.set_dtl(left);

@@ -426,6 +426,14 @@ impl StoreCore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Puts available hot spares in the slots of leaves that became FAULTED or REMOVED
+    /// (every txg sync does it too; this is for a pool that is only read). The spares need
+    /// a resilver (`resilver`) afterwards. Returns whether a spare was put in.
+    pub fn take_over_failed_leaves(&self) -> Result<bool, StoreError> {
+        let _no_sync = self.lock();
+        Ok(self.pool.take_over_failed_leaves()?)
+    }
+
     /// The txg that the next sync will commit.
     pub fn open_txg(&self) -> u64 {
         self.lock().txg
@@ -849,6 +857,9 @@ impl StoreCore {
         self.pool.flush()?;
         // Leaves that missed this txg get it in their DTL before the txg is committed.
         self.pool.record_synced_txg(txg)?;
+        // A leaf that failed for good gets a hot spare in its slot now (its config reaches
+        // the labels first; this txg's uberblock already names the spare).
+        self.pool.take_over_failed_leaves()?;
         self.pool.write_uberblock(txg, &root_bp.to_bytes())?;
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;

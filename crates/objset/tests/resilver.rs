@@ -474,3 +474,169 @@ fn blocks_already_resilvered_are_read_from_the_new_leaf() {
         "f39 was not resilvered yet: the new leaf must not serve it"
     );
 }
+
+/// A pool of `kind` over `n` leaves with one hot spare `s0`, every leaf behind a fault
+/// switch (the spare is not: it stands in for a failed leaf).
+fn pool_with_spare(dir: &Path, kind: &str, n: usize) -> (Home, Vec<PathBuf>, PathBuf) {
+    let files = make_files(dir, n, 64 * MIB);
+    let spare = new_leaf(dir, "s0", 64 * MIB);
+    let home = Home::at(dir.join("home"));
+    let mut tokens = vec![kind.to_string()];
+    tokens.extend(files.iter().map(|f| f.display().to_string()));
+    tokens.push("spare".into());
+    tokens.push(spare.display().to_string());
+    Pool::create(&home, "tank", &tokens, cairn_pool::CreateOptions::default()).unwrap();
+    (home, files, spare)
+}
+
+/// A leaf starts failing every I/O in the middle of a write workload: at the next txg
+/// sync the hot spare takes its slot (a `spare-N` group, in the labels too), a resilver
+/// that runs while writes go on fills the spare, and everything reads back and scrubs
+/// clean, without reopening the pool. A re-import shows the spare in use; `replace` of the
+/// failed leaf puts a new disk in the slot and the spare is AVAIL again.
+fn spare_takes_over_at_run_time(kind: &str, n: usize, failing: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files, spare) = pool_with_spare(dir.path(), kind, n);
+    let failed_path = files[failing].display().to_string();
+    let spare_path = spare.display().to_string();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64 * 7 + failing as u64);
+    let (store, switches) = open_with_switches(&home);
+    let mut model = write_files(&store, &mut rng, "a", 6, 400_000);
+    let slot = || &store.pool().tops[0].children[failing];
+    assert!(slot().spare().is_none());
+    switches[failing].fail_writes.store(true, Ordering::Relaxed);
+    switches[failing].fail_reads.store(true, Ordering::Relaxed);
+    model.extend(write_files(&store, &mut rng, "b", 6, 400_000));
+    // The leaf failed for good and the spare stands in for it: the leaf is FAULTED, the
+    // spare (stale, everything to copy) serves the slot.
+    let failed = slot()
+        .replaced()
+        .expect("a spare took the failed leaf's slot");
+    assert_eq!(Pool::leaf_health(failed), Health::Faulted, "{kind}");
+    assert_eq!(failed.path, failed_path);
+    assert_eq!(slot().path, spare_path, "{kind}: I/O goes to the spare");
+    assert!(slot().is_usable() && !slot().is_readable());
+    assert!(store.pool().needs_resilver());
+    assert_eq!(store.pool().health(), Health::Degraded);
+    let st = cairn_pool::status::render_status(store.pool(), false);
+    assert!(
+        st.contains(&format!("spare-{failing}"))
+            && st.contains("INUSE")
+            && st.contains("action: Replace the failed device"),
+        "{st}"
+    );
+    // The resilver runs while a writer keeps going; the store lock is taken per batch.
+    let written = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+            write_files(&store, &mut rng, "c", 8, 300_000)
+        });
+        let p = resilver_all(&store);
+        assert!(p.repaired_bytes > 0, "{kind}: {p:?}");
+        assert_eq!(p.errors, 0, "{kind}: {p:?}");
+        writer.join().unwrap()
+    });
+    model.extend(written);
+    // Blocks written during the resilver that it did not walk reach the spare directly;
+    // a second run finds nothing left to do.
+    let (_, end) = store
+        .resilver(ResilverOptions::default(), &mut |_| ScrubControl::Continue)
+        .unwrap();
+    assert_eq!(end, ResilverEnd::NothingToDo, "{kind}");
+    assert!(slot().is_readable() && slot().dtl_ranges().is_empty());
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!(
+        (s.errors, s.repaired_bytes),
+        (0, 0),
+        "{kind}: scrub after the spare's resilver {s:?}"
+    );
+    // (The scrub read every column, the spare's included, and found nothing to repair.)
+    let pool = store.close().unwrap();
+    // Re-import: the labels say the spare stands in for the failed leaf.
+    pool.export().unwrap();
+    let mut pool = Pool::import(&home, &[dir.path().to_path_buf()], "tank", false, false).unwrap();
+    let slot = &pool.tops[0].children[failing];
+    assert_eq!(slot.path, spare_path, "{kind}: after import");
+    assert_eq!(
+        slot.replaced().map(|f| f.path.clone()),
+        Some(failed_path.clone())
+    );
+    assert!(!pool.needs_resilver(), "{kind}: the spare was resilvered");
+    let st = cairn_pool::status::render_status(&pool, false);
+    assert!(
+        st.contains(&format!("spare-{failing}"))
+            && st.contains("INUSE")
+            && st.contains(&format!("standing in for {failed_path}"))
+            && st.contains("state: DEGRADED"),
+        "{st}"
+    );
+    // Replacing the failed leaf puts a new disk in the slot; the spare is AVAIL again.
+    let new = new_leaf(dir.path(), "new", 64 * MIB);
+    pool.replace(&failed_path, Some(&new.display().to_string()), false)
+        .unwrap();
+    assert!(pool.tops[0].children[failing].spare().is_none());
+    assert!(pool.config.spares[0].replacing.is_none());
+    let st = cairn_pool::status::render_status(&pool, false);
+    assert!(!st.contains("INUSE") && !st.contains("spare-"), "{st}");
+    let store = Store::open(pool).unwrap();
+    resilver_all(&store);
+    assert_eq!(store.pool().health(), Health::Online, "{kind}");
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{kind}: {s:?}");
+    drop(store.close().unwrap());
+    let pool = Pool::open(&home, "tank").unwrap();
+    let st = cairn_pool::status::render_status(&pool, false);
+    let spare_line = st.lines().find(|l| l.contains(&spare_path)).unwrap();
+    assert!(spare_line.contains("AVAIL"), "{st}");
+}
+
+#[test]
+fn raidz1_spare_takes_over_a_failing_leaf_at_run_time() {
+    spare_takes_over_at_run_time("raidz1", 4, 1);
+}
+
+#[test]
+fn mirror_spare_takes_over_a_failing_leaf_at_run_time() {
+    spare_takes_over_at_run_time("mirror", 2, 0);
+}
+
+/// A leaf of a pool that is only read fails its reads until FAULTED; the spare is put in
+/// without a txg sync (`take_over_failed_leaves`), and the process dies before the next
+/// sync. The labels then name the spare while every uberblock still carries the GUID sum
+/// from before it took over: the pool opens at its last txg with all its data, spare in use.
+#[test]
+fn spare_put_in_without_a_sync_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files, spare) = pool_with_spare(dir.path(), "raidz1", 3);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let (store, switches) = open_with_switches(&home);
+    let model = write_files(&store, &mut rng, "a", 8, 400_000);
+    let synced = store.open_txg() - 1;
+    switches[2].fail_reads.store(true, Ordering::Relaxed);
+    while !store.pool().tops[0].children[2]
+        .faulted
+        .load(Ordering::Relaxed)
+    {
+        check_files(&store, &model);
+    }
+    assert!(store.take_over_failed_leaves().unwrap());
+    assert_eq!(store.open_txg() - 1, synced, "no txg was synced");
+    // The crash: no sync, no export.
+    drop(store);
+    let pool = Pool::open(&home, "tank").unwrap();
+    let slot = &pool.tops[0].children[2];
+    assert_eq!(slot.path, spare.display().to_string());
+    assert_eq!(
+        slot.replaced().map(|f| f.path.clone()),
+        Some(files[2].display().to_string())
+    );
+    assert_eq!(pool.uberblocks().first().map(|u| u.txg), Some(synced));
+    let store = Store::open(pool).unwrap();
+    check_files(&store, &model);
+    resilver_all(&store);
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
+}

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use cairn_geometry::{leaf_asize, VdevShape};
 use cairn_vdev::label::{clear_leaf_labels, write_leaf_config};
 use cairn_vdev::{
-    new_guid, Child, LabelConfig, Leaf, LeafConfig, LeafOptions, SpareConfig, TopConfig, TopVdev,
-    Uberblock, DTL_EVERYTHING,
+    new_guid, Child, LabelConfig, Leaf, LeafConfig, LeafOptions, Slot, SpareConfig, TopConfig,
+    TopVdev, Uberblock, DTL_EVERYTHING,
 };
 
 use crate::error::PoolError;
@@ -76,6 +76,7 @@ impl Pool {
     /// `cairn offline [-t] POOL DEVICE`: no more I/O to the device. Refused when the vdev
     /// would lose its last redundancy for some data.
     pub fn offline(&mut self, device: &str, temporary: bool) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let (t, c) = self.find_leaf(device)?;
         if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
             return Err(Self::device_error(
@@ -95,6 +96,7 @@ impl Pool {
     /// `cairn online POOL DEVICE`: I/O to the device again (re-opening it if it was
     /// missing); lifts a fault. Needs a resilver when it missed txgs.
     pub fn online(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let (t, c) = self.find_leaf(device)?;
         if self.tops[t].children[c].leaf.is_none() {
             self.reopen_child(t, c)
@@ -121,13 +123,14 @@ impl Pool {
         let old = &self.tops[t].children[c];
         let child = Child::new(lc.guid, leaf.path().to_string(), Some(leaf));
         child.set_dtl(old.dtl_ranges());
-        self.tops[t].children[c] = child;
+        self.tops[t].children[c] = child.into();
         Ok(())
     }
 
     /// `cairn clear POOL [DEVICE]`: resets error counters and lifts faults (all leaves when
     /// no device is named). Leaves that missed txgs need a resilver.
     pub fn clear_device(&mut self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let picked: Vec<(usize, usize)> = match device {
             Some(d) => vec![self.find_leaf(d)?],
             None => (0..self.tops.len())
@@ -163,6 +166,7 @@ impl Pool {
         new: Option<&str>,
         force: bool,
     ) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let spare_in_use = self.spare_replacing(old);
         let (t, c) = match spare_in_use {
             // OLD failed and a spare stands in its slot: NEW takes the slot from the spare.
@@ -180,7 +184,13 @@ impl Pool {
         let new_spec = new.unwrap_or(&old_path).to_string();
         let same_device = new_spec == old_path;
         let leaf = if same_device && spare_in_use.is_some() {
-            open_leaf(&new_spec, LeafOptions::default())?
+            // A failed leaf that went bad while the pool was open is still open (and
+            // locked) in its spare group: use the same handle.
+            let failed = self.tops[t].children[c].replaced();
+            match failed.and_then(|f| f.leaf.clone()) {
+                Some(leaf) => leaf,
+                None => open_leaf(&new_spec, LeafOptions::default())?,
+            }
         } else if same_device {
             match self.tops[t].children[c].leaf.clone() {
                 // The old leaf is open (and locked) here: use the same handle.
@@ -206,12 +216,19 @@ impl Pool {
         let child = new_stale_child(leaf.clone());
         self.config.vdevs[t].leaves[c] =
             LeafConfig::new(child.guid, child.path.clone(), leaf_asize(leaf.size()));
-        self.tops[t].children[c] = child;
+        let spare_leaf = self.tops[t].children[c]
+            .spare()
+            .and_then(|s| s.leaf.clone());
+        self.tops[t].children[c] = child.into();
         if let Some(s) = spare_in_use {
-            // The spare left its slot (its handle closed above): open it again as AVAIL.
+            // The spare left its slot: AVAIL again, with the handle it had there (or
+            // opened again when the pool was opened without it).
             self.config.spares[s].replacing = None;
             let path = self.config.spares[s].path.clone();
-            self.spare_leaves[s] = open_leaf(&path, LeafOptions::default()).ok();
+            self.spare_leaves[s] = match spare_leaf {
+                Some(leaf) => Some(leaf),
+                None => open_leaf(&path, LeafOptions::default()).ok(),
+            };
         }
         self.commit_config_keeping(newest)?;
         self.write_spare_labels();
@@ -230,6 +247,7 @@ impl Pool {
 
     /// Adds hot spares (`spare DEV…` in create or add); their labels name the pool.
     pub fn add_spares(&mut self, devices: &[String], force: bool) -> Result<(), PoolError> {
+        self.settle_spares();
         for dev in devices {
             if self.find_leaf(dev).is_ok() || self.config.spares.iter().any(|s| &s.path == dev) {
                 return Err(Self::device_error(
@@ -260,7 +278,7 @@ impl Pool {
     /// Writes the config to the labels of spares not in use (a spare in use is a leaf).
     fn write_spare_labels(&self) {
         let config = self.live_config();
-        for (spare, leaf) in self.config.spares.iter().zip(&self.spare_leaves) {
+        for (spare, leaf) in config.spares.iter().zip(&self.spare_leaves) {
             let Some(leaf) = leaf.as_ref().filter(|_| spare.replacing.is_none()) else {
                 continue;
             };
@@ -297,52 +315,97 @@ impl Pool {
             .collect();
     }
 
-    /// Puts an available spare in the slot of every faulted, removed or missing leaf (not
-    /// offline ones: the administrator took those out). The spare then needs a resilver.
-    /// Returns whether a spare was activated.
-    pub fn activate_spares(&mut self) -> Result<bool, PoolError> {
-        let failed: Vec<(usize, usize)> = (0..self.tops.len())
-            .flat_map(|t| (0..self.tops[t].children.len()).map(move |c| (t, c)))
-            .filter(|&(t, c)| {
-                let ch = &self.tops[t].children[c];
-                !ch.offline.load(Ordering::Relaxed)
-                    && (ch.leaf.is_none()
-                        || ch.faulted.load(Ordering::Relaxed)
-                        || ch.removed.load(Ordering::Relaxed))
-            })
-            .collect();
-        let mut newest = None;
-        let mut activated = false;
-        for (t, c) in failed {
-            let need = self.config.vdevs[t].leaves[c].asize;
-            let Some(s) = (0..self.config.spares.len()).find(|&s| {
-                self.config.spares[s].replacing.is_none()
-                    && self.config.spares[s].asize >= need
-                    && self.spare_leaves.get(s).is_some_and(|l| l.is_some())
-            }) else {
-                break;
-            };
-            if newest.is_none() {
-                newest = Some(self.newest_uberblock());
+    /// Folds hot spares that took over while the pool was in use (`take_over_failed_leaves`)
+    /// into `config` and `spare_leaves`, so the device operations see them.
+    fn settle_spares(&mut self) {
+        self.config = self.live_config();
+        for (spare, leaf) in self.config.spares.iter().zip(self.spare_leaves.iter_mut()) {
+            if spare.replacing.is_some() {
+                // In use: its slot holds the device.
+                *leaf = None;
             }
-            let leaf = self.spare_leaves[s].take().expect("checked");
-            let spare = &mut self.config.spares[s];
-            let child = Child::new(spare.guid, spare.path.clone(), Some(leaf));
-            child.stale.store(true, Ordering::Relaxed);
-            child.set_dtl(vec![DTL_EVERYTHING]);
-            let failed_leaf = std::mem::replace(
-                &mut self.config.vdevs[t].leaves[c],
-                LeafConfig::new(spare.guid, spare.path.clone(), spare.asize),
-            );
-            spare.replacing = Some(failed_leaf);
-            self.tops[t].children[c] = child;
-            activated = true;
         }
-        if let Some(newest) = newest {
-            self.commit_config_keeping(newest)?;
-            self.save_record()?;
+    }
+
+    /// Puts an available spare in the slot of every faulted, removed or missing leaf (not
+    /// offline ones: the administrator took those out), when the pool is opened. The
+    /// spare then needs a resilver. Returns whether a spare was activated.
+    pub fn activate_spares(&mut self) -> Result<bool, PoolError> {
+        self.settle_spares();
+        // Found before leaf GUIDs change (the GUID sum changes with them).
+        let newest = self.newest_uberblock();
+        if !self.put_in_spares() {
+            return Ok(false);
         }
-        Ok(activated)
+        self.settle_spares();
+        self.commit_config_keeping(newest)?;
+        self.write_spare_labels();
+        self.save_record()?;
+        Ok(true)
+    }
+
+    /// While the pool is in use: puts an available hot spare in the slot of every leaf that
+    /// became FAULTED or REMOVED (or is missing; not OFFLINE ones), the way zpool's
+    /// `spare-N` group forms. Each spare starts stale with everything to copy (its resilver
+    /// is the caller's to run: `Pool::needs_resilver` says so), and the new config reaches
+    /// every label before this returns, so an import shows the spare in use. Readers and
+    /// writers may use the pool meanwhile. Returns whether a spare was put in.
+    pub fn take_over_failed_leaves(&self) -> Result<bool, PoolError> {
+        if !self.put_in_spares() {
+            return Ok(false);
+        }
+        // The config (spare in its slot, with its DTL) goes to every leaf that takes
+        // writes, the spare's own label included; uberblocks written before it still
+        // match (see `accepted_guid_sums`), the next txg's carries the new GUID sum.
+        self.write_config_labels(0)?;
+        self.write_spare_labels();
+        self.save_record()?;
+        Ok(true)
+    }
+
+    /// Puts spares in the slots of failed leaves (in memory); whether any was put in.
+    fn put_in_spares(&self) -> bool {
+        if self.config.spares.is_empty() {
+            return false;
+        }
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let config = self.live_config();
+        let mut in_use: Vec<bool> = config
+            .spares
+            .iter()
+            .map(|s| s.replacing.is_some())
+            .collect();
+        let mut activated = false;
+        for (t, top) in self.tops.iter().enumerate() {
+            for (c, slot) in top.children.iter().enumerate() {
+                if slot.spare().is_some()
+                    || slot.offline.load(Ordering::Relaxed)
+                    || !(slot.leaf.is_none()
+                        || slot.faulted.load(Ordering::Relaxed)
+                        || slot.removed.load(Ordering::Relaxed))
+                {
+                    continue;
+                }
+                let need = config.vdevs[t].leaves[c].asize;
+                let Some(s) = (0..config.spares.len()).find(|&s| {
+                    !in_use[s]
+                        && config.spares[s].asize >= need
+                        && self.spare_leaves.get(s).is_some_and(|l| l.is_some())
+                }) else {
+                    continue;
+                };
+                let spare = &config.spares[s];
+                let child =
+                    Child::new(spare.guid, spare.path.clone(), self.spare_leaves[s].clone());
+                child.stale.store(true, Ordering::Relaxed);
+                child.set_dtl(vec![DTL_EVERYTHING]);
+                if slot.take_spare(child) {
+                    in_use[s] = true;
+                    activated = true;
+                }
+            }
+        }
+        activated
     }
 
     /// `cairn attach POOL EXISTING NEW`: a disk becomes a two-way mirror, a mirror one side
@@ -353,6 +416,7 @@ impl Pool {
         new: &str,
         force: bool,
     ) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let (t, c) = self.find_leaf(existing)?;
         let shape = self.tops[t].shape();
         let children = match shape {
@@ -388,7 +452,7 @@ impl Pool {
             leaf_asize(leaf.size()),
         ));
         let mut kids = std::mem::take(&mut self.tops[t].children);
-        kids.push(child);
+        kids.push(child.into());
         self.rebuild_top(t, config, kids);
         self.commit_config_keeping(newest)?;
         self.save_record()?;
@@ -398,6 +462,7 @@ impl Pool {
     /// `cairn detach POOL DEVICE`: removes a side of a mirror (a two-way mirror becomes a
     /// disk). The detached device's labels are cleared so it can be reused.
     pub fn detach(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let (t, c) = self.find_leaf(device)?;
         let VdevShape::Mirror { children } = self.tops[t].shape() else {
             return Err(Self::device_error(
@@ -442,6 +507,7 @@ impl Pool {
     /// `cairn add [-f] POOL VDEV…`: new top-level vdevs. A redundancy level that differs
     /// from the pool's is refused unless forced.
     pub fn add(&mut self, tokens: &[String], force: bool) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
         let (tokens, spares) = crate::spec::split_spares(tokens)?;
         self.add_spares(&spares, force)?;
         if tokens.is_empty() && !spares.is_empty() {
@@ -550,9 +616,9 @@ impl Pool {
         Ok(())
     }
 
-    fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Child>) {
+    fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Slot>) {
         self.config.vdevs[t] = config.clone();
-        self.tops[t] = TopVdev::new(config, children);
+        self.tops[t] = TopVdev::from_slots(config, children);
     }
 
     /// The newest uberblock, found before leaf GUIDs change (which changes the GUID sum

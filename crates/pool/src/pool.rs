@@ -10,7 +10,7 @@ use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
 use cairn_vdev::label::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
 use cairn_vdev::{
     new_guid, Child, FileLeaf, IoReport, LabelConfig, Leaf, LeafConfig, LeafOptions, Owner,
-    PoolConfig, PoolState, ResilverCheckpoint, TopConfig, TopVdev, Uberblock, VdevError,
+    PoolConfig, PoolState, ResilverCheckpoint, Slot, TopConfig, TopVdev, Uberblock, VdevError,
 };
 
 use crate::error::PoolError;
@@ -72,8 +72,11 @@ pub struct Pool {
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
     /// resilver progress) take the next number so the newest config always wins on open.
     pub(crate) config_txg: std::sync::atomic::AtomicU64,
-    /// Hot spare devices, one per `config.spares` entry (`None`: could not be opened).
+    /// Hot spare devices, one per `config.spares` entry (`None`: could not be opened, or
+    /// in use since the pool was opened).
     pub spare_leaves: Vec<Option<Arc<dyn Leaf>>>,
+    /// Held while hot spares are put in, so two threads never pick the same spare.
+    pub(crate) spare_lock: std::sync::Mutex<()>,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -542,6 +545,7 @@ impl Pool {
             notes: Vec::new(),
             home: home.clone(),
             spare_leaves: Vec::new(),
+            spare_lock: std::sync::Mutex::new(()),
         }
     }
 
@@ -569,9 +573,12 @@ impl Pool {
         }
     }
 
-    /// Health of a top-level vdev.
+    /// Health of a top-level vdev. A hot spare standing in for a failed leaf leaves it
+    /// DEGRADED (as zpool's `spare-N` group is) until the failed leaf is replaced.
     pub fn top_health(top: &TopVdev) -> Health {
+        let spare_in = top.children.iter().any(|s| s.replaced().is_some());
         match top.unusable_children() {
+            0 if spare_in => Health::Degraded,
             0 => Health::Online,
             n if n <= top.shape().redundancy() => Health::Degraded,
             _ => Health::Unavail,
@@ -687,8 +694,24 @@ impl Pool {
     pub fn live_config(&self) -> PoolConfig {
         let mut config = self.config.clone();
         config.txg = self.config_txg.load(Ordering::SeqCst).max(config.txg);
-        for (tc, top) in config.vdevs.iter_mut().zip(&self.tops) {
+        let PoolConfig { vdevs, spares, .. } = &mut config;
+        for (tc, top) in vdevs.iter_mut().zip(&self.tops) {
             for (lc, child) in tc.leaves.iter_mut().zip(&top.children) {
+                // A spare that took over since `self.config` was last written: the slot
+                // now names the spare, and the spare entry the leaf it stands in for.
+                if let (Some(spare), Some(failed)) = (child.spare(), child.replaced()) {
+                    if lc.guid != spare.guid {
+                        if let Some(entry) = spares.iter_mut().find(|s| s.guid == spare.guid) {
+                            let mut old = std::mem::replace(
+                                lc,
+                                LeafConfig::new(spare.guid, spare.path.clone(), entry.asize),
+                            );
+                            old.faulted = failed.faulted.load(Ordering::Relaxed);
+                            old.dtl = failed.dtl_ranges();
+                            entry.replacing = Some(old);
+                        }
+                    }
+                }
                 lc.offline = child.offline.load(Ordering::Relaxed);
                 lc.faulted = child.faulted.load(Ordering::Relaxed);
                 lc.dtl = child.dtl_ranges();
@@ -786,7 +809,7 @@ impl Pool {
     pub fn write_uberblock(&self, txg: u64, root: &[u8]) -> Result<(), PoolError> {
         let mut ub = Uberblock {
             txg,
-            guid_sum: self.config.guid_sum(),
+            guid_sum: self.live_config().guid_sum(),
             timestamp: unix_now(),
             root: [0u8; cairn_vdev::label::ROOT_POINTER_SIZE],
         };
@@ -798,7 +821,7 @@ impl Pool {
 
     /// Every valid uberblock of this pool on any usable leaf, newest first, one per txg.
     pub fn uberblocks(&self) -> Vec<Uberblock> {
-        let guid_sum = self.config.guid_sum();
+        let sums = accepted_guid_sums(&self.live_config());
         let mut all: Vec<Uberblock> = self
             .tops
             .iter()
@@ -810,7 +833,7 @@ impl Pool {
                     .into_iter()
                     .map(|(_, u)| u)
             })
-            .filter(|u| u.guid_sum == guid_sum)
+            .filter(|u| sums.contains(&u.guid_sum))
             .collect();
         all.sort_by_key(|u| std::cmp::Reverse(u.txg));
         all.dedup_by_key(|u| u.txg);
@@ -879,6 +902,28 @@ impl Pool {
     }
 }
 
+/// GUID sums an uberblock of a pool with `config` may carry: the config's own, and the sums
+/// from before hot spares took over (the leaves they stand in for counted instead). A spare
+/// that takes over in a running pool reaches the labels (config with its GUID) before the
+/// next uberblock does; the uberblocks written before still belong to the pool.
+pub(crate) fn accepted_guid_sums(config: &PoolConfig) -> Vec<u64> {
+    let sum = config.guid_sum();
+    let mut sums = vec![sum];
+    let mut before_all = sum;
+    for spare in &config.spares {
+        if let Some(failed) = &spare.replacing {
+            sums.push(sum.wrapping_sub(spare.guid).wrapping_add(failed.guid));
+            before_all = before_all
+                .wrapping_sub(spare.guid)
+                .wrapping_add(failed.guid);
+        }
+    }
+    sums.push(before_all);
+    sums.sort_unstable();
+    sums.dedup();
+    sums
+}
+
 /// An opened leaf of a pool with the config from its labels.
 type Member = (Arc<dyn Leaf>, LabelConfig);
 
@@ -919,29 +964,54 @@ pub(crate) fn build_tops(
                 .leaves
                 .iter()
                 .map(|lc| {
-                    let (leaf, why) = match open(lc.guid) {
-                        Ok(l) => (Some(l), None),
-                        Err(why) => (None, Some(why)),
-                    };
-                    let path = leaf
-                        .as_ref()
-                        .map(|l| l.path().to_string())
-                        .unwrap_or(lc.path.clone());
-                    let mut child = Child::new(lc.guid, path, leaf);
-                    child.unavailable_reason = why;
-                    child.offline.store(lc.offline, Ordering::Relaxed);
-                    child.faulted.store(lc.faulted, Ordering::Relaxed);
-                    // A leaf that missed txgs is not trusted for reads until resilvered.
-                    child.stale.store(!lc.dtl.is_empty(), Ordering::Relaxed);
-                    child.set_dtl(lc.dtl.clone());
-                    child
+                    let child = open_child(lc, &open);
+                    // A hot spare in the slot: the group shows the leaf it stands in for.
+                    match config
+                        .spares
+                        .iter()
+                        .find(|s| s.guid == lc.guid)
+                        .and_then(|s| s.replacing.as_ref())
+                    {
+                        Some(failed) => Slot::with_spare(replaced_child(failed), child),
+                        None => Slot::new(child),
+                    }
                 })
                 .collect();
-            let top = TopVdev::new(tc.clone(), children);
+            let top = TopVdev::from_slots(tc.clone(), children);
             trust_stale_if_needed(&top);
             top
         })
         .collect()
+}
+
+/// The failed leaf a hot spare stands in for, as the config recorded it (not opened: no
+/// I/O goes to it until it is replaced).
+fn replaced_child(lc: &LeafConfig) -> Child {
+    let child = Child::new(lc.guid, lc.path.clone(), None);
+    child.offline.store(lc.offline, Ordering::Relaxed);
+    child.faulted.store(lc.faulted, Ordering::Relaxed);
+    child.set_dtl(lc.dtl.clone());
+    child
+}
+
+/// The child for a configured leaf, asking `open` for its device.
+fn open_child(lc: &LeafConfig, open: &impl Fn(u64) -> Result<Arc<dyn Leaf>, String>) -> Child {
+    let (leaf, why) = match open(lc.guid) {
+        Ok(l) => (Some(l), None),
+        Err(why) => (None, Some(why)),
+    };
+    let path = leaf
+        .as_ref()
+        .map(|l| l.path().to_string())
+        .unwrap_or(lc.path.clone());
+    let mut child = Child::new(lc.guid, path, leaf);
+    child.unavailable_reason = why;
+    child.offline.store(lc.offline, Ordering::Relaxed);
+    child.faulted.store(lc.faulted, Ordering::Relaxed);
+    // A leaf that missed txgs is not trusted for reads until resilvered.
+    child.stale.store(!lc.dtl.is_empty(), Ordering::Relaxed);
+    child.set_dtl(lc.dtl.clone());
+    child
 }
 
 /// A vdev that cannot serve reads without its stale leaves trusts them again: they hold

@@ -121,7 +121,7 @@ pub struct SpareStatusJson {
 }
 
 fn spares_json(pool: &Pool) -> Vec<SpareStatusJson> {
-    pool.config
+    pool.live_config()
         .spares
         .iter()
         .enumerate()
@@ -165,6 +165,36 @@ pub struct LeafStatusJson {
     pub resilvering: bool,
     /// Txg ranges `[start, end)` the leaf missed.
     pub dtl: Vec<(u64, u64)>,
+    /// When this leaf is a hot spare in use: the failed leaf it stands in for (the two
+    /// form zpool's `spare-N` group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stands_in_for: Option<Box<LeafStatusJson>>,
+}
+
+fn leaf_json(pool: &Pool, c: &cairn_vdev::Child, state: Health) -> LeafStatusJson {
+    let (r, w, k) = c.stats.snapshot();
+    LeafStatusJson {
+        path: c.path.clone(),
+        guid: c.guid,
+        state,
+        read_errors: r,
+        write_errors: w,
+        checksum_errors: k,
+        reason: leaf_reason(pool, c),
+        resilvering: c.stale.load(std::sync::atomic::Ordering::Relaxed),
+        dtl: c.dtl_ranges(),
+        stands_in_for: None,
+    }
+}
+
+/// Health of a failed leaf a hot spare stands in for (known from the config when the pool
+/// was opened with the spare already in: the leaf itself is not opened then).
+fn replaced_health(c: &cairn_vdev::Child) -> Health {
+    if c.faulted.load(std::sync::atomic::Ordering::Relaxed) {
+        Health::Faulted
+    } else {
+        Pool::leaf_health(c)
+    }
 }
 
 /// Why a leaf is not plainly ONLINE, as `zpool status` puts it after the counters.
@@ -212,19 +242,12 @@ pub fn status_json(pool: &Pool) -> StatusJson {
                 leaves: t
                     .children
                     .iter()
-                    .map(|c| {
-                        let (r, w, k) = c.stats.snapshot();
-                        LeafStatusJson {
-                            path: c.path.clone(),
-                            guid: c.guid,
-                            state: Pool::leaf_health(c),
-                            read_errors: r,
-                            write_errors: w,
-                            checksum_errors: k,
-                            reason: leaf_reason(pool, c),
-                            resilvering: c.stale.load(std::sync::atomic::Ordering::Relaxed),
-                            dtl: c.dtl_ranges(),
-                        }
+                    .map(|slot| {
+                        let mut leaf = leaf_json(pool, slot, Pool::leaf_health(slot));
+                        leaf.stands_in_for = slot
+                            .replaced()
+                            .map(|f| Box::new(leaf_json(pool, f, replaced_health(f))));
+                        leaf
                     })
                     .collect(),
             })
@@ -265,8 +288,17 @@ pub fn render_status_with(
     }
     let _ = writeln!(out, "config:\n");
     let mut rows: Vec<(String, String, u64, u64, u64, Option<String>)> = Vec::new();
-    let total =
-        |f: fn(&LeafStatusJson) -> u64| s.vdevs.iter().flat_map(|t| &t.leaves).map(f).sum::<u64>();
+    // Counters of a spare group count its failed leaf too.
+    let group = |l: &LeafStatusJson, f: fn(&LeafStatusJson) -> u64| {
+        f(l) + l.stands_in_for.as_deref().map(f).unwrap_or(0)
+    };
+    let total = |f: fn(&LeafStatusJson) -> u64| {
+        s.vdevs
+            .iter()
+            .flat_map(|t| &t.leaves)
+            .map(|l| group(l, f))
+            .sum::<u64>()
+    };
     rows.push((
         s.name.clone(),
         s.state.to_string(),
@@ -278,7 +310,8 @@ pub fn render_status_with(
     for top in &s.vdevs {
         let indent = if top.kind == "disk" { "  " } else { "    " };
         if top.kind != "disk" {
-            let sum = |f: fn(&LeafStatusJson) -> u64| top.leaves.iter().map(f).sum::<u64>();
+            let sum =
+                |f: fn(&LeafStatusJson) -> u64| top.leaves.iter().map(|l| group(l, f)).sum::<u64>();
             rows.push((
                 format!("  {}", top.name),
                 top.state.to_string(),
@@ -288,15 +321,37 @@ pub fn render_status_with(
                 None,
             ));
         }
-        for leaf in &top.leaves {
-            rows.push((
+        let row = |indent: &str, leaf: &LeafStatusJson| {
+            (
                 format!("{indent}{}", leaf.path),
                 leaf.state.to_string(),
                 leaf.read_errors,
                 leaf.write_errors,
                 leaf.checksum_errors,
                 leaf.reason.clone(),
+            )
+        };
+        for (i, leaf) in top.leaves.iter().enumerate() {
+            let Some(failed) = leaf.stands_in_for.as_deref() else {
+                rows.push(row(indent, leaf));
+                continue;
+            };
+            // zpool's spare group: the failed leaf and the spare in use, one level down.
+            let state = match leaf.state {
+                Health::Online => Health::Degraded,
+                other => other,
+            };
+            rows.push((
+                format!("{indent}spare-{i}"),
+                state.to_string(),
+                group(leaf, |l| l.read_errors),
+                group(leaf, |l| l.write_errors),
+                group(leaf, |l| l.checksum_errors),
+                None,
             ));
+            let inner = format!("{indent}  ");
+            rows.push(row(&inner, failed));
+            rows.push(row(&inner, leaf));
         }
     }
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
@@ -318,7 +373,7 @@ pub fn render_status_with(
             let line = format!("\t  {:<w$}  {:<8}", sp.path, sp.state, w = w - 2);
             match &sp.replacing {
                 Some(r) => {
-                    let _ = writeln!(out, "{line}  in use, standing in for {r}");
+                    let _ = writeln!(out, "{line}  currently in use (standing in for {r})");
                 }
                 None => {
                     let _ = writeln!(out, "{}", line.trim_end());
@@ -350,8 +405,12 @@ pub fn render_status_with(
 /// zpool-style "status:" and "action:" lines for a pool that is not healthy, or one
 /// whose devices wait for (or are in) a resilver.
 fn advice(pool: &Pool) -> Option<(String, String)> {
-    let leaves: Vec<&cairn_vdev::Child> =
-        pool.tops.iter().flat_map(|t| t.children.iter()).collect();
+    let leaves: Vec<&cairn_vdev::Child> = pool
+        .tops
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .map(|slot| &**slot)
+        .collect();
     let any = |h: Health| leaves.iter().any(|c| Pool::leaf_health(c) == h);
     let name = pool.name();
     let health = pool.health();
@@ -394,6 +453,9 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
             format!("Online the device using 'cairn online {name} DEVICE' or replace it with 'cairn replace'."),
         ));
     }
+    if let Some(advice) = spare_advice(pool) {
+        return Some(advice);
+    }
     if pool.needs_resilver() {
         return Some(if pool.resilver_checkpoint().is_some() {
             (
@@ -414,18 +476,49 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
             )
         });
     }
-    if let Some(failed) = pool.config.spares.iter().find_map(|s| s.replacing.as_ref()) {
-        return Some((
-            format!(
-                "A hot spare stands in for the failed device {}.",
-                failed.path
-            ),
-            format!(
-                "Replace the failed device with 'cairn replace {name} {} NEW'; the spare then\n\
-                 \treturns to the list of available spares.",
-                failed.path
-            ),
+    None
+}
+
+/// The "status:" and "action:" lines when hot spares stand in for failed leaves.
+fn spare_advice(pool: &Pool) -> Option<(String, String)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let groups: Vec<(&cairn_vdev::Child, &cairn_vdev::Child)> = pool
+        .tops
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .filter_map(|slot| Some((slot.replaced()?, slot.spare()?)))
+        .collect();
+    let (failed, spare) = groups.first()?;
+    let name = pool.name();
+    let state = replaced_health(failed).to_string().to_lowercase();
+    let copying = if !spare.stale.load(Relaxed) {
+        "holds all its data"
+    } else if pool.resilver_checkpoint().is_some() {
+        "is being resilvered"
+    } else {
+        "waits for its resilver"
+    };
+    let others = match groups.len() {
+        1 => String::new(),
+        n => format!(" ({} more spares stand in for other devices)", n - 1),
+    };
+    let mut action = format!(
+        "Replace the failed device with 'cairn replace {name} {} NEW'; the spare then\n\
+         \treturns to the list of available spares.",
+        failed.path
+    );
+    if spare.stale.load(Relaxed) && pool.resilver_checkpoint().is_none() {
+        action.push_str(&format!(
+            "\n\tUntil then, 'cairn resilver {name}' copies the data to the spare."
         ));
     }
-    None
+    Some((
+        format!(
+            "The device {} is {state}; the hot spare {}\n\
+             \tstands in for it and {copying}{others}.  Sufficient replicas exist for\n\
+             \tthe pool to continue functioning in a degraded state.",
+            failed.path, spare.path
+        ),
+        action,
+    ))
 }

@@ -23,7 +23,7 @@ pub use error::VdevError;
 pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
 pub use leaf::{FileLeaf, Leaf, LeafOptions};
-pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, TopVdev};
+pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, Slot, TopVdev};
 
 /// A new random 64-bit GUID (never 0).
 pub fn new_guid() -> u64 {

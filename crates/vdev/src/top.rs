@@ -15,8 +15,9 @@
 //! `parity` columns is tried, as OpenZFS's `vdev_raidz_combrec` does).
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
 use cairn_parity::RaidzParity;
@@ -197,6 +198,82 @@ impl Child {
     }
 }
 
+/// A leaf's place in a top-level vdev: the configured leaf and, once a hot spare stands in
+/// for it, the spare (zpool's `spare-N` group).
+///
+/// ```text
+///   raidz2-0
+///     d0            slot 0: Slot { leaf: d0, spare: — }
+///     spare-1       slot 1: Slot { leaf: d1 (FAULTED), spare: s0 }   I/O goes to s0
+///       d1
+///       s0
+/// ```
+/// A slot dereferences to the device that serves it: the spare once one took over, else
+/// the leaf. A spare can be put in through a shared reference (`take_spare`), so a running
+/// pool swaps one in while readers and writers hold the vdev; a reader sees either device,
+/// and both are safe (the failed one takes no I/O, the spare is stale until resilvered).
+#[derive(Debug)]
+pub struct Slot {
+    leaf: Child,
+    spare: OnceLock<Child>,
+}
+
+impl Slot {
+    /// A slot served by its own leaf.
+    pub fn new(leaf: Child) -> Slot {
+        Slot {
+            leaf,
+            spare: OnceLock::new(),
+        }
+    }
+
+    /// A slot where `spare` stands in for the failed `leaf`.
+    pub fn with_spare(leaf: Child, spare: Child) -> Slot {
+        Slot {
+            leaf,
+            spare: OnceLock::from(spare),
+        }
+    }
+
+    /// The hot spare standing in for the slot's leaf, if any.
+    pub fn spare(&self) -> Option<&Child> {
+        self.spare.get()
+    }
+
+    /// The failed leaf a hot spare stands in for (`None` when no spare is in).
+    pub fn replaced(&self) -> Option<&Child> {
+        self.spare.get().map(|_| &self.leaf)
+    }
+
+    /// Puts `spare` in to serve the slot from now on; false (and `spare` is dropped) when a
+    /// spare is already in (a slot holds at most one).
+    pub fn take_spare(&self, spare: Child) -> bool {
+        self.spare.set(spare).is_ok()
+    }
+}
+
+impl From<Child> for Slot {
+    fn from(leaf: Child) -> Slot {
+        Slot::new(leaf)
+    }
+}
+
+impl Deref for Slot {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.spare.get().unwrap_or(&self.leaf)
+    }
+}
+
+impl DerefMut for Slot {
+    fn deref_mut(&mut self) -> &mut Child {
+        match self.spare.get_mut() {
+            Some(spare) => spare,
+            None => &mut self.leaf,
+        }
+    }
+}
+
 /// Chooses which mirror child serves a read.
 pub trait MirrorReadPolicy: Send + Sync + fmt::Debug {
     /// Writes into `order` the children to try, best first (all of `0..n`).
@@ -242,13 +319,19 @@ const PARALLEL_MIN_BYTES: u64 = 64 << 10;
 #[derive(Debug)]
 pub struct TopVdev {
     pub config: TopConfig,
-    pub children: Vec<Child>,
+    /// One slot per configured leaf; each dereferences to the device serving it.
+    pub children: Vec<Slot>,
     policy: Box<dyn MirrorReadPolicy>,
     parity: &'static RaidzParity,
 }
 
 impl TopVdev {
     pub fn new(config: TopConfig, children: Vec<Child>) -> TopVdev {
+        TopVdev::from_slots(config, children.into_iter().map(Slot::new).collect())
+    }
+
+    /// A top-level vdev over slots (some may hold a hot spare).
+    pub fn from_slots(config: TopConfig, children: Vec<Slot>) -> TopVdev {
         assert_eq!(
             config.leaves.len(),
             children.len(),
