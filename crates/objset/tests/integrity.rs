@@ -210,7 +210,7 @@ fn damage_beyond_redundancy_is_an_error_naming_the_file() {
 /// Runs a workload over a pool whose leaves stop persisting at write `limit`, then reopens
 /// the pool normally and checks it holds exactly one of the synced states, no older than
 /// the last sync that finished before the cut.
-fn crash_at(limit: u64, tear: bool, seed: u64) -> (u64, u64) {
+fn crash_at(limit: u64, tear: bool, seed: u64, background_batch: u64) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
     drop(open_store(&home)); // an empty store, synced
@@ -222,7 +222,11 @@ fn crash_at(limit: u64, tear: bool, seed: u64) -> (u64, u64) {
             child.leaf = Some(Arc::new(CrashLeaf::new(inner, power.clone())));
         }
     }
-    let store = Store::open(pool).unwrap();
+    let config = cairn_objset::StoreConfig {
+        background_batch,
+        ..Default::default()
+    };
+    let store = Store::open_with(pool, config).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     // txg → (model, writes issued when that sync returned)
@@ -260,6 +264,12 @@ fn crash_at(limit: u64, tear: bool, seed: u64) -> (u64, u64) {
     let outcome = run();
     if limit == u64::MAX {
         outcome.unwrap();
+        if background_batch < (1 << 20) {
+            assert!(
+                store.background_blocks_landed() > 0,
+                "the background writer never wrote a block"
+            );
+        }
     }
     let total = power.writes.load(std::sync::atomic::Ordering::SeqCst);
     drop(store);
@@ -298,14 +308,25 @@ fn crash_at(limit: u64, tear: bool, seed: u64) -> (u64, u64) {
 
 #[test]
 fn crash_at_every_point_of_a_workload_keeps_synced_data() {
-    let (total, _) = crash_at(u64::MAX, false, 1);
+    sweep_crashes(32 << 20);
+}
+
+/// The same with the background writer taking 64 KiB batches: cuts also land in blocks it
+/// wrote early, before the txg that would have linked them committed.
+#[test]
+fn crash_while_the_background_writer_writes_keeps_synced_data() {
+    sweep_crashes(64 << 10);
+}
+
+fn sweep_crashes(background_batch: u64) {
+    let (total, _) = crash_at(u64::MAX, false, 1, background_batch);
     assert!(total > 50);
     // Sweep the cut over the whole workload (about 40 points), half of them tearing a write.
     let step = (total / 40).max(1);
     let mut limit = 0;
     let mut i = 0;
     while limit < total {
-        crash_at(limit, i % 2 == 1, 1);
+        crash_at(limit, i % 2 == 1, 1, background_batch);
         limit += step;
         i += 1;
     }
