@@ -181,7 +181,7 @@ fn tune_malloc() {
     // SAFETY: mallopt only adjusts glibc allocator thresholds.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
 

@@ -28,7 +28,7 @@ use crate::store::{defer_free, State, StoreCore, DATASET_TABLE_OBJECT};
 
 /// Batches of waiting dirty data at which writers pause until the background writer
 /// catches up.
-const MAX_BACKLOG_BATCHES: u64 = 8;
+const MAX_BACKLOG_BATCHES: u64 = 4;
 
 /// One block of a batch.
 struct Item {

@@ -1,52 +1,143 @@
-//! Worker threads, kept for the life of the process instead of spawned per request.
+//! Worker threads kept for the life of the process instead of spawned per request.
 //!
-//! - **I/O threads** (`on_io_threads`): one job per leaf of a batch, each a blocking
-//!   `preadv`/`pwritev`. The pool is large (leaves of a wide pool must all be busy at once,
-//!   and a job may wait on a slow disk), so blocking does not starve anyone.
-//! - **CPU work** (`split_cpu`): checksums, compression, parity split in two halves on
-//!   rayon's global pool (one thread per core).
+//! `on_io_threads` runs one job per item: the first on the calling thread, the others on a
+//! pool of kept threads (32, `CAIRN_IO_THREADS`), and returns when all are done. Used for
+//! per-leaf I/O (each job a blocking `preadv`/`pwritev`; the pool is large so that every
+//! leaf of a wide pool is busy at once and a slow disk blocks only its own job) and for
+//! splitting checksum, compression and parity work in two halves (`split_cpu`).
 //!
-//! Spawning OS threads per batch cost tens of microseconds per leaf and per batch: a fifth
-//! of the time of a 1 MiB read on tmpfs.
+//! Spawning OS threads per batch cost tens of microseconds per leaf and per batch (a fifth
+//! of a 1 MiB read on tmpfs); work-stealing pools spin between bursts, which on two cores
+//! takes time from the work itself. Idle threads here sleep on a condition variable.
 
-use std::sync::OnceLock;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Condvar, Mutex, OnceLock};
 
-/// Threads for leaf I/O (`CAIRN_IO_THREADS` overrides).
+/// Threads kept for jobs (`CAIRN_IO_THREADS` overrides).
 const DEFAULT_IO_THREADS: usize = 32;
 
-fn io_pool() -> &'static rayon::ThreadPool {
-    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
-    POOL.get_or_init(|| {
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct JobQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+thread_local! {
+    /// Set on pool threads: a job that itself fans out runs its items inline (a pool
+    /// thread waiting for jobs queued behind it could otherwise wait forever).
+    static ON_POOL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn queue() -> &'static JobQueue {
+    static QUEUE: OnceLock<&'static JobQueue> = OnceLock::new();
+    QUEUE.get_or_init(|| {
+        let q: &'static JobQueue = Box::leak(Box::new(JobQueue {
+            jobs: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+        }));
         let n = std::env::var("CAIRN_IO_THREADS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or(DEFAULT_IO_THREADS);
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("cairn-io-{i}"))
-            .build()
-            .expect("cannot start the I/O threads")
+        for i in 0..n {
+            std::thread::Builder::new()
+                .name(format!("cairn-io-{i}"))
+                .spawn(move || {
+                    ON_POOL_THREAD.with(|f| f.set(true));
+                    loop {
+                        let job = {
+                            let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                            loop {
+                                if let Some(job) = jobs.pop_front() {
+                                    break job;
+                                }
+                                jobs = q.ready.wait(jobs).unwrap_or_else(|p| p.into_inner());
+                            }
+                        };
+                        job();
+                    }
+                })
+                .expect("cannot start the I/O threads");
+        }
+        q
     })
 }
 
-/// Runs `f` on every item, each on an I/O thread (one alone runs on the caller); results in
-/// the order of `items`.
-pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    if items.len() <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
-    let f = &f;
-    io_pool().scope(|s| {
-        for (slot, item) in out.iter_mut().zip(items) {
-            s.spawn(move |_| *slot = Some(f(item)));
-        }
-    });
-    out.into_iter().map(|r| r.expect("every job ran")).collect()
+/// Counts finished jobs; `wait` returns when all have finished.
+struct Latch {
+    left: Mutex<usize>,
+    done: Condvar,
 }
 
-/// Maps `f` over `items` in two halves on two cores (below `min_items`, on the caller).
+impl Latch {
+    fn count_down(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        *left -= 1;
+        if *left == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        while *left > 0 {
+            left = self.done.wait(left).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Runs `f` on every item — the first on the caller, the rest on kept threads — and
+/// returns the results in the order of `items` once all are done. A panic in a job is
+/// raised again here, after every job has finished.
+pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 || ON_POOL_THREAD.with(|p| p.get()) {
+        return items.into_iter().map(f).collect();
+    }
+    let n = items.len();
+    let mut out: Vec<Option<std::thread::Result<R>>> = (0..n).map(|_| None).collect();
+    let latch = Latch {
+        left: Mutex::new(n - 1),
+        done: Condvar::new(),
+    };
+    {
+        let (f, latch) = (&f, &latch);
+        let mut items = items.into_iter();
+        let first = items.next().expect("two or more items");
+        let (first_slot, other_slots) = out.split_first_mut().expect("two or more slots");
+        let q = queue();
+        {
+            let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            for (slot, item) in other_slots.iter_mut().zip(items) {
+                let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+                    *slot = Some(catch_unwind(AssertUnwindSafe(|| f(item))));
+                    latch.count_down();
+                });
+                // SAFETY: the job borrows `f`, `latch` and its `slot`, which all live until
+                // this function returns. It returns only after `latch.wait()`, and every job
+                // counts the latch down as its very last step (a panic in `f` is caught
+                // first), so no job runs or holds a borrow past that point.
+                let job: Job =
+                    unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+                jobs.push_back(job);
+            }
+        }
+        q.ready.notify_all();
+        *first_slot = Some(catch_unwind(AssertUnwindSafe(|| f(first))));
+        latch.wait();
+    }
+    out.into_iter()
+        .map(|r| match r.expect("every job ran") {
+            Ok(v) => v,
+            Err(panic) => resume_unwind(panic),
+        })
+        .collect()
+}
+
+/// Maps `f` over `items` in two halves, one on the caller and one on a kept thread (below
+/// `min_items`, all on the caller).
 pub fn split_cpu<T: Send, R: Send>(
     items: Vec<T>,
     min_items: usize,
@@ -57,10 +148,53 @@ pub fn split_cpu<T: Send, R: Send>(
     }
     let mut first = items;
     let second = first.split_off(first.len().div_ceil(2));
-    let (mut a, b) = rayon::join(
-        || first.into_iter().map(&f).collect::<Vec<_>>(),
-        || second.into_iter().map(&f).collect::<Vec<_>>(),
-    );
-    a.extend(b);
-    a
+    let halves = on_io_threads(vec![first, second], |half| {
+        half.into_iter().map(&f).collect::<Vec<_>>()
+    });
+    halves.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_come_back_in_order_and_borrows_work() {
+        let data: Vec<u64> = (0..100).collect();
+        let sums = on_io_threads((0..10).collect(), |i: usize| {
+            data[i * 10..(i + 1) * 10].iter().sum::<u64>()
+        });
+        let want: Vec<u64> = (0..10)
+            .map(|i| (i * 10..(i + 1) * 10).sum::<u64>())
+            .collect();
+        assert_eq!(sums, want);
+        let doubled = split_cpu((0..1000).collect(), 4, |x: u32| x * 2);
+        assert_eq!(doubled, (0..1000).map(|x| x * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_panicking_job_is_raised_after_the_others_finished() {
+        let finished = std::sync::atomic::AtomicUsize::new(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            on_io_threads((0..8).collect(), |i: usize| {
+                if i == 5 {
+                    panic!("job {i}");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(finished.load(std::sync::atomic::Ordering::SeqCst), 7);
+    }
+
+    #[test]
+    fn nested_fan_out_from_a_pool_thread_does_not_deadlock() {
+        let totals = on_io_threads((0..64).collect(), |i: u64| {
+            on_io_threads((0..4).collect(), |j: u64| i * j)
+                .iter()
+                .sum::<u64>()
+        });
+        assert_eq!(totals[3], 3 * 6);
+    }
 }
