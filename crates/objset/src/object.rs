@@ -581,6 +581,45 @@ impl ReadPlan {
     }
 }
 
+/// Where the current contents of a block come from, for a read-modify-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockBase {
+    /// A hole, punched or past a truncation: zeros.
+    Zeros,
+    /// On disk at this pointer.
+    Disk(BlockPointer),
+}
+
+/// Where the current contents of block `blkid` are (its dirty copy aside).
+pub fn block_base(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    blkid: u64,
+) -> Result<BlockBase, StoreError> {
+    if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
+        return Ok(BlockBase::Zeros);
+    }
+    let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
+    Ok(if bp.is_hole() {
+        BlockBase::Zeros
+    } else {
+        BlockBase::Disk(bp)
+    })
+}
+
+/// Reads a block for an update: `block_size` bytes, verified.
+pub fn read_for_update(
+    pool: &Pool,
+    bp: &BlockPointer,
+    block_size: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let mut data = pool.read_bp(bp)?;
+    data.resize(block_size, 0);
+    Ok(data)
+}
+
 /// The current contents of block `blkid` (for read-modify-write), `block_size` bytes.
 pub fn block_for_update(
     pool: &Pool,
@@ -590,16 +629,10 @@ pub fn block_for_update(
     blkid: u64,
 ) -> Result<Vec<u8>, StoreError> {
     let bs = st.dnode.block_size as usize;
-    if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) {
-        return Ok(vec![0u8; bs]);
+    match block_base(pool, cache, object, st, blkid)? {
+        BlockBase::Zeros => Ok(vec![0u8; bs]),
+        BlockBase::Disk(bp) => read_for_update(pool, &bp, bs),
     }
-    let bp = lookup_bp(pool, cache, object, &st.dnode, blkid)?;
-    if bp.is_hole() {
-        return Ok(vec![0u8; bs]);
-    }
-    let mut data = pool.read_bp(&bp)?;
-    data.resize(bs, 0);
-    Ok(data)
 }
 
 impl From<PoolError> for StoreError {
