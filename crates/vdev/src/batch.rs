@@ -243,18 +243,28 @@ impl TopVdev {
                 }
             }
         }
-        let failed: Vec<usize> = std::thread::scope(|s| {
-            let handles: Vec<_> = jobs
-                .into_iter()
-                .enumerate()
-                .filter(|(_, list)| !list.is_empty())
-                .map(|(c, list)| s.spawn(move || self.read_child_jobs(c, list)))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
+        let mut busy: Vec<(usize, Vec<ReadJob<'_>>)> = jobs
+            .into_iter()
+            .enumerate()
+            .filter(|(_, list)| !list.is_empty())
+            .collect();
+        // One leaf to read from (a single disk, or a small block on one raidz column): on
+        // this thread; several: one thread per leaf so they work at once.
+        let failed: Vec<usize> = if busy.len() == 1 {
+            let (c, list) = busy.pop().expect("one");
+            self.read_child_jobs(c, list)
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = busy
+                    .into_iter()
+                    .map(|(c, list)| s.spawn(move || self.read_child_jobs(c, list)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        };
         for b in failed {
             ok[b] = false;
         }
