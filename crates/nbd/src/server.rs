@@ -2,7 +2,7 @@
 //!
 //! One thread per connection reads requests in order; a small pool of workers per
 //! connection runs them against the export, so several requests are in flight and replies
-//! go out in completion order (each reply is written whole under the writer lock).
+//! go out in completion order (each reply is written whole; see `Replies`).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -280,6 +280,11 @@ impl Input {
             start: 0,
             end: 0,
         }
+    }
+
+    /// Whether bytes of a next message are already read ahead.
+    fn has_buffered(&self) -> bool {
+        self.start < self.end
     }
 
     fn read_full(&mut self, buf: &mut [u8]) -> Result<(), Closed> {
@@ -807,9 +812,16 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
         .collect();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session) {
-            // Nothing else in flight (queue depth 1): run it here and save the thread
-            // hand-off; otherwise let the workers run it while the next request is read.
-            Ok(Some(job)) if replies.queued.load(Ordering::SeqCst) == 0 && is_quick(&job) => {
+            // Nothing else in flight and no further request already received (queue depth
+            // 1): run it here and save the thread hand-off; otherwise let the workers run
+            // it while the next request is read. (Without the second condition, a client
+            // with many requests in flight could have them all run here one by one while
+            // the workers sit idle, whenever the workers had caught up.)
+            Ok(Some(job))
+                if replies.queued.load(Ordering::SeqCst) == 0
+                    && !input.has_buffered()
+                    && is_quick(&job) =>
+            {
                 run(job, &replies, &*export)
             }
             Ok(Some(job)) => {
