@@ -2,9 +2,9 @@
 //!
 //! One thread per connection reads requests in order; a small pool of workers per
 //! connection runs them against the export, so several requests are in flight and replies
-//! go out in completion order (each reply is written whole under the writer lock).
+//! go out in completion order (each reply is written whole; see `Replies`).
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -230,11 +230,7 @@ impl NbdServer {
         let Ok(writer) = conn.try_clone_connection() else {
             return;
         };
-        let mut input = Input {
-            conn,
-            stop,
-            deadline: Some(Instant::now() + NEGOTIATION_LIMIT),
-        };
+        let mut input = Input::new(conn, stop, Some(Instant::now() + NEGOTIATION_LIMIT));
         let mut output = writer;
         if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
             input.deadline = None;
@@ -258,24 +254,66 @@ enum Closed {
     Protocol,
 }
 
+/// Bytes read from the socket ahead of need: one `recv` takes in several small requests
+/// (a 4 KiB WRITE is a header and a payload: two reads without it).
+const INPUT_BUFFER: usize = 64 << 10;
+
 /// The reading half of a connection: blocking reads that still notice the stop flag.
 struct Input {
     conn: Box<dyn Connection>,
     stop: Arc<AtomicBool>,
     /// When set, reads give up at this instant (bounds negotiation).
     deadline: Option<Instant>,
+    /// Read-ahead: `buffer[start..end]` arrived and is not consumed yet.
+    buffer: Box<[u8]>,
+    start: usize,
+    end: usize,
 }
 
 impl Input {
+    fn new(conn: Box<dyn Connection>, stop: Arc<AtomicBool>, deadline: Option<Instant>) -> Input {
+        Input {
+            conn,
+            stop,
+            deadline,
+            buffer: vec![0u8; INPUT_BUFFER].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Whether bytes of a next message are already read ahead.
+    fn has_buffered(&self) -> bool {
+        self.start < self.end
+    }
+
     fn read_full(&mut self, buf: &mut [u8]) -> Result<(), Closed> {
         let mut filled = 0;
         while filled < buf.len() {
             let Some(rest) = buf.get_mut(filled..) else {
                 return Err(Closed::Protocol);
             };
-            match self.conn.read(rest) {
+            // What the read-ahead holds first.
+            if self.start < self.end {
+                let n = rest.len().min(self.end - self.start);
+                let (Some(dst), Some(src)) = (
+                    rest.get_mut(..n),
+                    self.buffer.get(self.start..self.start + n),
+                ) else {
+                    return Err(Closed::Protocol);
+                };
+                dst.copy_from_slice(src);
+                self.start += n;
+                filled += n;
+                continue;
+            }
+            // Large remainders go straight into place; small ones refill the read-ahead.
+            let direct = rest.len() >= self.buffer.len();
+            let target = if direct { rest } else { &mut self.buffer[..] };
+            match self.conn.read(target) {
                 Ok(0) => return Err(Closed::Eof),
-                Ok(n) => filled += n,
+                Ok(n) if direct => filled += n,
+                Ok(n) => (self.start, self.end) = (0, n),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -563,37 +601,155 @@ struct Job {
     payload: Vec<u8>,
 }
 
-/// The writing half of a connection, shared by the workers.
+/// Most buffers one `writev` takes.
+const MAX_WRITEV: usize = 64;
+/// READ reply buffers kept for reuse per connection, and the largest kept.
+const MAX_SPARE_BUFFERS: usize = 8;
+const MAX_SPARE_BYTES: usize = 4 << 20;
+
+/// A reply and how many of its bytes to send (a reused buffer may be longer).
+type Reply = (Vec<u8>, usize);
+
+/// Replies waiting for the socket.
+#[derive(Default)]
+struct Outbox {
+    queue: Vec<Reply>,
+    /// A worker is writing replies to the socket.
+    sending: bool,
+}
+
+/// The writing half of a connection, shared by the workers. A worker that finds nobody
+/// sending becomes the sender: it writes its reply and then every reply queued meanwhile,
+/// many per `writev`, so under load one system call (and one wake-up of the client)
+/// carries several replies; when nothing else is in flight a reply goes out at once.
+/// Each reply is written whole, so replies never interleave.
 struct Replies {
     out: Mutex<Box<dyn Connection>>,
+    outbox: Mutex<Outbox>,
+    /// Sent READ reply buffers, reused so a READ neither allocates nor zeroes its buffer.
+    spare: Mutex<Vec<Vec<u8>>>,
     structured: bool,
     broken: AtomicBool,
     /// Requests handed to the workers and not finished yet.
     queued: AtomicUsize,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes every reply of `batch` whole, `MAX_WRITEV` at a time.
+fn write_all_vectored(out: &mut dyn Write, batch: &[Reply]) -> io::Result<()> {
+    for chunk in batch.chunks(MAX_WRITEV) {
+        let mut slices: Vec<IoSlice<'_>> = chunk
+            .iter()
+            .map(|(buf, len)| IoSlice::new(buf.get(..*len).unwrap_or(buf)))
+            .collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            match out.write_vectored(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Replies {
-    fn write(&self, bytes: &[u8]) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        if self.broken.load(Ordering::SeqCst) {
+    fn new(out: Box<dyn Connection>, structured: bool) -> Replies {
+        Replies {
+            out: Mutex::new(out),
+            outbox: Mutex::new(Outbox::default()),
+            spare: Mutex::new(Vec::new()),
+            structured,
+            broken: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sends the first `len` bytes of `reply` (now, or by the worker that is sending).
+    fn send(&self, reply: Vec<u8>, len: usize) {
+        {
+            let mut outbox = lock(&self.outbox);
+            if outbox.sending {
+                outbox.queue.push((reply, len));
+                return;
+            }
+            outbox.sending = true;
+        }
+        let mut batch = vec![(reply, len)];
+        let mut out = lock(&self.out);
+        loop {
+            if !self.broken.load(Ordering::SeqCst)
+                && write_all_vectored(&mut **out, &batch).is_err()
+            {
+                self.broken.store(true, Ordering::SeqCst);
+                out.shutdown_both();
+            }
+            for (buf, _) in batch.drain(..) {
+                self.recycle(buf);
+            }
+            let mut outbox = lock(&self.outbox);
+            if outbox.queue.is_empty() {
+                outbox.sending = false;
+                return;
+            }
+            std::mem::swap(&mut batch, &mut outbox.queue);
+        }
+    }
+
+    fn send_all(&self, reply: Vec<u8>) {
+        let len = reply.len();
+        self.send(reply, len);
+    }
+
+    /// A buffer of at least `len` bytes for a READ reply (contents arbitrary).
+    fn buffer(&self, len: usize) -> Vec<u8> {
+        let mut spare = lock(&self.spare);
+        let best = spare
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= len)
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => spare.swap_remove(i),
+            None => vec![0u8; len],
+        }
+    }
+
+    /// Keeps a sent buffer for later READs (the largest few within bounds).
+    fn recycle(&self, buf: Vec<u8>) {
+        if buf.len() < 4096 || buf.len() > MAX_SPARE_BYTES {
             return;
         }
-        if out.write_all(bytes).is_err() {
-            self.broken.store(true, Ordering::SeqCst);
-            out.shutdown_both();
+        let mut spare = lock(&self.spare);
+        spare.push(buf);
+        if spare.len() > MAX_SPARE_BUFFERS {
+            if let Some(i) = spare
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.len())
+                .map(|(i, _)| i)
+            {
+                spare.swap_remove(i);
+            }
         }
     }
 
     /// Success or failure of a command without data.
     fn status(&self, cookie: u64, error: u32) {
-        self.write(&encode_simple_reply(&SimpleReply { error, cookie }));
+        self.send_all(encode_simple_reply(&SimpleReply { error, cookie }).to_vec());
     }
 
     /// A failed READ or BLOCK_STATUS (a structured ERROR chunk when negotiated).
     fn failure(&self, cookie: u64, error: u32, message: &str) {
         if self.structured {
             let payload = encode_error_payload(error, message);
-            self.write(&encode_chunk(
+            self.send_all(encode_chunk(
                 REPLY_FLAG_DONE,
                 REPLY_TYPE_ERROR,
                 cookie,
@@ -644,12 +800,7 @@ pub fn check_request(
 }
 
 fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, config: ServerConfig) {
-    let replies = Arc::new(Replies {
-        out: Mutex::new(output),
-        structured: session.structured,
-        broken: AtomicBool::new(false),
-        queued: AtomicUsize::new(0),
-    });
+    let replies = Arc::new(Replies::new(output, session.structured));
     let export = session.export.clone();
     let (queue, jobs) = sync_channel::<Job>(config.queue_depth);
     let jobs = Arc::new(Mutex::new(jobs));
@@ -661,9 +812,16 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
         .collect();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session) {
-            // Nothing else in flight (queue depth 1): run it here and save the thread
-            // hand-off; otherwise let the workers run it while the next request is read.
-            Ok(Some(job)) if replies.queued.load(Ordering::SeqCst) == 0 && is_quick(&job) => {
+            // Nothing else in flight and no further request already received (queue depth
+            // 1): run it here and save the thread hand-off; otherwise let the workers run
+            // it while the next request is read. (Without the second condition, a client
+            // with many requests in flight could have them all run here one by one while
+            // the workers sit idle, whenever the workers had caught up.)
+            Ok(Some(job))
+                if replies.queued.load(Ordering::SeqCst) == 0
+                    && !input.has_buffered()
+                    && is_quick(&job) =>
+            {
                 run(job, &replies, &*export)
             }
             Ok(Some(job)) => {
@@ -680,8 +838,7 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
     for w in workers {
         let _ = w.join();
     }
-    let out = replies.out.lock().unwrap_or_else(|e| e.into_inner());
-    out.shutdown_both();
+    lock(&replies.out).shutdown_both();
 }
 
 /// Reads one request; answers it directly when it is invalid. `Err` ends the connection.
@@ -775,36 +932,37 @@ fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
     } else {
         SIMPLE_REPLY_LEN
     };
-    let mut reply = vec![0u8; head + len];
-    let result = match reply.get_mut(head..) {
+    let total = head + len;
+    let mut reply = replies.buffer(total);
+    let result = match reply.get_mut(head..total) {
         Some(data) => export.read_at(data, req.offset),
         None => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
     if let Err(e) = result {
+        replies.recycle(reply);
         replies.failure(req.cookie, nbd_errno(&e), &e.to_string());
         return;
     }
-    let header: Vec<u8> = if replies.structured {
+    if replies.structured {
         let chunk = ChunkHeader {
             flags: REPLY_FLAG_DONE,
             chunk_type: REPLY_TYPE_OFFSET_DATA,
             cookie: req.cookie,
             length: (8 + len) as u32,
         };
-        let mut h = encode_chunk_header(&chunk).to_vec();
-        h.extend_from_slice(&req.offset.to_be_bytes());
-        h
-    } else {
-        encode_simple_reply(&SimpleReply {
+        if let Some(dst) = reply.get_mut(..STRUCTURED_HEADER_LEN) {
+            dst.copy_from_slice(&encode_chunk_header(&chunk));
+        }
+        if let Some(dst) = reply.get_mut(STRUCTURED_HEADER_LEN..head) {
+            dst.copy_from_slice(&req.offset.to_be_bytes());
+        }
+    } else if let Some(dst) = reply.get_mut(..head) {
+        dst.copy_from_slice(&encode_simple_reply(&SimpleReply {
             error: 0,
             cookie: req.cookie,
-        })
-        .to_vec()
-    };
-    if let Some(dst) = reply.get_mut(..head) {
-        dst.copy_from_slice(&header);
+        }));
     }
-    replies.write(&reply);
+    replies.send(reply, total);
 }
 
 /// Trims extents to the request (and to one extent with REQ_ONE); never returns zero lengths.
@@ -833,7 +991,7 @@ fn run_block_status(req: &Request, replies: &Replies, export: &dyn BlockExport) 
             let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
             let extents = clamp_extents(extents, req.length, req_one);
             let payload = encode_block_status_payload(BASE_ALLOCATION_ID, &extents);
-            replies.write(&encode_chunk(
+            replies.send_all(encode_chunk(
                 REPLY_FLAG_DONE,
                 REPLY_TYPE_BLOCK_STATUS,
                 req.cookie,

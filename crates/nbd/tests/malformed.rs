@@ -506,3 +506,77 @@ fn export_name_for_old_clients() {
     c.send(&encode_option(&ClientOption::ExportName("nope".into())));
     assert!(c.closed());
 }
+
+/// MemoryExport whose writes take a while, counting how many run at once.
+struct SlowWrites {
+    inner: MemoryExport,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl BlockExport for SlowWrites {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn preferred_block_size(&self) -> u32 {
+        self.inner.preferred_block_size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(Duration::from_millis(30));
+        self.running.fetch_sub(1, SeqCst);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, may_punch: bool) -> io::Result<()> {
+        self.inner.write_zeroes(offset, len, may_punch)
+    }
+    fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<(u32, u32)>> {
+        self.inner.block_status(offset, len)
+    }
+}
+
+/// Requests that arrive together run on the workers at once, even when the workers were
+/// idle (a request runs on the reading thread only when no other one has arrived).
+#[test]
+fn pipelined_slow_requests_run_in_parallel() {
+    let export = Arc::new(SlowWrites {
+        inner: MemoryExport::new(SIZE),
+        running: Default::default(),
+        most: Default::default(),
+    });
+    let served = serve_unix(vec![("disk", export.clone() as Arc<dyn BlockExport>)]);
+    let mut c = Raw::open(&served.socket, "disk", false);
+    let n = 8u64;
+    // All requests in one send, so the server receives them together.
+    let mut burst = Vec::new();
+    for i in 0..n {
+        burst.extend_from_slice(&encode_request(&Request {
+            flags: 0,
+            command: Command::Write,
+            cookie: i,
+            offset: i * 512,
+            length: 512,
+        }));
+        burst.extend_from_slice(&[i as u8; 512]);
+    }
+    c.send(&burst);
+    for _ in 0..n {
+        assert_eq!(c.simple().error, 0);
+    }
+    let most = export.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most > 1, "{n} pipelined writes ran one at a time");
+}

@@ -9,7 +9,8 @@ use crate::dataset::{
 use crate::dir::{DirEntry, Directory};
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::store::{load_object_bytes, size_property, State, StoreCore};
+use crate::object::read_for_update;
+use crate::store::{load_object_bytes, size_property, Prefetched, State, StoreCore};
 
 /// What a path names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -504,32 +505,55 @@ impl StoreCore {
     }
 
     /// Writes into a file or volume object at `offset` (space and read-only checked).
+    /// A write that covers part of a block not yet dirty needs the block's current
+    /// contents: they are read and verified without the store lock (as reads are, under
+    /// the read gate), so other writers and reads go on meanwhile; the block is used if the
+    /// object still points to it once the lock is back, and read again otherwise.
     pub fn write(&self, r: &Resolved, offset: u64, data: &[u8]) -> Result<(), StoreError> {
-        let mut st = self.throttle(self.lock());
-        self.check_writable(&st, r.dataset)?;
-        self.reserve_space(&mut st, data.len() as u64)?;
-        if r.kind == ObjectKind::Volume {
-            let size = self.object_mut(&mut st, r.object)?.dnode.size;
-            if offset
-                .checked_add(data.len() as u64)
-                .is_none_or(|e| e > size)
-            {
-                let name = st
-                    .datasets
-                    .by_id(r.dataset)
-                    .map(|d| d.name.clone())
-                    .unwrap_or_default();
-                return Err(StoreError::PastEnd {
-                    name,
-                    offset,
-                    len: data.len() as u64,
-                    size,
-                });
+        let mut prefetched = Prefetched::new();
+        // Blocks that keep changing under the prefetch (other writers, syncs) are read under
+        // the lock after a few rounds.
+        for round in 0.. {
+            let mut st = self.throttle(self.lock());
+            self.check_writable(&st, r.dataset)?;
+            if r.kind == ObjectKind::Volume {
+                let size = self.object_mut(&mut st, r.object)?.dnode.size;
+                if offset
+                    .checked_add(data.len() as u64)
+                    .is_none_or(|e| e > size)
+                {
+                    let name = st
+                        .datasets
+                        .by_id(r.dataset)
+                        .map(|d| d.name.clone())
+                        .unwrap_or_default();
+                    return Err(StoreError::PastEnd {
+                        name,
+                        offset,
+                        len: data.len() as u64,
+                        size,
+                    });
+                }
             }
+            let wanted =
+                self.blocks_to_prefetch(&mut st, r.object, offset, data.len(), &prefetched)?;
+            if wanted.is_empty() || round >= 3 {
+                self.reserve_space(&mut st, data.len() as u64)?;
+                self.write_locked_with(&mut st, r.object, offset, data, &mut prefetched)?;
+                self.nudge_writer(&st);
+                return self.maybe_sync(&mut st);
+            }
+            // Taken before the state lock is released: no sync can free the blocks first.
+            let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+            let block_size = self.object_mut(&mut st, r.object)?.dnode.block_size as usize;
+            drop(st);
+            for (blkid, bp) in wanted {
+                let block = read_for_update(self.pool(), &bp, block_size)?;
+                prefetched.insert(blkid, (bp, block));
+            }
+            drop(gate);
         }
-        self.write_locked(&mut st, r.object, offset, data)?;
-        self.nudge_writer(&st);
-        self.maybe_sync(&mut st)
+        unreachable!("the loop returns by its fourth round")
     }
 
     /// Reads from a file or volume; returns bytes read (short at end of file).

@@ -599,28 +599,104 @@ pub fn plan_read(
 }
 
 impl ReadPlan {
-    /// Reads the listed blocks (verified, self-healing) into their places in `buf`.
+    /// Reads the listed blocks (verified, self-healing) into their places in `buf`. A block
+    /// wholly inside the range is read straight into `buf`; one the range covers in part
+    /// goes through a buffer of its own.
     pub fn fetch(&self, pool: &Pool, buf: &mut [u8]) -> Result<(), StoreError> {
-        let bps: Vec<BlockPointer> = self.wanted.iter().map(|w| w.1).collect();
-        let datas: Vec<Result<Vec<u8>, PoolError>> = if bps.len() == 1 {
-            vec![pool.read_bp(&bps[0])]
-        } else {
-            pool.read_bps_batch(&bps)
-        };
-        for ((blkid, _), data) in self.wanted.iter().zip(datas) {
-            let data = data?;
+        let mut targets: Vec<(BlockPointer, &mut [u8])> = Vec::with_capacity(self.wanted.len());
+        // Partly covered blocks: (index in targets, where their part starts in the block,
+        // where it goes in `buf`).
+        let mut partial: Vec<(usize, usize, usize, usize)> = Vec::new();
+        let mut spare: Vec<Vec<u8>> = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut rest_at = self.offset;
+        for (blkid, bp) in &self.wanted {
             let block_start = blkid * self.block_size;
             // The part of this block inside the requested range.
             let from = self.offset.max(block_start);
             let to = (self.offset + self.len as u64).min(block_start + self.block_size);
-            let out = &mut buf[(from - self.offset) as usize..(to - self.offset) as usize];
+            let (_, after) = std::mem::take(&mut rest).split_at_mut((from - rest_at) as usize);
+            let (out, after) = after.split_at_mut((to - from) as usize);
+            rest = after;
+            rest_at = to;
             let within = (from - block_start) as usize;
-            let avail = data.len().saturating_sub(within).min(out.len());
-            out[..avail].copy_from_slice(&data[within..within + avail]);
+            if within == 0 && out.len() == bp.lsize as usize {
+                targets.push((*bp, out));
+            } else {
+                partial.push((
+                    targets.len(),
+                    within,
+                    (from - self.offset) as usize,
+                    out.len(),
+                ));
+                spare.push(vec![0u8; bp.lsize as usize]);
+                targets.push((*bp, &mut []));
+            }
+        }
+        // Scratch buffers for the partial blocks take their places in the list.
+        for ((i, ..), scratch) in partial.iter().zip(spare.iter_mut()) {
+            targets[*i].1 = scratch.as_mut_slice();
+        }
+        for r in pool.read_bps_into(&mut targets) {
+            r?;
+        }
+        drop(targets);
+        for ((_, within, at, len), data) in partial.iter().zip(&spare) {
+            let out = &mut buf[*at..*at + *len];
+            let avail = data.len().saturating_sub(*within).min(*len);
+            out[..avail].copy_from_slice(&data[*within..*within + avail]);
             out[avail..].fill(0);
         }
         Ok(())
     }
+}
+
+/// Where the current contents of a block come from, for a read-modify-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockBase {
+    /// A hole, punched or past a truncation: zeros.
+    Zeros,
+    /// In memory, taken by the background writer (`ObjectState::syncing`).
+    Syncing,
+    /// On disk at this pointer.
+    Disk(BlockPointer),
+}
+
+/// Where the current contents of block `blkid` are (its dirty copy aside).
+pub fn block_base(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    blkid: u64,
+) -> Result<BlockBase, StoreError> {
+    if st.syncing.contains_key(&blkid) {
+        return Ok(BlockBase::Syncing);
+    }
+    let bp = match st.written.get(&blkid) {
+        // Written early: newer than any punch or truncate (those forget it).
+        Some(bp) => *bp,
+        None if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) => {
+            return Ok(BlockBase::Zeros);
+        }
+        None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
+    };
+    Ok(if bp.is_hole() {
+        BlockBase::Zeros
+    } else {
+        BlockBase::Disk(bp)
+    })
+}
+
+/// Reads a block for an update: `block_size` bytes, verified.
+pub fn read_for_update(
+    pool: &Pool,
+    bp: &BlockPointer,
+    block_size: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let mut data = pool.read_bp(bp)?;
+    data.resize(block_size, 0);
+    Ok(data)
 }
 
 /// The current contents of block `blkid` (for read-modify-write), `block_size` bytes.
@@ -632,22 +708,11 @@ pub fn block_for_update(
     blkid: u64,
 ) -> Result<Vec<u8>, StoreError> {
     let bs = st.dnode.block_size as usize;
-    if let Some(block) = st.syncing.get(&blkid) {
-        return Ok(block.as_ref().clone());
+    match block_base(pool, cache, object, st, blkid)? {
+        BlockBase::Zeros => Ok(vec![0u8; bs]),
+        BlockBase::Syncing => Ok(st.syncing[&blkid].as_ref().clone()),
+        BlockBase::Disk(bp) => read_for_update(pool, &bp, bs),
     }
-    let bp = match st.written.get(&blkid) {
-        Some(bp) => *bp,
-        None if st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f) => {
-            return Ok(vec![0u8; bs]);
-        }
-        None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
-    };
-    if bp.is_hole() {
-        return Ok(vec![0u8; bs]);
-    }
-    let mut data = pool.read_bp(&bp)?;
-    data.resize(bs, 0);
-    Ok(data)
 }
 
 impl From<PoolError> for StoreError {

@@ -34,7 +34,8 @@ use crate::dataset::{parse_size, DatasetTable};
 use crate::dnode::{Dnode, ObjectKind, DNODE_BLOCK_SIZE, DNODE_SIZE};
 use crate::error::StoreError;
 use crate::object::{
-    block_for_update, read_object, sync_object, IndirectCache, ObjectState, SyncCtx,
+    block_base, block_for_update, read_for_update, read_object, sync_object, BlockBase,
+    IndirectCache, ObjectState, SyncCtx,
 };
 
 /// Object id of the dataset table.
@@ -98,6 +99,10 @@ fn default_dirty_max() -> u64 {
         .unwrap_or(8 << 30);
     (ram / 8).min(4 << 30)
 }
+
+/// Blocks read for a read-modify-write outside the store lock: block id → (the pointer it
+/// was read from, its contents).
+pub(crate) type Prefetched = HashMap<u64, (BlockPointer, Vec<u8>)>;
 
 /// Mutable state of the store, behind one lock.
 pub(crate) struct State {
@@ -492,6 +497,59 @@ impl StoreCore {
         offset: u64,
         data: &[u8],
     ) -> Result<(), StoreError> {
+        self.write_locked_with(st, id, offset, data, &mut Prefetched::new())
+    }
+
+    /// Blocks a write of `len` bytes at `offset` covers only in part, are not dirty, and
+    /// whose current contents are on disk and not in `prefetched` yet: what a
+    /// read-modify-write must read first. Only the first and the last block of a range can
+    /// be partial.
+    pub(crate) fn blocks_to_prefetch(
+        &self,
+        st: &mut State,
+        id: u64,
+        offset: u64,
+        len: usize,
+        prefetched: &Prefetched,
+    ) -> Result<Vec<(u64, BlockPointer)>, StoreError> {
+        let bs = u64::from(self.object_mut(st, id)?.dnode.block_size);
+        let end = offset + len as u64;
+        let mut partial: Vec<u64> = Vec::new();
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if !offset.is_multiple_of(bs) || end - offset < bs {
+            partial.push(offset / bs);
+        }
+        if !end.is_multiple_of(bs) && (end - 1) / bs != offset / bs {
+            partial.push((end - 1) / bs);
+        }
+        let State { objects, cache, .. } = st;
+        let obj = objects.get(&id).expect("loaded");
+        let mut wanted = Vec::new();
+        for blkid in partial {
+            if obj.dirty.contains_key(&blkid) {
+                continue;
+            }
+            if let BlockBase::Disk(bp) = block_base(&self.pool, cache, id, obj, blkid)? {
+                if prefetched.get(&blkid).is_none_or(|(p, _)| *p != bp) {
+                    wanted.push((blkid, bp));
+                }
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// `write_locked`, taking the current contents of partly written blocks from
+    /// `prefetched` when they were read from the block the object still points to.
+    pub(crate) fn write_locked_with(
+        &self,
+        st: &mut State,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+        prefetched: &mut Prefetched,
+    ) -> Result<(), StoreError> {
         let obj = self.object_mut(st, id)?;
         let bs = u64::from(obj.dnode.block_size);
         let mut added = 0u64;
@@ -512,13 +570,20 @@ impl StoreCore {
             let base = if present || whole {
                 None
             } else {
-                Some(block_for_update(
-                    &self.pool,
-                    &mut st.cache,
-                    id,
-                    st.objects.get(&id).expect("loaded"),
-                    blkid,
-                )?)
+                let obj = st.objects.get(&id).expect("loaded");
+                Some(
+                    match block_base(&self.pool, &mut st.cache, id, obj, blkid)? {
+                        BlockBase::Zeros => vec![0u8; bs as usize],
+                        BlockBase::Syncing => obj.syncing[&blkid].as_ref().clone(),
+                        BlockBase::Disk(bp) => match prefetched.remove(&blkid) {
+                            Some((read_from, mut block)) if read_from == bp => {
+                                block.resize(bs as usize, 0);
+                                block
+                            }
+                            _ => read_for_update(&self.pool, &bp, bs as usize)?,
+                        },
+                    },
+                )
             };
             let obj = st.objects.get_mut(&id).expect("loaded");
             if !present {

@@ -302,13 +302,80 @@ impl Pool {
         let finish =
             |(bp, (data, ok)): (&BlockPointer, (Vec<u8>, bool))| -> Result<Vec<u8>, PoolError> {
                 if ok && bp.checksum_kind.digest(&data) == bp.checksum {
-                    return decompress_owned(bp.compression, data, bp.lsize as usize)
-                        .map_err(|e| PoolError::Corrupt(e.to_string()));
+                    return into_logical(bp, data);
                 }
                 self.read_bp(bp)
             };
         let items: Vec<(&BlockPointer, (Vec<u8>, bool))> =
             bps.iter().zip(phys.into_iter().zip(arrived)).collect();
+        cairn_vdev::threads::split_cpu(items, 4, finish)
+    }
+
+    /// Reads many blocks into the caller's buffers (`out` is the block's logical bytes; a
+    /// shorter or longer buffer gets the first bytes, zero-filled past the block's end).
+    /// Uncompressed blocks whose buffer is exactly their size are read straight into it and
+    /// verified there (no allocation, no copy); the others go through a scratch buffer.
+    /// Like `read_bps_batch`: one batched read per vdev, verification on two threads, and
+    /// `read_bp` (reconstruction, other copies, self-heal) for any block that did not
+    /// arrive or verify.
+    pub fn read_bps_into(
+        &self,
+        blocks: &mut [(BlockPointer, &mut [u8])],
+    ) -> Vec<Result<(), PoolError>> {
+        let direct = |bp: &BlockPointer, out: &[u8]| {
+            bp.compression == Compression::Off
+                && bp.psize as usize == out.len()
+                && bp.lsize as usize == out.len()
+        };
+        let mut scratch: Vec<Option<Vec<u8>>> = blocks
+            .iter()
+            .map(|(bp, out)| (!direct(bp, out)).then(|| vec![0u8; bp.psize as usize]))
+            .collect();
+        let mut arrived = vec![false; blocks.len()];
+        {
+            let mut per_vdev: Vec<Vec<(u64, &mut [u8])>> =
+                (0..self.tops.len()).map(|_| Vec::new()).collect();
+            let mut owner: Vec<Vec<usize>> = vec![Vec::new(); self.tops.len()];
+            for (i, ((bp, out), extra)) in blocks.iter_mut().zip(scratch.iter_mut()).enumerate() {
+                let d = bp.dvas[0];
+                let target: &mut [u8] = match extra {
+                    Some(v) => v.as_mut_slice(),
+                    None => out,
+                };
+                if let Some(list) = per_vdev.get_mut(d.vdev as usize) {
+                    list.push((d.offset, target));
+                    owner[d.vdev as usize].push(i);
+                }
+            }
+            for (v, list) in per_vdev
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, l)| !l.is_empty())
+            {
+                for (k, ok) in self.tops[v].read_batch(list).into_iter().enumerate() {
+                    arrived[owner[v][k]] = ok;
+                }
+            }
+        }
+        let finish = |((bp, out), (extra, ok)): (&mut ReadTarget<'_>, ScratchRead)|
+         -> Result<(), PoolError> {
+            let physical: &[u8] = extra.as_deref().unwrap_or(out);
+            if ok && bp.checksum_kind.digest(physical) == bp.checksum {
+                match extra {
+                    None => return Ok(()),
+                    Some(data) => {
+                        fill_from(out, &into_logical(bp, data)?);
+                        return Ok(());
+                    }
+                }
+            }
+            fill_from(out, &self.read_bp(bp)?);
+            Ok(())
+        };
+        let items: Vec<(&mut ReadTarget<'_>, ScratchRead)> = blocks
+            .iter_mut()
+            .zip(scratch.into_iter().zip(arrived))
+            .collect();
         cairn_vdev::threads::split_cpu(items, 4, finish)
     }
 
@@ -385,9 +452,7 @@ impl Pool {
         bp: &BlockPointer,
     ) -> Result<(Vec<u8>, BlockHealth), PoolError> {
         let (physical, health) = self.read_physical(bp)?;
-        let logical = decompress_owned(bp.compression, physical, bp.lsize as usize)
-            .map_err(|e| PoolError::Corrupt(e.to_string()))?;
-        Ok((logical, health))
+        Ok((into_logical(bp, physical)?, health))
     }
 
     /// Scrubs one block: every copy and every parity column is read and checked, and
@@ -454,4 +519,25 @@ pub fn release_all(alloc: &mut Allocator, all: &[[Dva; 3]]) {
     for d in all.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
         alloc.free(d);
     }
+}
+
+/// A block to read and the buffer its logical bytes go to.
+pub type ReadTarget<'a> = (BlockPointer, &'a mut [u8]);
+/// The scratch buffer of a block read through one (None: read in place), and whether the
+/// batched read brought its bytes.
+type ScratchRead = (Option<Vec<u8>>, bool);
+
+/// The logical bytes of a verified physical block (uncompressed: the same buffer, cut to
+/// size; no copy).
+fn into_logical(bp: &BlockPointer, physical: Vec<u8>) -> Result<Vec<u8>, PoolError> {
+    decompress_owned(bp.compression, physical, bp.lsize as usize)
+        .map_err(|e| PoolError::Corrupt(e.to_string()))
+}
+
+/// Copies `data` to the front of `out`, zero-filling what `data` does not cover.
+fn fill_from(out: &mut [u8], data: &[u8]) {
+    let n = data.len().min(out.len());
+    let (head, tail) = out.split_at_mut(n);
+    head.copy_from_slice(&data[..n]);
+    tail.fill(0);
 }
