@@ -7,7 +7,7 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -632,7 +632,12 @@ struct Replies {
     broken: AtomicBool,
     /// Requests handed to the workers and not finished yet.
     queued: AtomicUsize,
+    /// Moving average of how long requests take to run, in nanoseconds.
+    recent_run_ns: AtomicU64,
 }
+
+/// Requests that take less than this on average may run one by one on the reading thread.
+const FAST_REQUEST: Duration = Duration::from_micros(50);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -667,7 +672,13 @@ impl Replies {
             structured,
             broken: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
+            recent_run_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Whether recent requests ran in less than `FAST_REQUEST` on average.
+    fn requests_are_fast(&self) -> bool {
+        u128::from(self.recent_run_ns.load(Ordering::Relaxed)) < FAST_REQUEST.as_nanos()
     }
 
     /// Sends the first `len` bytes of `reply` (now, or by the worker that is sending).
@@ -812,17 +823,17 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
         .collect();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session) {
-            // Nothing else in flight and no further request already received (queue depth
-            // 1): run it here and save the thread hand-off; otherwise let the workers run
-            // it while the next request is read. (Without the second condition, a client
-            // with many requests in flight could have them all run here one by one while
-            // the workers sit idle, whenever the workers had caught up.)
+            // Nothing else in flight: run a quick request here and save the thread
+            // hand-off, if no further request has arrived (queue depth 1) or requests take
+            // only microseconds (running a burst one by one here costs less than handing
+            // each to a worker). Otherwise the workers run it while the next request is
+            // read: a burst of slow requests (disk latency, a lock) runs on all of them.
             Ok(Some(job))
                 if replies.queued.load(Ordering::SeqCst) == 0
-                    && !input.has_buffered()
-                    && is_quick(&job) =>
+                    && is_quick(&job)
+                    && (!input.has_buffered() || replies.requests_are_fast()) =>
             {
-                run(job, &replies, &*export)
+                timed_run(job, &replies, &*export)
             }
             Ok(Some(job)) => {
                 replies.queued.fetch_add(1, Ordering::SeqCst);
@@ -887,9 +898,20 @@ fn work(jobs: &Mutex<Receiver<Job>>, replies: &Replies, export: &dyn BlockExport
         let Ok(job) = job else {
             return;
         };
-        run(job, replies, export);
+        timed_run(job, replies, export);
         replies.queued.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Runs a request and folds its duration into the connection's recent average.
+fn timed_run(job: Job, replies: &Replies, export: &dyn BlockExport) {
+    let started = Instant::now();
+    run(job, replies, export);
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    // A racy average (concurrent updates may lose a sample) is good enough here.
+    let avg = replies.recent_run_ns.load(Ordering::Relaxed);
+    let next = avg - avg / 8 + took / 8;
+    replies.recent_run_ns.store(next, Ordering::Relaxed);
 }
 
 /// Requests worth running on the reading thread when nothing else is in flight: small
