@@ -41,6 +41,11 @@ pub struct ObjectState {
     /// Data blocks of the open txg already written by the background writer, not yet
     /// linked into the tree (the sync links them; a hole = the block was all zeros).
     pub written: BTreeMap<u64, BlockPointer>,
+    /// Dirty blocks whose last write covered them whole (streaming writes). Only these go
+    /// to the background writer: a block written in pieces (random small writes) is likely
+    /// to be written again in the same txg, and writing it early would cost a second
+    /// write and, for the next piece, a read back.
+    pub written_whole: BTreeSet<u64>,
 }
 
 impl ObjectState {
@@ -54,6 +59,7 @@ impl ObjectState {
             dnode_dirty: false,
             syncing: BTreeMap::new(),
             written: BTreeMap::new(),
+            written_whole: BTreeSet::new(),
         }
     }
 
@@ -61,7 +67,9 @@ impl ObjectState {
     /// object that lives on (not a short single-block object, whose stored size follows
     /// the object size, and not an object being deleted).
     pub fn may_presync(&self, blkid: u64) -> bool {
-        !self.freeing && (blkid != 0 || self.dnode.levels > 1)
+        !self.freeing
+            && (blkid != 0 || self.dnode.levels > 1)
+            && self.written_whole.contains(&blkid)
     }
 
     /// Forgets what the background writer did for `blkid` because the block changes again;
@@ -399,6 +407,7 @@ pub fn sync_object(
             ctx.free_bp(&old, &mut dnode);
         }
     }
+    st.written_whole.clear();
     write_data_blocks(ctx, object, st, &mut dnode, &mut dirty, props)?;
     write_indirects(ctx, object, &mut dnode, dirty)?;
     st.dnode = dnode;

@@ -599,7 +599,9 @@ impl StoreCore {
             if whole {
                 // A whole block: take the data as is (no zero fill, no second copy).
                 obj.dirty.insert(blkid, piece.to_vec());
+                obj.written_whole.insert(blkid);
             } else {
+                obj.written_whole.remove(&blkid);
                 let block = obj
                     .dirty
                     .entry(blkid)

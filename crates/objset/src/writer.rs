@@ -159,6 +159,7 @@ impl StoreCore {
                 .collect();
             for blkid in blkids {
                 let data = Arc::new(obj.dirty.remove(&blkid).expect("listed"));
+                obj.written_whole.remove(&blkid);
                 bytes += data.len() as u64;
                 obj.syncing.insert(blkid, Arc::clone(&data));
                 items.push(Item {

@@ -237,7 +237,10 @@ fn crash_at(limit: u64, tear: bool, seed: u64, background_batch: u64) -> (u64, u
         for _ in 0..12 {
             for _ in 0..3 {
                 let path = format!("tank/f{}", rng.gen_range(0..5));
-                let len = rng.gen_range(1..200_000);
+                // With the background writer on, files span several whole 128 KiB blocks
+                // (the only ones it takes).
+                let max_len = if background_batch < (1 << 20) { 600_000 } else { 200_000 };
+                let len = rng.gen_range(1..max_len);
                 let mut data = vec![0u8; len];
                 rng.fill_bytes(&mut data);
                 if rng.gen_bool(0.2) && model.contains_key(&path) {
