@@ -77,6 +77,8 @@ pub struct Pool {
     pub spare_leaves: Vec<Option<Arc<dyn Leaf>>>,
     /// Held while hot spares are put in, so two threads never pick the same spare.
     pub(crate) spare_lock: std::sync::Mutex<()>,
+    /// Verified contents of recently read blocks.
+    pub cache: crate::io::cache::BlockCache,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -546,6 +548,7 @@ impl Pool {
             home: home.clone(),
             spare_leaves: Vec::new(),
             spare_lock: std::sync::Mutex::new(()),
+            cache: Default::default(),
         }
     }
 

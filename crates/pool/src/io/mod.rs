@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod bp;
+pub mod cache;
 pub mod checksum;
 pub mod compress;
 pub mod pipeline;

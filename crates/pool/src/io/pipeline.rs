@@ -318,7 +318,49 @@ impl Pool {
     /// Like `read_bps_batch`: one batched read per vdev, verification on two threads, and
     /// `read_bp` (reconstruction, other copies, self-heal) for any block that did not
     /// arrive or verify.
+    ///
+    /// Blocks in the block cache are answered from it; a read of one or two blocks (random
+    /// access) puts what it read into the cache.
     pub fn read_bps_into(
+        &self,
+        blocks: &mut [(BlockPointer, &mut [u8])],
+    ) -> Vec<Result<(), PoolError>> {
+        let mut results: Vec<Option<Result<(), PoolError>>> = blocks
+            .iter_mut()
+            .map(|(bp, out)| {
+                let data = self.cache.get(bp)?;
+                fill_from(out, &data);
+                Some(Ok(()))
+            })
+            .collect();
+        let mut misses: Vec<ReadTarget<'_>> = blocks
+            .iter_mut()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|((bp, out), _)| (*bp, &mut **out))
+            .collect();
+        if !misses.is_empty() {
+            let read = self.read_bps_uncached(&mut misses);
+            let remember = misses.len() <= 2;
+            let mut read = read.into_iter();
+            for ((bp, out), slot) in misses
+                .iter()
+                .zip(results.iter_mut().filter(|r| r.is_none()))
+            {
+                let r = read.next().expect("one result per block");
+                if remember && r.is_ok() && out.len() == bp.lsize as usize {
+                    self.cache.insert(bp, Arc::new(out.to_vec()));
+                }
+                *slot = Some(r);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every block answered"))
+            .collect()
+    }
+
+    fn read_bps_uncached(
         &self,
         blocks: &mut [(BlockPointer, &mut [u8])],
     ) -> Vec<Result<(), PoolError>> {
@@ -451,6 +493,11 @@ impl Pool {
         &self,
         bp: &BlockPointer,
     ) -> Result<(Vec<u8>, BlockHealth), PoolError> {
+        if let Some(data) = self.cache.get(bp) {
+            return Ok((data.as_ref().clone(), BlockHealth::default()));
+        }
+        // Not put into the cache: single-block reads here are read-modify-writes and tree
+        // blocks (cached decoded elsewhere); copying them in cost more than it saved.
         let (physical, health) = self.read_physical(bp)?;
         Ok((into_logical(bp, physical)?, health))
     }
