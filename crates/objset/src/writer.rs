@@ -64,7 +64,10 @@ impl StoreCore {
                     }
                     st = self.presync_cv.wait(st).unwrap_or_else(|p| p.into_inner());
                 }
-                self.take_batch(&mut st)
+                let batch = self.take_batch(&mut st);
+                // Writers waiting for the backlog to shrink look again.
+                self.presync_cv.notify_all();
+                batch
             };
             if let Some(batch) = batch {
                 self.write_background_batch(batch);
@@ -83,11 +86,19 @@ impl StoreCore {
         if !self.config.background_writer {
             return st;
         }
-        while st.presync.busy
-            && (self.over_dirty_limit(&st)
-                || backlog(&st) >= MAX_BACKLOG_BATCHES * self.config.background_batch)
-            && !self.stop.load(Ordering::SeqCst)
-        {
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return st;
+            }
+            // A sync is near: let the batch in flight land first.
+            let sync_near = st.presync.busy && self.over_dirty_limit(&st);
+            // Far behind: wait until the writer took more (it wakes everyone after a take,
+            // and takes nothing only by marking the backlog taken).
+            let behind = backlog(&st) >= MAX_BACKLOG_BATCHES * self.config.background_batch;
+            if !sync_near && !behind {
+                break;
+            }
+            self.presync_cv.notify_all();
             st = self.presync_cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         self.nudge_writer(&st);

@@ -239,7 +239,11 @@ fn crash_at(limit: u64, tear: bool, seed: u64, background_batch: u64) -> (u64, u
                 let path = format!("tank/f{}", rng.gen_range(0..5));
                 // With the background writer on, files span several whole 128 KiB blocks
                 // (the only ones it takes).
-                let max_len = if background_batch < (1 << 20) { 600_000 } else { 200_000 };
+                let max_len = if background_batch < (1 << 20) {
+                    600_000
+                } else {
+                    200_000
+                };
                 let len = rng.gen_range(1..max_len);
                 let mut data = vec![0u8; len];
                 rng.fill_bytes(&mut data);
