@@ -62,7 +62,7 @@ pub struct StoreConfig {
     /// then only links them into the tree).
     pub background_writer: bool,
     /// Dirty bytes the background writer takes at a time (it starts when this much waits;
-    /// writers pause when eight times this much waits).
+    /// writers pause when four times this much waits).
     pub background_batch: u64,
 }
 
@@ -183,8 +183,9 @@ impl Store {
                 std::thread::Builder::new()
                     .name("cairn-writer".into())
                     .spawn(move || c.background_writer())
-                    .map_err(|e| {
-                        StoreError::Corrupt(format!("cannot start the writer thread: {e}"))
+                    .map_err(|source| StoreError::LocalIo {
+                        path: "starting the background writer thread".into(),
+                        source,
                     })?,
             )
         } else {
