@@ -84,19 +84,7 @@ fn default_dirty_max() -> u64 {
     {
         return v.max(1 << 20);
     }
-    let ram = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|k| k.parse::<u64>().ok())
-                })
-        })
-        .map(|kib| kib * 1024)
-        .unwrap_or(8 << 30);
+    let ram = cairn_pool::io::cache::total_ram_bytes();
     (ram / 8).min(4 << 30)
 }
 

@@ -58,7 +58,14 @@ fn default_max_bytes() -> u64 {
     {
         return v;
     }
-    let ram = std::fs::read_to_string("/proc/meminfo")
+    let ram = total_ram_bytes();
+    (ram / 16).min(1 << 30)
+}
+
+/// Physical memory of the machine (8 GiB when /proc/meminfo cannot be read); the store's
+/// dirty cap and the block cache are sized from it.
+pub fn total_ram_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -66,8 +73,7 @@ fn default_max_bytes() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
         .map(|kib| kib * 1024)
-        .unwrap_or(8 << 30);
-    (ram / 16).min(1 << 30)
+        .unwrap_or(8 << 30)
 }
 
 impl std::fmt::Debug for BlockCache {

@@ -272,50 +272,11 @@ impl Pool {
             .collect()
     }
 
-    /// Reads many blocks: a fast batched read of data columns per vdev, then checksum and
-    /// decompression on two threads; any block that did not arrive or verify goes through
-    /// `read_bp` (reconstruction, other copies, self-heal).
-    pub fn read_bps_batch(&self, bps: &[BlockPointer]) -> Vec<Result<Vec<u8>, PoolError>> {
-        let mut phys: Vec<Vec<u8>> = bps.iter().map(|bp| vec![0u8; bp.psize as usize]).collect();
-        let mut arrived = vec![false; bps.len()];
-        {
-            let mut per_vdev: Vec<Vec<(u64, &mut [u8])>> =
-                (0..self.tops.len()).map(|_| Vec::new()).collect();
-            let mut owner: Vec<Vec<usize>> = vec![Vec::new(); self.tops.len()];
-            for (i, (bp, buf)) in bps.iter().zip(phys.iter_mut()).enumerate() {
-                let d = bp.dvas[0];
-                if let Some(list) = per_vdev.get_mut(d.vdev as usize) {
-                    list.push((d.offset, buf.as_mut_slice()));
-                    owner[d.vdev as usize].push(i);
-                }
-            }
-            for (v, list) in per_vdev
-                .iter_mut()
-                .enumerate()
-                .filter(|(_, l)| !l.is_empty())
-            {
-                for (k, ok) in self.tops[v].read_batch(list).into_iter().enumerate() {
-                    arrived[owner[v][k]] = ok;
-                }
-            }
-        }
-        let finish =
-            |(bp, (data, ok)): (&BlockPointer, (Vec<u8>, bool))| -> Result<Vec<u8>, PoolError> {
-                if ok && bp.checksum_kind.digest(&data) == bp.checksum {
-                    return into_logical(bp, data);
-                }
-                self.read_bp(bp)
-            };
-        let items: Vec<(&BlockPointer, (Vec<u8>, bool))> =
-            bps.iter().zip(phys.into_iter().zip(arrived)).collect();
-        cairn_vdev::threads::split_cpu(items, 4, finish)
-    }
-
     /// Reads many blocks into the caller's buffers (`out` is the block's logical bytes; a
     /// shorter or longer buffer gets the first bytes, zero-filled past the block's end).
     /// Uncompressed blocks whose buffer is exactly their size are read straight into it and
     /// verified there (no allocation, no copy); the others go through a scratch buffer.
-    /// Like `read_bps_batch`: one batched read per vdev, verification on two threads, and
+    /// One batched read per vdev, verification on two threads, and
     /// `read_bp` (reconstruction, other copies, self-heal) for any block that did not
     /// arrive or verify.
     ///
