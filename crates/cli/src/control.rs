@@ -40,20 +40,15 @@ fn answer(home: &Home, store: &Store, request: &str) -> String {
     match request.trim() {
         r if r == "status" || r == "status -v" => {
             let scan = crate::data_cmds::scan_line(home, &pool);
-            let mut damaged = crate::data_cmds::load_errors(home, &pool);
-            damaged.extend(store.damaged().into_iter().map(|(ds, obj)| {
-                store.path_of(&ds, obj).unwrap_or_else(|| format!("{ds}:<object {obj}>"))
-            }));
-            damaged.sort();
-            damaged.dedup();
-            render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &damaged)
+            let errors = crate::data_cmds::data_errors(store.error_log());
+            render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }
         "list" => {
             let usage = store.space();
             let row = ListRow::with_usage(store.pool(), usage.alloc, usage.used);
             serde_json::to_string(&row).unwrap_or_default()
         }
-        "scrub" => match store.scrub(0, Duration::from_secs(3600), &mut |_| ScrubControl::Continue) {
+        "scrub" => match store.scrub(None, Duration::from_secs(3600), &mut |_| ScrubControl::Continue) {
             Ok((p, _)) => format!(
                 "scrub of '{pool}' repaired {} bytes, {} errors, {} blocks in {:.1} s (in the serving process)\n",
                 p.repaired_bytes, p.errors, p.blocks, p.elapsed_secs

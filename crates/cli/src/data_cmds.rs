@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
 use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
-use cairn_objset::{DatasetKind, Store};
+use cairn_objset::{read_error_log, DatasetKind, ErrorLog, Store};
+use cairn_pool::status::DataErrors;
 use cairn_pool::{Home, Pool};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
@@ -25,35 +26,15 @@ fn pool_of(path: &str) -> &str {
 }
 
 /// Opens the pool and its store.
-pub fn open(name: &str) -> Result<(Home, Store), String> {
-    let home = Home::from_env();
-    let pool = Pool::open(&home, name).map_err(err)?;
-    let store = Store::open(pool).map_err(err)?;
-    Ok((home, store))
+pub fn open(name: &str) -> Result<Store, String> {
+    let pool = Pool::open(&Home::from_env(), name).map_err(err)?;
+    Store::open(pool).map_err(err)
 }
 
-/// Syncs, records counters and damaged files in the state directory.
-pub fn finish(home: &Home, store: Store) -> Result<(), String> {
-    let damaged: Vec<String> = store
-        .damaged()
-        .into_iter()
-        .map(|(ds, obj)| {
-            store
-                .path_of(&ds, obj)
-                .unwrap_or_else(|| format!("{ds}:<object {obj}>"))
-        })
-        .collect();
-    let name = store.pool().name().to_string();
+/// Syncs (which also writes the error log) and records the leaves' counters.
+pub fn finish(store: Store) -> Result<(), String> {
     let pool = store.close().map_err(err)?;
-    pool.save_record().map_err(err)?;
-    if !damaged.is_empty() {
-        let mut errors = load_errors(home, &name);
-        errors.extend(damaged);
-        errors.sort();
-        errors.dedup();
-        save_json(&state_file(home, &name, "errors"), &errors)?;
-    }
-    Ok(())
+    pool.save_record().map_err(err)
 }
 
 /// Per-pool state besides the pool record: `$CAIRN_HOME/state/POOL.WHAT.json`.
@@ -65,6 +46,7 @@ pub fn state_file(home: &Home, pool: &str, what: &str) -> PathBuf {
 
 /// Forgets a pool's scrub and error state (export, destroy).
 pub fn forget_state(home: &Home, pool: &str) {
+    // "errors" is where releases before the in-pool error log kept it.
     for what in ["scan", "errors", "scan-ctl"] {
         let _ = std::fs::remove_file(state_file(home, pool, what));
     }
@@ -83,9 +65,24 @@ fn load_json<T: for<'a> Deserialize<'a>>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// Files recorded as damaged (for `status -v`).
-pub fn load_errors(home: &Home, pool: &str) -> Vec<String> {
-    load_json(&state_file(home, pool, "errors")).unwrap_or_default()
+/// The pool's error log, read from its newest tree without opening the store (for
+/// `status` of a pool no process holds).
+pub fn load_errors(pool: &Pool) -> DataErrors {
+    match read_error_log(pool) {
+        Ok(log) => data_errors(log),
+        Err(e) => DataErrors {
+            unreadable: Some(e.to_string()),
+            ..DataErrors::default()
+        },
+    }
+}
+
+pub fn data_errors(log: ErrorLog) -> DataErrors {
+    DataErrors {
+        files: log.entries,
+        unlisted: log.unlisted,
+        unreadable: None,
+    }
 }
 
 fn progress_bar(total: u64, what: &str) -> Option<indicatif::ProgressBar> {
@@ -117,7 +114,7 @@ pub struct PutArgs {
 }
 
 pub fn put(a: PutArgs) -> Result<(), String> {
-    let (home, store) = open(pool_of(&a.dest))?;
+    let store = open(pool_of(&a.dest))?;
     let mut dest = a.dest.trim_end_matches('/').to_string();
     if let Ok(r) = store.resolve(&dest) {
         if r.kind == cairn_objset::dnode::ObjectKind::Directory {
@@ -157,7 +154,7 @@ pub fn put(a: PutArgs) -> Result<(), String> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    finish(&home, store)
+    finish(store)
 }
 
 fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -180,9 +177,9 @@ pub struct GetArgs {
 }
 
 pub fn get_file(a: GetArgs) -> Result<(), String> {
-    let (home, store) = open(pool_of(&a.src))?;
+    let store = open(pool_of(&a.src))?;
     let result = copy_out(&store, &a.src, &a.dest);
-    finish(&home, store)?;
+    finish(store)?;
     result
 }
 
@@ -252,7 +249,7 @@ pub struct LsArgs {
 }
 
 pub fn ls(a: LsArgs) -> Result<(), String> {
-    let (home, store) = open(pool_of(&a.path))?;
+    let store = open(pool_of(&a.path))?;
     let entries = store.list(&a.path).map_err(err)?;
     if a.json {
         println!("{}", serde_json::json!({ "entries": entries }));
@@ -271,7 +268,7 @@ pub fn ls(a: LsArgs) -> Result<(), String> {
             println!("{:<6} {:>10}  {name}", e.kind, size);
         }
     }
-    finish(&home, store)
+    finish(store)
 }
 
 #[derive(Args, Debug)]
@@ -283,9 +280,9 @@ pub struct RmArgs {
 }
 
 pub fn rm(a: RmArgs) -> Result<(), String> {
-    let (home, store) = open(pool_of(&a.path))?;
+    let store = open(pool_of(&a.path))?;
     store.remove(&a.path, a.recursive).map_err(err)?;
-    finish(&home, store)
+    finish(store)
 }
 
 #[derive(Args, Debug)]
@@ -294,9 +291,9 @@ pub struct MkdirArgs {
 }
 
 pub fn mkdir(a: MkdirArgs) -> Result<(), String> {
-    let (home, store) = open(pool_of(&a.path))?;
+    let store = open(pool_of(&a.path))?;
     store.mkdir(&a.path).map_err(err)?;
-    finish(&home, store)
+    finish(store)
 }
 
 // ---- datasets, volumes, properties --------------------------------------------------------
@@ -348,7 +345,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             options,
             name,
         } => {
-            let (home, store) = open(pool_of(&name))?;
+            let store = open(pool_of(&name))?;
             store
                 .dataset_create(
                     &name,
@@ -358,12 +355,12 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
                     parents,
                 )
                 .map_err(err)?;
-            finish(&home, store)
+            finish(store)
         }
         DatasetCmd::Destroy { recursive, name } => {
-            let (home, store) = open(pool_of(&name))?;
+            let store = open(pool_of(&name))?;
             store.dataset_destroy(&name, recursive).map_err(err)?;
-            finish(&home, store)
+            finish(store)
         }
         DatasetCmd::List {
             scripted,
@@ -371,7 +368,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             json,
             pool,
         } => {
-            let (home, store) = open(&pool)?;
+            let store = open(&pool)?;
             let table = store.datasets();
             let mut infos = Vec::new();
             for d in &table.datasets {
@@ -383,7 +380,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             } else {
                 print_dataset_table(&infos, scripted, parsable);
             }
-            finish(&home, store)
+            finish(store)
         }
     }
 }
@@ -470,11 +467,11 @@ pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
             if let Some(b) = blocksize {
                 props.insert("volblocksize".into(), b);
             }
-            let (home, store) = open(pool_of(&name))?;
+            let store = open(pool_of(&name))?;
             store
                 .dataset_create(&name, DatasetKind::Volume, props, Some(bytes), false)
                 .map_err(err)?;
-            finish(&home, store)
+            finish(store)
         }
     }
 }
@@ -492,9 +489,9 @@ pub fn set(a: SetArgs) -> Result<(), String> {
         .assignment
         .split_once('=')
         .ok_or("use `cairn set PROP=VALUE DATASET`")?;
-    let (home, store) = open(pool_of(&a.target))?;
+    let store = open(pool_of(&a.target))?;
     store.set_property(&a.target, k, v).map_err(err)?;
-    finish(&home, store)
+    finish(store)
 }
 
 /// `cairn get PROP[,PROP…]|all DATASET` (properties) or `cairn get POOL/DS/PATH DEST` (a file).
@@ -518,7 +515,7 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             dest: PathBuf::from(a.second),
         });
     }
-    let (home, store) = open(pool_of(&a.second))?;
+    let store = open(pool_of(&a.second))?;
     let keys: Vec<String> = if a.first == "all" {
         ["type", "used", "available", "referenced", "compressratio"]
             .iter()
@@ -558,7 +555,7 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             }
         }
     }
-    finish(&home, store)
+    finish(store)
 }
 
 // ---- scrub ---------------------------------------------------------------------------------
@@ -659,13 +656,12 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
             Ok(())
         };
     }
-    let (home, store) = open(&a.pool)?;
+    let store = open(&a.pool)?;
     let _ = std::fs::remove_file(&ctl_path);
     let previous: Option<ScanState> = load_json(&scan_path);
     let resume = previous
         .as_ref()
         .filter(|s| s.state == "paused" || s.state == "scanning");
-    let resume_from = resume.map(|s| s.progress.next_object).unwrap_or(0);
     let started = resume.map(|s| s.started).unwrap_or_else(unix_now);
     let bar = (a.wait && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(store.space().alloc);
@@ -705,7 +701,11 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         }
     };
     let (p, end) = store
-        .scrub(resume_from, Duration::from_millis(500), &mut report)
+        .scrub(
+            resume.map(|s| &s.progress),
+            Duration::from_millis(500),
+            &mut report,
+        )
         .map_err(err)?;
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -737,5 +737,5 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         ),
         _ => println!("scrub of '{}' {state}", a.pool),
     }
-    finish(&home, store)
+    finish(store)
 }

@@ -165,7 +165,7 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
         "read back all files identical: damaged columns were rebuilt from parity and rewritten"
     );
     let (p, _) = store
-        .scrub(0, Duration::from_secs(3600), &mut |_| {
+        .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
         })
         .map_err(e)?;

@@ -175,8 +175,6 @@ pub fn add(a: AddArgs) -> Result<(), String> {
 }
 
 pub fn clear(a: ClearArgs) -> Result<(), String> {
-    let home = Home::from_env();
-    let _ = std::fs::remove_file(crate::data_cmds::state_file(&home, &a.pool, "errors"));
     device_op(&a.pool, &a.flags, |pool| {
         pool.clear_device(a.device.as_deref())
     })

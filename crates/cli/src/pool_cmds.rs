@@ -115,7 +115,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
                 let p = Pool::open(&home, n).map_err(err)?;
                 let scan = crate::device_cmds::resilver_scan_line(&home, &p)
                     .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
-                let damaged = crate::data_cmds::load_errors(&home, p.name());
+                let damaged = crate::data_cmds::load_errors(&p);
                 texts.push(render_status_with(&p, a.verbose, scan.as_deref(), &damaged));
             }
             print!("{}", texts.join("\n"));
@@ -124,7 +124,19 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
     }
     let pools = pools_to_show(&home, a.pool.as_deref())?;
     if a.json {
-        let list: Vec<_> = pools.iter().map(status_json).collect();
+        let list: Vec<_> = pools
+            .iter()
+            .map(|p| {
+                let mut v = serde_json::to_value(status_json(p)).unwrap_or_default();
+                let e = crate::data_cmds::load_errors(p);
+                v["data_errors"] = serde_json::json!({
+                    "files": e.files,
+                    "unlisted": e.unlisted,
+                    "unreadable": e.unreadable,
+                });
+                v
+            })
+            .collect();
         println!("{}", serde_json::json!({ "pools": list }));
         return Ok(());
     }
@@ -136,7 +148,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
         .map(|p| {
             let scan = crate::device_cmds::resilver_scan_line(&home, p)
                 .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
-            let damaged = crate::data_cmds::load_errors(&home, p.name());
+            let damaged = crate::data_cmds::load_errors(p);
             render_status_with(p, a.verbose, scan.as_deref(), &damaged)
         })
         .collect();

@@ -263,7 +263,8 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     if a.tcp.is_empty() && a.sockets.is_empty() {
         return Err("give --nbd ADDR:PORT and/or --nbd-socket PATH".into());
     }
-    let (home, store) = open(&a.pool)?;
+    let home = Home::from_env();
+    let store = open(&a.pool)?;
     let store = Arc::new(store);
     let source = Arc::new(VolumeSource {
         store: store.clone(),
@@ -333,7 +334,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     drop(source);
     let store =
         Arc::try_unwrap(store).map_err(|_| "a connection still holds the pool".to_string())?;
-    finish(&home, store)?;
+    finish(store)?;
     match sync_error {
         Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
         None => Ok(()),

@@ -358,6 +358,22 @@ fn data_path_put_get_datasets_properties_and_scrub() {
         status.contains("Permanent errors") && status.contains("tank/random.bin"),
         "{status}"
     );
+    // The error log is in the pool: it survives export and import, and a clear (which
+    // resets the device counters) leaves it alone, as in ZFS.
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    ok(&cairn(&home, &["clear", "tank"]));
+    let status = ok(&cairn(&home, &["status", "-v", "tank"]));
+    assert!(status.contains("tank/random.bin"), "{status}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(&home, &["status", "--json", "tank"]))).unwrap();
+    assert_eq!(
+        json["pools"][0]["data_errors"]["files"],
+        serde_json::json!(["tank/random.bin"])
+    );
     assert_eq!(
         ok(&cairn(&home, &["cat", "tank/docs/sub/text.txt"])),
         lines,

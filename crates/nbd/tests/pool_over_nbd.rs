@@ -512,7 +512,7 @@ fn raidz2_over_six_nbdkit_file_servers_one_dies_returns_and_is_resilvered() {
     assert_eq!(store.pool().health(), Health::Online);
     check_files(&store, &model);
     let (s, end) = store
-        .scrub(0, Duration::from_secs(3600), &mut |_| {
+        .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
         })
         .unwrap();

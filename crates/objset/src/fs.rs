@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use cairn_pool::Pool;
+
 use crate::dataset::{
     validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
 };
@@ -575,7 +577,8 @@ impl StoreCore {
         match fetched {
             Ok(()) => Ok(plan.len),
             Err(StoreError::Pool(e)) => {
-                self.lock().damaged.insert((r.dataset, r.object));
+                let mut st = self.lock();
+                self.mark_damaged(&mut st, r.dataset, r.object);
                 Err(StoreError::Pool(e))
             }
             Err(e) => Err(e),
@@ -673,7 +676,9 @@ impl StoreCore {
         }
         d.entries.remove(&name);
         self.write_dir_locked(&mut st, dir, &d)?;
-        st.damaged.remove(&(dataset, e.object));
+        if st.damaged.remove(&(dataset, e.object)).is_some() {
+            st.damaged_dirty = true;
+        }
         Ok(())
     }
 
@@ -721,7 +726,7 @@ impl StoreCore {
     /// Whether the open txg holds any change (an idle pool need not sync).
     pub fn is_dirty(&self) -> bool {
         let st = self.lock();
-        st.datasets_dirty || st.objects.values().any(|o| o.is_dirty())
+        st.datasets_dirty || st.damaged_dirty || st.objects.values().any(|o| o.is_dirty())
     }
 
     /// Syncs when the open txg holds more dirty data than allowed.
@@ -732,11 +737,11 @@ impl StoreCore {
         Ok(())
     }
 
-    /// Objects found unreadable, as `(dataset name, path or object)`, for `status -v`.
+    /// Objects found unreadable, as `(dataset name, object)`.
     pub fn damaged(&self) -> Vec<(String, u64)> {
         let st = self.lock();
         st.damaged
-            .iter()
+            .keys()
             .map(|(ds, obj)| {
                 (
                     st.datasets
@@ -749,36 +754,82 @@ impl StoreCore {
             .collect()
     }
 
+    /// The error log by name, for `status -v`.
+    pub fn error_log(&self) -> ErrorLog {
+        let mut st = self.lock();
+        error_log_of(self.pool(), &mut st)
+    }
+
     /// Path of an object inside its dataset (searches directories; for error reports).
     pub fn path_of(&self, dataset: &str, object: u64) -> Option<String> {
         let mut st = self.lock();
-        let ds = st.datasets.by_name(dataset)?.clone();
-        if ds.object == object {
-            return Some(ds.name);
-        }
-        if ds.kind != DatasetKind::Filesystem {
-            return None;
-        }
-        let mut stack = vec![(ds.object, ds.name.clone())];
-        while let Some((dir, prefix)) = stack.pop() {
-            let d = self.read_dir_locked(&mut st, dir).ok()?;
-            for (name, e) in &d.entries {
-                let p = format!("{prefix}/{name}");
-                if e.object == object {
-                    return Some(p);
-                }
-                if e.kind == ObjectKind::Directory {
-                    stack.push((e.object, p));
-                }
-            }
-        }
-        None
+        path_in(self.pool(), &mut st, dataset, object)
     }
 
-    /// Records that an object could not be read (found by scrub).
+    /// Records that an object could not be read, in the error log the next sync writes.
     pub(crate) fn mark_damaged(&self, st: &mut State, dataset: u32, object: u64) {
-        st.damaged.insert((dataset, object));
+        st.damaged.insert((dataset, object), st.txg);
+        st.damaged_dirty = true;
     }
+}
+
+/// The pool's persistent error log: the files and volumes found damaged beyond redundancy
+/// (by a read or a scrub) and not since removed or found whole by a completed scrub.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErrorLog {
+    /// `POOL/DS/PATH` of each damaged object (`DS:<object N>` where no path leads to it).
+    pub entries: Vec<String>,
+    /// Damaged objects the root block had no room to name.
+    pub unlisted: u64,
+}
+
+impl ErrorLog {
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.unlisted == 0
+    }
+}
+
+pub(crate) fn error_log_of(pool: &Pool, st: &mut State) -> ErrorLog {
+    let keys: Vec<(u32, u64)> = st.damaged.keys().copied().collect();
+    let mut entries: Vec<String> = keys
+        .into_iter()
+        .filter_map(|(ds, obj)| {
+            // Entries of a destroyed dataset are gone with it.
+            let name = st.datasets.by_id(ds)?.name.clone();
+            Some(path_in(pool, st, &name, obj).unwrap_or_else(|| format!("{name}:<object {obj}>")))
+        })
+        .collect();
+    entries.sort();
+    ErrorLog {
+        entries,
+        unlisted: st.damaged_unlisted,
+    }
+}
+
+/// Path of an object inside its dataset (searches its directories).
+fn path_in(pool: &Pool, st: &mut State, dataset: &str, object: u64) -> Option<String> {
+    let ds = st.datasets.by_name(dataset)?.clone();
+    if ds.object == object {
+        return Some(ds.name);
+    }
+    if ds.kind != DatasetKind::Filesystem {
+        return None;
+    }
+    let mut stack = vec![(ds.object, ds.name.clone())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let bytes = load_object_bytes(pool, st, dir).ok()?;
+        let d = Directory::decode(&bytes).ok()?;
+        for (name, e) in &d.entries {
+            let p = format!("{prefix}/{name}");
+            if e.object == object {
+                return Some(p);
+            }
+            if e.kind == ObjectKind::Directory {
+                stack.push((e.object, p));
+            }
+        }
+    }
+    None
 }
 
 fn validate_known(key: &str) -> Result<(), StoreError> {

@@ -18,5 +18,5 @@ pub mod writer;
 
 pub use dataset::{DatasetKind, DatasetTable};
 pub use error::StoreError;
-pub use fs::{DatasetInfo, ListEntry, Resolved};
-pub use store::{PoolUsage, Store, StoreConfig, StoreCore};
+pub use fs::{DatasetInfo, ErrorLog, ListEntry, Resolved};
+pub use store::{read_error_log, PoolUsage, Store, StoreConfig, StoreCore};

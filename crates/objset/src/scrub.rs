@@ -28,6 +28,11 @@ pub struct ScrubProgress {
     pub blocks: u64,
     /// Next object to scrub (resume point).
     pub next_object: u64,
+    /// Txg the scrub examined (the one synced as it started): error-log entries last seen
+    /// up to it and not seen again by the scrub are dropped when it completes. 0 = unknown
+    /// (keep them all).
+    #[serde(default)]
+    pub scanned_txg: u64,
     pub elapsed_secs: f64,
 }
 
@@ -66,20 +71,22 @@ pub enum ScrubEnd {
 }
 
 impl StoreCore {
-    /// Scrubs the pool from object `resume_from` on (0 = from the start). `report` is called
-    /// about every `every` and decides whether to go on.
+    /// Scrubs the pool, from the start or on from where a paused scrub stopped. `report`
+    /// is called about every `every` and decides whether to go on.
     pub fn scrub(
         &self,
-        resume_from: u64,
+        resume: Option<&ScrubProgress>,
         every: Duration,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
-        let scanned_txg = self.sync()?;
+        let synced_txg = self.sync()?;
+        let resume_from = resume.map_or(0, |r| r.next_object);
         let readable_at_start = self.readable_leaves();
         let start = Instant::now();
         let mut p = ScrubProgress {
             total_bytes: self.space().alloc,
             next_object: resume_from,
+            scanned_txg: resume.map_or(synced_txg, |r| r.scanned_txg),
             ..ScrubProgress::default()
         };
         let mut last_report = Instant::now();
@@ -121,10 +128,28 @@ impl StoreCore {
         }
         p.elapsed_secs = start.elapsed().as_secs_f64();
         if resume_from == 0 && p.errors == 0 {
-            self.settle_dtls(scanned_txg, &readable_at_start)?;
+            self.settle_dtls(synced_txg, &readable_at_start)?;
         }
+        self.settle_error_log(p.scanned_txg);
         report(&p);
         Ok((p, ScrubEnd::Finished))
+    }
+
+    /// After a completed scrub: an object in the error log that the scrub read whole (it
+    /// was last seen damaged before the scrub's txg and not again) leaves the log, as in
+    /// ZFS, where a completed scrub rebuilds the errlog from what it finds.
+    fn settle_error_log(&self, scanned_txg: u64) {
+        if scanned_txg == 0 {
+            return;
+        }
+        let mut st = self.lock();
+        let before = st.damaged.len();
+        st.damaged.retain(|_, seen| *seen > scanned_txg);
+        if st.damaged.len() != before || st.damaged_unlisted != 0 {
+            // Unlisted entries were counted, not named: the scrub has seen them all again.
+            st.damaged_unlisted = 0;
+            st.damaged_dirty = true;
+        }
     }
 
     /// Leaves reads use now, as (top-level vdev, child).

@@ -16,7 +16,7 @@
 //! checksums and writes whole dirty data blocks; the sync then only links them into the
 //! tree. It commits nothing itself, so txgs end exactly where they would without it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -48,6 +48,10 @@ const ROOT_BLOCK_SIZE: usize = 16 << 10;
 const SPACE_MAP_CHUNK: usize = 128 << 10;
 const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
 const MAX_SPACE_MAP_CHUNKS: usize = 120;
+/// Error log in the root block: header and entry sizes (see `decode_error_log`).
+const ERRLOG_MAGIC: u32 = 0x474f_4c45; // "ELOG"
+const ERRLOG_HEADER: usize = 16;
+const ERRLOG_ENTRY: usize = 20;
 /// Txgs a freed block waits before reuse (see module docs).
 const FREE_DELAY_TXGS: u64 = 2;
 
@@ -108,8 +112,13 @@ pub(crate) struct State {
     pub dirty_bytes: u64,
     pub root_bp: BlockPointer,
     pub space_map_bps: Vec<BlockPointer>,
-    /// Objects found damaged beyond redundancy (dataset id, object id).
-    pub damaged: BTreeSet<(u32, u64)>,
+    /// The error log: objects found damaged beyond redundancy, (dataset id, object id) →
+    /// the txg in which that was last seen. Kept in the root block (see `decode_error_log`).
+    pub damaged: BTreeMap<(u32, u64), u64>,
+    /// Entries the root block had no room for when it was last written (counted, not named).
+    pub damaged_unlisted: u64,
+    /// The error log changed since the last sync (a sync must write it even if no data did).
+    pub damaged_dirty: bool,
     /// The background writer's progress in the open txg.
     pub presync: Presync,
 }
@@ -239,6 +248,9 @@ struct RootBlock {
     meta: Dnode,
     space_map_len: u64,
     space_map_bps: Vec<BlockPointer>,
+    /// The error log (see `decode_error_log`) and how many entries did not fit.
+    damaged: BTreeMap<(u32, u64), u64>,
+    damaged_unlisted: u64,
 }
 
 impl RootBlock {
@@ -257,6 +269,15 @@ impl RootBlock {
         for bp in &self.space_map_bps {
             w.buf.extend_from_slice(&bp.to_bytes());
         }
+        // The error log fills the rest of the block; entries beyond it are only counted.
+        let room = (ROOT_BLOCK_SIZE - w.buf.len() - ERRLOG_HEADER) / ERRLOG_ENTRY;
+        let listed = self.damaged.len().min(room);
+        let unlisted = self.damaged_unlisted + (self.damaged.len() - listed) as u64;
+        w.u32(ERRLOG_MAGIC).u32(listed as u32).u64(unlisted);
+        for (&(ds, obj), &seen) in self.damaged.iter().take(listed) {
+            w.u32(ds).u64(obj).u64(seen);
+        }
+        assert!(w.buf.len() <= ROOT_BLOCK_SIZE, "root block overflows");
         w.buf.resize(ROOT_BLOCK_SIZE, 0);
         w.buf
     }
@@ -296,13 +317,65 @@ impl RootBlock {
             space_map_bps
                 .push(BlockPointer::decode(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?);
         }
+        let (damaged, damaged_unlisted) =
+            decode_error_log(buf.get(base + n * BP_SIZE..).unwrap_or(&[])).map_err(corrupt)?;
         Ok(RootBlock {
             txg,
             next_object,
             meta,
             space_map_len,
             space_map_bps,
+            damaged,
+            damaged_unlisted,
         })
+    }
+}
+
+/// The error log after the space map pointers of a root block (ZFS keeps its errlog in
+/// the MOS; ours must fit in the root block, so entries beyond its room are only counted).
+/// Root blocks written before the log existed hold zeros there: an empty log.
+///
+/// ```text
+///  u32 magic "ELOG" | u32 listed | u64 unlisted | listed × (u32 dataset, u64 object, u64 txg)
+/// ```
+type ErrorLogEntries = BTreeMap<(u32, u64), u64>;
+
+fn decode_error_log(buf: &[u8]) -> Result<(ErrorLogEntries, u64), crate::codec::DecodeError> {
+    let mut r = Reader::new(buf, "error log");
+    let mut log = BTreeMap::new();
+    match r.u32()? {
+        0 => return Ok((log, 0)),
+        ERRLOG_MAGIC => {}
+        other => return Err(r.err(format!("bad magic {other:#x}"))),
+    }
+    let listed = r.u32()? as usize;
+    let unlisted = r.u64()?;
+    if listed > buf.len() / ERRLOG_ENTRY {
+        return Err(r.err(format!("{listed} entries in {} bytes", buf.len())));
+    }
+    for _ in 0..listed {
+        let key = (r.u32()?, r.u64()?);
+        log.insert(key, r.u64()?);
+    }
+    Ok((log, unlisted))
+}
+
+/// The error log of a pool's newest tree that loads, read without opening the store (so
+/// nothing is written: for `status` on a pool no process holds).
+pub fn read_error_log(pool: &Pool) -> Result<crate::fs::ErrorLog, StoreError> {
+    let mut last_err = None;
+    for ub in pool.uberblocks() {
+        if ub.root.iter().all(|&b| b == 0) {
+            continue;
+        }
+        match StoreCore::load(pool, &ub.root[..BP_SIZE], ub.txg) {
+            Ok(mut state) => return Ok(crate::fs::error_log_of(pool, &mut state)),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    match last_err {
+        Some(e) => Err(e),
+        None => Ok(crate::fs::ErrorLog::default()),
     }
 }
 
@@ -362,7 +435,9 @@ impl StoreCore {
             dirty_bytes: 0,
             root_bp,
             space_map_bps: root.space_map_bps,
-            damaged: BTreeSet::new(),
+            damaged: root.damaged,
+            damaged_unlisted: root.damaged_unlisted,
+            damaged_dirty: false,
             presync: Presync::default(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
@@ -390,7 +465,9 @@ impl StoreCore {
             dirty_bytes: 0,
             root_bp: BlockPointer::HOLE,
             space_map_bps: Vec::new(),
-            damaged: BTreeSet::new(),
+            damaged: BTreeMap::new(),
+            damaged_unlisted: 0,
+            damaged_dirty: false,
             presync: Presync::default(),
         };
         let store = StoreCore::new(pool, state, config);
@@ -896,6 +973,8 @@ impl StoreCore {
             meta: st.meta.dnode,
             space_map_len: map_len,
             space_map_bps: map_bps.clone(),
+            damaged: st.damaged.clone(),
+            damaged_unlisted: st.damaged_unlisted,
         };
         let block = prepare(
             &root.encode(),
@@ -920,6 +999,7 @@ impl StoreCore {
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;
         st.txg = txg + 1;
+        st.damaged_dirty = false;
         st.dirty_bytes = 0;
         st.presync.taken_bytes = 0;
         st.objects.retain(|_, o| o.is_dirty());
@@ -1134,5 +1214,64 @@ fn forget_presynced(st: &mut State, id: u64, blocks: impl std::ops::RangeBounds<
         .collect();
     for bp in &freed {
         defer_free(st, bp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_with(chunks: usize, damaged: usize) -> RootBlock {
+        RootBlock {
+            txg: 7,
+            next_object: 42,
+            meta: Dnode::new(ObjectKind::Table, 0, DNODE_BLOCK_SIZE, 1),
+            space_map_len: 100,
+            space_map_bps: vec![BlockPointer::HOLE; chunks],
+            damaged: (0..damaged as u64).map(|i| ((1, i + 2), 5 + i)).collect(),
+            damaged_unlisted: 0,
+        }
+    }
+
+    #[test]
+    fn error_log_round_trips_in_the_root_block() {
+        let root = root_with(3, 10);
+        let back = RootBlock::decode(&root.encode()).unwrap();
+        assert_eq!(back.damaged, root.damaged);
+        assert_eq!(back.damaged_unlisted, 0);
+        assert_eq!(back.space_map_bps.len(), 3);
+    }
+
+    #[test]
+    fn a_full_error_log_counts_what_it_cannot_name() {
+        // With every space-map chunk in use, the log has the least room.
+        let root = root_with(MAX_SPACE_MAP_CHUNKS, 5000);
+        let back = RootBlock::decode(&root.encode()).unwrap();
+        assert!(!back.damaged.is_empty() && back.damaged.len() < 5000);
+        assert_eq!(back.damaged.len() as u64 + back.damaged_unlisted, 5000);
+    }
+
+    #[test]
+    fn a_root_block_from_before_the_error_log_has_an_empty_log() {
+        let mut bytes = root_with(2, 0).encode();
+        let at = 32 + DNODE_SIZE + 16 + 2 * BP_SIZE;
+        bytes[at..].fill(0);
+        let back = RootBlock::decode(&bytes).unwrap();
+        assert!(back.damaged.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn error_log_decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = decode_error_log(&bytes);
+        }
+
+        #[test]
+        fn damaged_root_block_never_panics(at in 0usize..ROOT_BLOCK_SIZE, junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..64)) {
+            let mut bytes = root_with(2, 30).encode();
+            let end = (at + junk.len()).min(bytes.len());
+            bytes[at..end].copy_from_slice(&junk[..end - at]);
+            let _ = RootBlock::decode(&bytes);
+        }
     }
 }

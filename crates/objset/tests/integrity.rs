@@ -81,7 +81,7 @@ fn cksum_errors(store: &Store) -> Vec<u64> {
 
 fn scrub_all(store: &Store) -> cairn_objset::scrub::ScrubProgress {
     let (p, end) = store
-        .scrub(0, Duration::from_secs(3600), &mut |_| {
+        .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
         })
         .unwrap();
@@ -176,12 +176,19 @@ fn damage_beyond_redundancy_is_an_error_naming_the_file() {
         top.ashift(),
     );
     drop(store);
-    // Destroy two columns of the block (one more than raidz1 can rebuild).
+    // Destroy two columns of the block (one more than raidz1 can rebuild), keeping what
+    // they held.
+    let mut kept = Vec::new();
     for col in &map.columns[..2] {
         let f = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .open(&leaves[col.child])
             .unwrap();
+        let mut old = vec![0u8; col.size as usize];
+        f.read_exact_at(&mut old, LEAF_DATA_START + col.offset)
+            .unwrap();
+        kept.push((col.child, col.offset, old));
         f.write_all_at(
             &vec![0xA5u8; col.size as usize],
             LEAF_DATA_START + col.offset,
@@ -205,6 +212,34 @@ fn damage_beyond_redundancy_is_an_error_naming_the_file() {
     check_files(&store, &others);
     let p = scrub_all(&store);
     assert!(p.errors >= 1, "{p:?}");
+
+    // The error log is kept in the pool: it survives an export and is read without
+    // opening the store.
+    let pool = store.close().unwrap();
+    let log = cairn_objset::read_error_log(&pool).unwrap();
+    assert_eq!(log.entries, vec![victim.to_string()]);
+    drop(pool);
+    let store = open_store(&home);
+    assert_eq!(store.error_log().entries, vec![victim.to_string()]);
+    // A scrub that still finds the damage keeps the entry.
+    scrub_all(&store);
+    assert_eq!(store.error_log().entries, vec![victim.to_string()]);
+    drop(store.close().unwrap());
+
+    // Once the data is whole again, a completed scrub drops the entry for good.
+    for (child, offset, old) in &kept {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&leaves[*child])
+            .unwrap();
+        f.write_all_at(old, LEAF_DATA_START + offset).unwrap();
+    }
+    let store = open_store(&home);
+    let p = scrub_all(&store);
+    assert_eq!(p.errors, 0, "{p:?}");
+    assert!(store.error_log().is_empty());
+    let pool = store.close().unwrap();
+    assert!(cairn_objset::read_error_log(&pool).unwrap().is_empty());
 }
 
 /// Runs a workload over a pool whose leaves stop persisting at write `limit`, then reopens

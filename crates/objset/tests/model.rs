@@ -193,7 +193,7 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
     // Space accounting: the datasets' USED adds up to what the allocator holds, minus
     // pool metadata; and scrub finds the pool clean.
     let (p, _) = store
-        .scrub(0, std::time::Duration::from_secs(3600), &mut |_| {
+        .scrub(None, std::time::Duration::from_secs(3600), &mut |_| {
             cairn_objset::scrub::ScrubControl::Continue
         })
         .unwrap();

@@ -56,7 +56,7 @@ fn check_files(store: &Store, files: &Files) {
 
 fn scrub_all(store: &Store) -> ScrubProgress {
     let (p, end) = store
-        .scrub(0, Duration::from_secs(3600), &mut |_| {
+        .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
         })
         .unwrap();

@@ -265,7 +265,18 @@ fn shape_kind(shape: cairn_geometry::VdevShape) -> String {
 
 /// Renders `cairn status` like `zpool status`.
 pub fn render_status(pool: &Pool, verbose: bool) -> String {
-    render_status_with(pool, verbose, None, &[])
+    render_status_with(pool, verbose, None, &DataErrors::default())
+}
+
+/// What `status` says under "errors:": the pool's error log, by name.
+#[derive(Clone, Debug, Default)]
+pub struct DataErrors {
+    /// Files and volumes with permanent errors.
+    pub files: Vec<String>,
+    /// Damaged objects the error log counted but had no room to name.
+    pub unlisted: u64,
+    /// Why the error log could not be read, if it could not.
+    pub unreadable: Option<String>,
 }
 
 /// `cairn status` with a scan line (scrub state) and the files with permanent errors.
@@ -273,7 +284,7 @@ pub fn render_status_with(
     pool: &Pool,
     verbose: bool,
     scan: Option<&str>,
-    damaged: &[String],
+    errors: &DataErrors,
 ) -> String {
     let s = status_json(pool);
     let mut out = String::new();
@@ -382,22 +393,28 @@ pub fn render_status_with(
         }
     }
     let _ = writeln!(out);
-    if damaged.is_empty() {
+    let count = errors.files.len() as u64 + errors.unlisted;
+    if let Some(why) = &errors.unreadable {
+        let _ = writeln!(out, "errors: the error log cannot be read: {why}");
+    } else if count == 0 {
         let _ = writeln!(out, "errors: No known data errors");
     } else if verbose {
         let _ = writeln!(
             out,
             "errors: Permanent errors have been detected in the following files:\n"
         );
-        for d in damaged {
+        for d in &errors.files {
             let _ = writeln!(out, "        {d}");
         }
+        if errors.unlisted > 0 {
+            let _ = writeln!(
+                out,
+                "        and {} more objects the error log had no room to name (run a scrub to list them)",
+                errors.unlisted
+            );
+        }
     } else {
-        let _ = writeln!(
-            out,
-            "errors: {} data errors, use '-v' for a list",
-            damaged.len()
-        );
+        let _ = writeln!(out, "errors: {count} data errors, use '-v' for a list");
     }
     out
 }

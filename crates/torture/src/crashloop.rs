@@ -301,7 +301,7 @@ fn check_pool(home: &Home, acknowledged: u64, begun: u64) -> Result<(u64, u64), 
     }
     writer::verify_state(&store, on_disk).map_err(|e| format!("after {on_disk} records: {e}"))?;
     let (p, end) = store
-        .scrub(0, Duration::from_secs(3600), &mut |_| {
+        .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
         })
         .map_err(|e| format!("scrub: {e}"))?;

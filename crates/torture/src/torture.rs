@@ -976,7 +976,7 @@ impl Run {
     fn run_scrub(&mut self) -> Result<ScrubProgress, String> {
         let (p, end) = self
             .store()
-            .scrub(0, Duration::from_secs(3600), &mut |_| {
+            .scrub(None, Duration::from_secs(3600), &mut |_| {
                 ScrubControl::Continue
             })
             .map_err(|e| format!("scrub: {e}"))?;

@@ -52,7 +52,9 @@ fn a_clean_scrub_settles_the_dtl_of_a_leaf_that_missed_writes() {
     assert!(!store.pool().tops[0].children[1].dtl_ranges().is_empty());
     // The scrub rewrites what leaf 1 missed.
     let (p, end) = store
-        .scrub(0, Duration::from_secs(60), &mut |_| ScrubControl::Continue)
+        .scrub(None, Duration::from_secs(60), &mut |_| {
+            ScrubControl::Continue
+        })
         .unwrap();
     assert_eq!((end, p.errors), (ScrubEnd::Finished, 0), "{p:?}");
     assert!(p.repaired_bytes > 0, "{p:?}");
