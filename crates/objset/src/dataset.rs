@@ -46,7 +46,7 @@ pub struct Dataset {
 /// Properties cairn knows, with defaults; `inherit` says whether children inherit it.
 pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("compression", "lz4", true),
-    ("checksum", "blake3", true),
+    ("checksum", "fletcher4", true),
     ("recordsize", "128K", true),
     ("copies", "1", true),
     ("readonly", "off", true),
@@ -90,7 +90,7 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
         },
         "checksum" => match ChecksumKind::from_name(value) {
             Some(k) => Ok(k.name().into()),
-            None => bad("use blake3, sha256 or fletcher4"),
+            None => bad("use fletcher4 (or on), blake3 or sha256"),
         },
         "recordsize" | "volblocksize" => match parse_size(value) {
             Some(n) if n.is_power_of_two() && (512..=1 << 20).contains(&n) => Ok(format_size(n)),
