@@ -1,7 +1,9 @@
-//! The background writer: while a txg is open, whole dirty data blocks are compressed,
-//! checksummed and written by another thread, so the sync at the end of the txg only links
-//! them into the tree. The writer never commits: txgs end exactly where they would without
-//! it (the sync, and `Store::sync`, decide), and a crash loses exactly the open txg.
+//! The background writers: while a txg is open, whole dirty data blocks are compressed,
+//! checksummed and written by other threads (each with a batch of its own, so one batch's
+//! checksums overlap another's parity and leaf writes), and the sync at the end of the txg
+//! only links them into the tree. The writers never commit: txgs end exactly where they
+//! would without them (the sync, and `Store::sync`, decide), and a crash loses exactly the
+//! open txg.
 //!
 //! ```text
 //!  writers ──► ObjectState.dirty ──take──► .syncing (Arc, still readable) ──write──► .written (BP)
@@ -13,9 +15,12 @@
 //!   `syncing`, or its written copy goes to the deferred frees. What stays in `written` is
 //!   current when the sync links it.
 //! - A batch lands only if no sync took it back meanwhile (`Presync::generation`); a sync
-//!   that finds a batch in flight puts its blocks back into `dirty` and defers its space.
-//! - The batch writes while holding the read gate shared, so the space of a batch taken back
-//!   cannot be released (and reused) before its writes end.
+//!   that finds batches in flight puts their blocks back into `dirty` and defers their space.
+//! - Batches hold disjoint blocks (taking moves them out of `dirty`), and land in any order:
+//!   a block lands only if `syncing` still holds the very buffer its batch took.
+//! - A batch writes while holding the read gate shared, so the space of a batch taken back
+//!   cannot be released (and reused) before its writes end. No writer holds the gate while
+//!   it waits for the state lock (a sync takes the lock, then the gate).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
@@ -40,6 +45,7 @@ struct Item {
 
 /// Blocks taken from the open txg.
 struct Batch {
+    id: u64,
     generation: u64,
     txg: u64,
     items: Vec<Item>,
@@ -59,7 +65,9 @@ impl StoreCore {
                     if self.stop.load(Ordering::SeqCst) {
                         return;
                     }
-                    if !st.presync.busy && backlog(&st) >= self.config.background_batch {
+                    if st.presync.in_flight < self.writer_threads()
+                        && backlog(&st) >= self.config.background_batch
+                    {
                         break;
                     }
                     st = self.presync_cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -91,7 +99,7 @@ impl StoreCore {
                 return st;
             }
             // A sync is near: let the batch in flight land first.
-            let sync_near = st.presync.busy && self.over_dirty_limit(&st);
+            let sync_near = st.presync.in_flight > 0 && self.over_dirty_limit(&st);
             // Far behind: wait until the writer took more (it wakes everyone after a take,
             // and takes nothing only by marking the backlog taken).
             let behind = backlog(&st) >= MAX_BACKLOG_BATCHES * self.config.background_batch;
@@ -108,11 +116,15 @@ impl StoreCore {
     /// Wakes the background writer when enough dirty data waits.
     pub(crate) fn nudge_writer(&self, st: &State) {
         if self.config.background_writer
-            && !st.presync.busy
+            && st.presync.in_flight < self.writer_threads()
             && backlog(st) >= self.config.background_batch
         {
             self.presync_cv.notify_all();
         }
+    }
+
+    fn writer_threads(&self) -> usize {
+        self.config.background_writers.max(1)
     }
 
     /// Waits until no background batch is in flight (a sync then has all blocks at hand).
@@ -120,22 +132,23 @@ impl StoreCore {
         &'a self,
         mut st: MutexGuard<'a, State>,
     ) -> MutexGuard<'a, State> {
-        while st.presync.busy && !self.stop.load(Ordering::SeqCst) {
+        while st.presync.in_flight > 0 && !self.stop.load(Ordering::SeqCst) {
             st = self.presync_cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st
     }
 
-    /// Called by a sync that could not wait: the batch in flight goes back into `dirty` (the
-    /// sync writes it itself) and its space is deferred; the batch will not land.
+    /// Called by a sync that could not wait: the batches in flight go back into `dirty` (the
+    /// sync writes them itself) and their space is deferred; they will not land.
     pub(crate) fn take_back_background_batch(&self, st: &mut State) {
-        if !st.presync.busy {
+        if st.presync.in_flight == 0 {
             return;
         }
         st.presync.generation += 1;
         let txg = st.txg;
         let inflight = std::mem::take(&mut st.presync.inflight);
-        st.deferred.extend(inflight.into_iter().map(|d| (txg, d)));
+        st.deferred
+            .extend(inflight.into_values().flatten().map(|d| (txg, d)));
         for obj in st.objects.values_mut() {
             for (blkid, data) in std::mem::take(&mut obj.syncing) {
                 obj.dirty
@@ -190,8 +203,10 @@ impl StoreCore {
             return None;
         }
         st.presync.taken_bytes += bytes;
-        st.presync.busy = true;
+        st.presync.in_flight += 1;
+        st.presync.next_batch += 1;
         Some(Batch {
+            id: st.presync.next_batch,
             generation: st.presync.generation,
             txg: st.txg,
             items,
@@ -216,12 +231,8 @@ impl StoreCore {
             }
             match self.pool().allocate_batch(&mut st.alloc, &blocks) {
                 Ok(d) => {
-                    st.presync.inflight = d
-                        .iter()
-                        .flatten()
-                        .filter(|x| !x.is_empty())
-                        .copied()
-                        .collect();
+                    let dvas = d.iter().flatten().filter(|x| !x.is_empty()).copied();
+                    st.presync.inflight.insert(batch.id, dvas.collect());
                     d
                 }
                 Err(_) => {
@@ -241,7 +252,7 @@ impl StoreCore {
             // A sync took the batch back and deferred its space.
             return self.finish(st);
         }
-        st.presync.inflight.clear();
+        st.presync.inflight.remove(&batch.id);
         let mut failed: Vec<[Dva; 3]> = Vec::new();
         for (item, slot) in batch.items.iter().zip(slot) {
             let result = match slot {
@@ -276,7 +287,7 @@ impl StoreCore {
     }
 
     fn finish(&self, mut st: MutexGuard<'_, State>) {
-        st.presync.busy = false;
+        st.presync.in_flight -= 1;
         self.presync_cv.notify_all();
     }
 }

@@ -46,6 +46,8 @@ fn random_run(seed: u64, kind: &str, disks: usize) {
         // Small background batches: blocks are written early, then changed, punched,
         // truncated and read while in flight.
         background_batch: 64 << 10,
+        // Several writers: batches in flight together, landing out of order.
+        background_writers: 3,
         ..StoreConfig::default()
     };
     let mut store = open_store_with(&home, config);

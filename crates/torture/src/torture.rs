@@ -377,6 +377,8 @@ impl Run {
             dirty_max: rng.gen_range(1..=32) * MIB,
             // Small batches keep the background writer busy in the middle of the workload.
             background_batch: [64 << 10, 256 << 10, MIB, 32 * MIB][rng.gen_range(0..4)],
+            // One writer, or several whose batches land out of order.
+            background_writers: rng.gen_range(1..=3),
             ..StoreConfig::default()
         };
         let groups = layout.groups;
