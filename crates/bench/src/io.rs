@@ -326,8 +326,13 @@ fn bench_zfs_fuse(
         )
         .collect();
     let _daemon = ZfsFuse::start()?;
-    // A name of this run: zfs-fuse remembers pools of earlier (interrupted) runs.
-    let name = format!("cairnbench{}", std::process::id());
+    // A name of this run and layout: zfs-fuse remembers pools of earlier (interrupted)
+    // runs, and one whose destroy did not finish.
+    let name = format!(
+        "cairnbench{}{}",
+        std::process::id(),
+        layout.replace(|c: char| !c.is_ascii_alphanumeric(), "")
+    );
     let name = name.as_str();
     let mut args: Vec<&str> = vec!["create", "-f", "-m", mnt.to_str().ok_or("path")?, name];
     args.extend(tokens.iter().map(String::as_str));
@@ -382,7 +387,9 @@ fn bench_zfs_fuse(
             peak_rss_mib: peak_rss_mib(),
         })
     })();
-    let _ = run_cmd("zpool", &["destroy", "-f", name]);
+    if let Err(e) = run_cmd("zpool", &["destroy", "-f", name]) {
+        eprintln!("zfs-fuse: {e}");
+    }
     let _ = std::fs::remove_dir_all(dir);
     result
 }
