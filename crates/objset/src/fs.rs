@@ -676,9 +676,6 @@ impl StoreCore {
         }
         d.entries.remove(&name);
         self.write_dir_locked(&mut st, dir, &d)?;
-        if st.damaged.remove(&(dataset, e.object)).is_some() {
-            st.damaged_dirty = true;
-        }
         Ok(())
     }
 

@@ -802,6 +802,10 @@ impl StoreCore {
         obj.dirty.clear();
         obj.dnode_dirty = true;
         st.dirty_bytes = st.dirty_bytes.saturating_sub(held);
+        // A freed object leaves the error log (its id may be reused by a new object).
+        let logged = st.damaged.len();
+        st.damaged.retain(|&(_, object), _| object != id);
+        st.damaged_dirty |= st.damaged.len() != logged;
         Ok(())
     }
 
