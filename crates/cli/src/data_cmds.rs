@@ -44,9 +44,9 @@ pub fn state_file(home: &Home, pool: &str, what: &str) -> PathBuf {
         .join(format!("{pool}.{what}.json"))
 }
 
-/// Forgets a pool's scrub and error state (export, destroy).
+/// Forgets a pool's scrub state (export, destroy). Its error log is in the pool; "errors"
+/// is where releases before that kept it.
 pub fn forget_state(home: &Home, pool: &str) {
-    // "errors" is where releases before the in-pool error log kept it.
     for what in ["scan", "errors", "scan-ctl"] {
         let _ = std::fs::remove_file(state_file(home, pool, what));
     }
