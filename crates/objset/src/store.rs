@@ -12,9 +12,9 @@
 //! leaf, and only then writes the uberblock: the commit point. Blocks freed in txg F are
 //! reused from txg F+2 on, so the trees of the two previous uberblocks stay intact.
 //!
-//! While the txg is open, a background writer (`crate::writer`) already compresses,
-//! checksums and writes whole dirty data blocks; the sync then only links them into the
-//! tree. It commits nothing itself, so txgs end exactly where they would without it.
+//! While the txg is open, background writers (`crate::writer`) already compress, checksum
+//! and write whole dirty data blocks; the sync then only links them into the tree. They
+//! commit nothing themselves, so txgs end exactly where they would without them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Deref;
