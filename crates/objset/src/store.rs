@@ -394,39 +394,37 @@ fn decode_error_log(buf: &[u8]) -> Result<(ErrorLogEntries, u64), crate::codec::
 /// The error log of a pool's newest tree that loads, read without opening the store (so
 /// nothing is written: for `status` on a pool no process holds).
 pub fn read_error_log(pool: &Pool) -> Result<crate::fs::ErrorLog, StoreError> {
-    let mut last_err = None;
-    for ub in pool.uberblocks() {
-        if ub.root.iter().all(|&b| b == 0) {
-            continue;
-        }
-        match StoreCore::load(pool, &ub.root[..BP_SIZE], ub.txg) {
-            Ok(mut state) => return Ok(crate::fs::error_log_of(pool, &mut state)),
-            Err(e) => last_err = Some(e),
-        }
-    }
-    match last_err {
-        Some(e) => Err(e),
-        None => Ok(crate::fs::ErrorLog::default()),
-    }
+    Ok(match StoreCore::load_newest(pool)? {
+        Some(mut state) => crate::fs::error_log_of(pool, &mut state),
+        None => crate::fs::ErrorLog::default(),
+    })
 }
 
 impl StoreCore {
     fn open_with(pool: Pool, config: StoreConfig) -> Result<StoreCore, StoreError> {
-        let ubs = pool.uberblocks();
+        match StoreCore::load_newest(&pool)? {
+            Some(state) => Ok(StoreCore::new(pool, state, config)),
+            None => StoreCore::create(pool, config),
+        }
+    }
+
+    /// The tree of the newest uberblock whose tree loads; `None` if no uberblock has a
+    /// tree yet (a pool that never synced one); the last error if none loads.
+    fn load_newest(pool: &Pool) -> Result<Option<State>, StoreError> {
         let mut last_err = None;
-        for ub in &ubs {
+        for ub in pool.uberblocks() {
             if ub.root.iter().all(|&b| b == 0) {
                 continue;
             }
-            match StoreCore::load(&pool, &ub.root[..BP_SIZE], ub.txg) {
-                Ok(state) => return Ok(StoreCore::new(pool, state, config)),
+            match StoreCore::load(pool, &ub.root[..BP_SIZE], ub.txg) {
+                Ok(state) => return Ok(Some(state)),
                 Err(e) => last_err = Some(e),
             }
         }
-        if let Some(e) = last_err {
-            return Err(e);
+        match last_err {
+            Some(e) => Err(e),
+            None => Ok(None),
         }
-        StoreCore::create(pool, config)
     }
 
     fn new(pool: Pool, state: State, config: StoreConfig) -> StoreCore {

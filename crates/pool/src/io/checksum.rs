@@ -57,14 +57,17 @@ impl ChecksumKind {
 /// `lane_coefficients`; OpenZFS's vectorized fletcher4 does the same). The rest of the
 /// words continue serially from the combined sums.
 pub fn fletcher4(data: &[u8]) -> [u8; 32] {
-    let bulk = data.len() / LANE_BYTES * LANE_BYTES;
-    let mut sums = if bulk >= 16 * LANE_BYTES {
+    // Short inputs are not worth the lanes' combination step.
+    let bulk = match data.len() / LANE_BYTES * LANE_BYTES {
+        n if n >= 16 * LANE_BYTES => n,
+        _ => 0,
+    };
+    let mut sums = if bulk > 0 {
         combine_lanes(&lane_sums(&data[..bulk]))
     } else {
         [0u64; 4]
     };
-    let done = if bulk >= 16 * LANE_BYTES { bulk } else { 0 };
-    let mut words = data[done..].chunks_exact(4);
+    let mut words = data[bulk..].chunks_exact(4);
     for w in &mut words {
         step(&mut sums, u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
     }
@@ -74,6 +77,11 @@ pub fn fletcher4(data: &[u8]) -> [u8; 32] {
         w[..rest.len()].copy_from_slice(rest);
         step(&mut sums, u32::from_le_bytes(w));
     }
+    sums_to_bytes(&sums)
+}
+
+/// The 32-byte checksum: the four sums, little-endian.
+fn sums_to_bytes(sums: &[u64; 4]) -> [u8; 32] {
     let mut out = [0u8; 32];
     for (i, x) in sums.iter().enumerate() {
         out[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
@@ -203,11 +211,7 @@ mod tests {
             b[..w.len()].copy_from_slice(w);
             step(&mut s, u32::from_le_bytes(b));
         }
-        let mut out = [0u8; 32];
-        for (i, x) in s.iter().enumerate() {
-            out[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
-        }
-        out
+        sums_to_bytes(&s)
     }
 
     #[test]
