@@ -313,8 +313,11 @@ fn served_pool_puts_the_spare_in_and_resilvers_it() {
     let chunk = 1 << 20;
     for (i, piece) in data.chunks(chunk).enumerate() {
         if i == 8 {
-            // d0 starts failing every read and write.
+            // d0 starts failing every read and write. The leaf looks at its control file
+            // at most every CONTROL_POLL: wait, so that the writes left are sure to see it
+            // (the sixteen left can take less than that).
             std::fs::write(format!("{d0}.fault"), "fail_reads=1&fail_writes=1").unwrap();
+            std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
         }
         client.write_at(piece, (i * chunk) as u64, false).unwrap();
         client.flush().unwrap();
