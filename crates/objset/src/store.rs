@@ -27,7 +27,7 @@ use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva, BP_SIZE};
 use cairn_pool::io::checksum::ChecksumKind;
 use cairn_pool::io::compress::{Compression, CompressionSetting};
 use cairn_pool::io::pipeline::{prepare, WriteProps};
-use cairn_pool::Pool;
+use cairn_pool::{Pool, PoolError};
 
 use crate::codec::{Reader, Writer};
 use crate::dataset::{parse_size, DatasetTable};
@@ -408,11 +408,19 @@ impl StoreCore {
         }
     }
 
-    /// The tree of the newest uberblock whose tree loads; `None` if no uberblock has a
-    /// tree yet (a pool that never synced one); the last error if none loads.
+    /// The tree of the newest uberblock whose tree loads; `None` for a pool that never
+    /// synced a tree (its only uberblocks are `create`'s, with an empty root); the last
+    /// error if none loads. No readable uberblock at all is damage, never a new pool: the
+    /// labels say the pool exists, and an empty tree written now would bury its data.
     fn load_newest(pool: &Pool) -> Result<Option<State>, StoreError> {
+        let uberblocks = pool.uberblocks();
+        if uberblocks.is_empty() {
+            return Err(StoreError::Pool(PoolError::NoUberblock {
+                pool: pool.name().to_string(),
+            }));
+        }
         let mut last_err = None;
-        for ub in pool.uberblocks() {
+        for ub in uberblocks {
             if ub.root.iter().all(|&b| b == 0) {
                 continue;
             }

@@ -206,9 +206,7 @@ impl Pool {
                 ));
             }
             let leaf = open_leaf(&new_spec, LeafOptions::default())?;
-            if !force {
-                refuse_if_in_use(leaf.as_ref())?;
-            }
+            refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
             leaf
         };
         self.check_fits("replace", t, c, leaf.as_ref())?;
@@ -257,9 +255,7 @@ impl Pool {
                 ));
             }
             let leaf = open_leaf(dev, LeafOptions::default())?;
-            if !force {
-                refuse_if_in_use(leaf.as_ref())?;
-            }
+            refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
             self.config.spares.push(SpareConfig {
                 guid: new_guid(),
                 path: leaf.path().to_string(),
@@ -438,9 +434,7 @@ impl Pool {
             ));
         }
         let leaf = open_leaf(new, LeafOptions::default())?;
-        if !force {
-            refuse_if_in_use(leaf.as_ref())?;
-        }
+        refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
         self.check_fits("attach", t, c, leaf.as_ref())?;
         let newest = self.newest_uberblock();
         let child = new_stale_child(leaf.clone());
@@ -534,7 +528,7 @@ impl Pool {
             force,
             ..CreateOptions::default()
         };
-        let leaves = open_new_leaves(&specs, &opts)?;
+        let leaves = open_new_leaves(&specs, &opts, &self.home)?;
         let ashift = self.tops.iter().map(|t| t.ashift()).max().unwrap_or(12);
         let newest = self.newest_uberblock();
         for (spec, tleaves) in specs.iter().zip(leaves) {

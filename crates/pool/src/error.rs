@@ -24,6 +24,32 @@ pub enum PoolError {
         pool: String,
         state: String,
     },
+    #[error(
+        "pool '{pool}' is in use by {}; wait for it to finish or stop it, then retry (commands \
+         that a running `cairn serve` answers go through its control socket)",
+        holder.as_deref().unwrap_or("another process")
+    )]
+    InUse {
+        pool: String,
+        /// "PID N (`command`)" when the holder could be read.
+        holder: Option<String>,
+    },
+    #[error(
+        "'{path}' is part of active pool '{pool}' ({why}); -f does not override this: export or \
+         destroy that pool first (`cairn export {pool}`)"
+    )]
+    DeviceOfActivePool {
+        path: String,
+        pool: String,
+        /// "imported here" or "in use by another process".
+        why: String,
+    },
+    #[error(
+        "pool '{pool}': no uberblock could be read on any device (every label ring is damaged \
+         or unreadable), so there is no way back to its data; nothing was written. Run \
+         `cairn labels DEVICE` on each device to see what is left; do not create a pool over them"
+    )]
+    NoUberblock { pool: String },
     #[error("cannot import '{pool}': {why}")]
     Import { pool: String, why: String },
     #[error("invalid option: {0}")]

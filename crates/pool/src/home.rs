@@ -37,6 +37,8 @@ pub struct PoolRecord {
 #[derive(Clone, Debug)]
 pub struct Home {
     root: PathBuf,
+    /// Where pool locks live (shared by every state directory of the machine).
+    lock_dir: PathBuf,
 }
 
 fn state_err(path: &Path, source: std::io::Error) -> PoolError {
@@ -56,11 +58,35 @@ impl Home {
                 std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/cairn"))
             })
             .unwrap_or_else(|| PathBuf::from("/var/lib/cairn"));
-        Home { root }
+        Home::at(root)
     }
 
+    /// A state directory at `root`, with the machine's pool lock directory.
     pub fn at(root: impl Into<PathBuf>) -> Home {
-        Home { root: root.into() }
+        Home {
+            root: root.into(),
+            lock_dir: crate::owner::default_lock_dir(),
+        }
+    }
+
+    /// The same state directory with pool locks in `dir` instead.
+    pub fn with_lock_dir(self, dir: impl Into<PathBuf>) -> Home {
+        Home {
+            lock_dir: dir.into(),
+            ..self
+        }
+    }
+
+    pub fn lock_dir(&self) -> &Path {
+        &self.lock_dir
+    }
+
+    /// Name of the imported pool with GUID `guid`, if this state directory has one.
+    pub fn name_of_guid(&self, guid: u64) -> Option<String> {
+        let names = self.pool_names().ok()?;
+        names
+            .into_iter()
+            .find(|n| self.load(n).is_ok_and(|r| r.guid == guid))
     }
 
     pub fn root(&self) -> &Path {

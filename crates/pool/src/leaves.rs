@@ -15,8 +15,10 @@ use cairn_vdev::{FaultLeaf, FileLeaf, Leaf, LeafOptions, VdevError};
 /// Prefix of a fault-injecting device spec.
 pub const FAULT_PREFIX: &str = "fault:";
 
-/// Opens the leaf a device spec names.
+/// Opens the leaf a device spec names. A relative path is made absolute first, so the
+/// path the pool records (the leaf's `path()`) finds the device from any directory.
 pub fn open_leaf(spec: &str, opts: LeafOptions) -> Result<Arc<dyn Leaf>, VdevError> {
+    let spec = &absolute_spec(spec);
     if let Some(rest) = spec.strip_prefix(FAULT_PREFIX) {
         return open_fault_leaf(spec, rest, opts);
     }
@@ -24,6 +26,36 @@ pub fn open_leaf(spec: &str, opts: LeafOptions) -> Result<Arc<dyn Leaf>, VdevErr
         return cairn_nbd::open_nbd_leaf(spec).map(Arc::from);
     }
     Ok(Arc::new(FileLeaf::open(Path::new(spec), opts)?))
+}
+
+/// A device spec with its path made absolute (against the current directory, without
+/// resolving symlinks, so `/dev/disk/by-id/…` names stay as given); NBD URLs unchanged, and
+/// `fault:PATH?…` keeps its settings around the absolute path.
+pub fn absolute_spec(spec: &str) -> String {
+    if let Some(rest) = spec.strip_prefix(FAULT_PREFIX) {
+        let (inner, query) = match rest.split_once('?') {
+            Some((inner, query)) => (inner, Some(query)),
+            None => (rest, None),
+        };
+        let inner = absolute_spec(inner);
+        return match query {
+            Some(q) => format!("{FAULT_PREFIX}{inner}?{q}"),
+            None => format!("{FAULT_PREFIX}{inner}"),
+        };
+    }
+    if spec.is_empty() || cairn_nbd::is_nbd_url(spec) || spec.starts_with('/') {
+        return spec.to_string();
+    }
+    match std::path::absolute(spec) {
+        // `absolute` keeps inner `.` components; drop them (`..` stays: symlinks).
+        Ok(p) => p
+            .components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect::<std::path::PathBuf>()
+            .display()
+            .to_string(),
+        Err(_) => spec.to_string(),
+    }
 }
 
 /// Splits `INNER[?SETTINGS]` and parses the settings; the control file defaults to
@@ -78,6 +110,21 @@ mod tests {
             s.control.unwrap(),
             std::path::PathBuf::from(format!("{}.fault", file.display()))
         );
+    }
+
+    #[test]
+    fn relative_specs_become_absolute_and_others_stay() {
+        let cwd = std::env::current_dir().unwrap().display().to_string();
+        assert_eq!(absolute_spec("d0"), format!("{cwd}/d0"));
+        assert_eq!(absolute_spec("./d0"), format!("{cwd}/d0"));
+        assert_eq!(absolute_spec("/dev/sda"), "/dev/sda");
+        assert_eq!(
+            absolute_spec("fault:d1?fail_reads=1"),
+            format!("fault:{cwd}/d1?fail_reads=1")
+        );
+        assert_eq!(absolute_spec("fault:d1"), format!("fault:{cwd}/d1"));
+        let url = "nbd://127.0.0.1:10809/x";
+        assert_eq!(absolute_spec(url), url);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod error;
 pub mod home;
 pub mod io;
 pub mod leaves;
+pub mod owner;
 pub mod pool;
 pub mod spec;
 pub mod status;

@@ -16,6 +16,7 @@ use cairn_vdev::{
 use crate::error::PoolError;
 use crate::home::{Home, LeafCounters, PoolRecord};
 use crate::leaves::open_leaf;
+use crate::owner::PoolLock;
 use crate::spec::{check_replication, parse_vdevs, TopSpec};
 
 /// Txg of a freshly created pool's first config and uberblock.
@@ -79,6 +80,8 @@ pub struct Pool {
     pub(crate) spare_lock: std::sync::Mutex<()>,
     /// Verified contents of recently read blocks.
     pub cache: crate::io::cache::BlockCache,
+    /// This process owns the pool while the value lives (see `owner`).
+    _owner: PoolLock,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -212,6 +215,7 @@ pub(crate) fn ashift_for(
 pub(crate) fn open_new_leaves(
     specs: &[TopSpec],
     opts: &CreateOptions,
+    home: &Home,
 ) -> Result<Vec<Vec<Arc<dyn Leaf>>>, PoolError> {
     let leaf_opts = LeafOptions {
         direct: opts.direct,
@@ -222,9 +226,7 @@ pub(crate) fn open_new_leaves(
         let mut leaves = Vec::with_capacity(spec.devices.len());
         for dev in &spec.devices {
             let leaf = open_leaf(dev, leaf_opts)?;
-            if !opts.force {
-                refuse_if_in_use(leaf.as_ref())?;
-            }
+            refuse_if_in_use(leaf.as_ref(), home, opts.force)?;
             leaves.push(leaf);
         }
         tops.push(leaves);
@@ -232,21 +234,44 @@ pub(crate) fn open_new_leaves(
     Ok(tops)
 }
 
-pub(crate) fn refuse_if_in_use(leaf: &dyn Leaf) -> Result<(), PoolError> {
+/// Refuses a new device whose labels name a pool: always when that pool is active and
+/// imported here or held by a process (as zpool, `-f` does not override an active pool);
+/// otherwise (exported, or active on another host) unless `force`. Destroyed pools' devices
+/// are free.
+pub(crate) fn refuse_if_in_use(leaf: &dyn Leaf, home: &Home, force: bool) -> Result<(), PoolError> {
     let labels = read_leaf_labels(leaf);
-    if let Some(cfg) = labels.best_config() {
-        let state = match cfg.pool.state {
-            PoolState::Destroyed => return Ok(()),
-            PoolState::Active => "active",
-            PoolState::Exported => "exported",
+    let Some(cfg) = labels.best_config() else {
+        return Ok(());
+    };
+    let state = match cfg.pool.state {
+        PoolState::Destroyed => return Ok(()),
+        PoolState::Active => "active",
+        PoolState::Exported => "exported",
+    };
+    if cfg.pool.state == PoolState::Active {
+        let why = if crate::owner::PoolLock::held_by_other(home.lock_dir(), cfg.pool.guid) {
+            Some("in use by another process")
+        } else if home.name_of_guid(cfg.pool.guid).is_some() {
+            Some("imported here")
+        } else {
+            None
         };
-        return Err(PoolError::DeviceInUse {
-            path: leaf.path().to_string(),
-            pool: cfg.pool.name.clone(),
-            state: state.to_string(),
-        });
+        if let Some(why) = why {
+            return Err(PoolError::DeviceOfActivePool {
+                path: leaf.path().to_string(),
+                pool: cfg.pool.name.clone(),
+                why: why.to_string(),
+            });
+        }
     }
-    Ok(())
+    if force {
+        return Ok(());
+    }
+    Err(PoolError::DeviceInUse {
+        path: leaf.path().to_string(),
+        pool: cfg.pool.name.clone(),
+        state: state.to_string(),
+    })
 }
 
 impl Pool {
@@ -267,7 +292,7 @@ impl Pool {
         if !opts.dry_run && home.exists(name) {
             return Err(PoolError::PoolExists(name.to_string()));
         }
-        let leaves = open_new_leaves(&specs, &opts)?;
+        let leaves = open_new_leaves(&specs, &opts, home)?;
         let all: Vec<Arc<dyn Leaf>> = leaves.iter().flatten().cloned().collect();
         let ashift = ashift_for(&all, opts.ashift)?;
         let mut notes = sector_warnings(&all, ashift);
@@ -328,7 +353,8 @@ impl Pool {
                 .map(|(l, _)| Ok(l.clone()))
                 .unwrap_or_else(|| Err("not opened".to_string()))
         });
-        let pool = Pool::assemble(config.clone(), tops, home);
+        let lock = PoolLock::acquire(home.lock_dir(), config.guid, name)?;
+        let pool = Pool::assemble(config.clone(), tops, home, lock);
         let pool = Pool {
             notes: notes.clone(),
             ..pool
@@ -350,9 +376,13 @@ impl Pool {
     /// top-level vdev can serve data.
     pub fn open(home: &Home, name: &str) -> Result<Pool, PoolError> {
         let record = home.load(name)?;
+        let lock = PoolLock::acquire(home.lock_dir(), record.guid, name)?;
         let mut opened: BTreeMap<u64, Result<Member, String>> = BTreeMap::new();
         for (&guid, path) in &record.leaves {
-            opened.insert(guid, open_member(path, record.guid, guid));
+            match open_member(path, record.guid, guid) {
+                Err(MemberError::Locked { path }) => return Err(in_use_by_device(name, &path)),
+                member => opened.insert(guid, member.map_err(String::from)),
+            };
         }
         let config = opened
             .values()
@@ -377,7 +407,7 @@ impl Pool {
             Some(Err(why)) => Err(why.clone()),
             None => Err("not in this host's record of the pool".into()),
         });
-        let mut pool = Pool::assemble(config, tops, home);
+        let mut pool = Pool::assemble(config, tops, home, lock);
         pool.open_spares();
         pool.activate_spares()?;
         pool.apply_counters(&record.counters);
@@ -388,6 +418,7 @@ impl Pool {
     pub fn scan(dirs: &[PathBuf], include_destroyed: bool) -> Result<Vec<FoundPool>, PoolError> {
         let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
         for dir in dirs {
+            let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
             let entries = std::fs::read_dir(dir).map_err(|e| PoolError::State {
                 path: dir.display().to_string(),
                 source: e,
@@ -477,6 +508,7 @@ impl Pool {
                 missing.join(", ")
             )));
         }
+        let lock = PoolLock::acquire(home.lock_dir(), fp.config.guid, &name)?;
         let mut config = fp.config.clone();
         let mut opened: BTreeMap<u64, Result<Arc<dyn Leaf>, String>> = BTreeMap::new();
         for (&guid, path) in &fp.found {
@@ -484,11 +516,7 @@ impl Pool {
                 Ok(leaf) => {
                     opened.insert(guid, Ok(leaf));
                 }
-                Err(VdevError::Locked { path }) => {
-                    return Err(import_err(format!(
-                        "device '{path}' is held by another process; the pool is in use"
-                    )))
-                }
+                Err(VdevError::Locked { path }) => return Err(in_use_by_device(&name, &path)),
                 Err(e) => {
                     opened.insert(guid, Err(e.to_string()));
                 }
@@ -514,7 +542,12 @@ impl Pool {
                 .cloned()
                 .unwrap_or_else(|| Err("not found by the device scan".into()))
         });
-        let mut pool = Pool::assemble(config, tops, home);
+        let mut pool = Pool::assemble(config, tops, home, lock);
+        if pool.uberblocks().is_empty() {
+            // Labels name the pool, but no uberblock leads to its data: writing anything
+            // now (a config with a fresh uberblock) would bury the way back for good.
+            return Err(PoolError::NoUberblock { pool: name });
+        }
         pool.open_spares();
         pool.bump_config()?;
         pool.save_record()?;
@@ -538,8 +571,9 @@ impl Pool {
     }
 
     /// A pool value over built top-level vdevs.
-    fn assemble(config: PoolConfig, tops: Vec<TopVdev>, home: &Home) -> Pool {
+    fn assemble(config: PoolConfig, tops: Vec<TopVdev>, home: &Home, lock: PoolLock) -> Pool {
         Pool {
+            _owner: lock,
             resilver: std::sync::Mutex::new(config.resilver.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             config,
@@ -843,23 +877,31 @@ impl Pool {
         all
     }
 
-    /// Writes the current config (and an uberblock at its txg) to every usable leaf.
+    /// Writes the current config (and an uberblock at its txg) to every usable leaf: a
+    /// `fresh` pool's uberblock has no tree yet; otherwise it keeps the newest tree.
     fn write_labels(&self, fresh: bool) -> Result<(), PoolError> {
-        let root = if fresh { None } else { self.newest_root() };
+        let root = if fresh {
+            Some([0u8; cairn_vdev::label::ROOT_POINTER_SIZE])
+        } else {
+            self.newest_root()
+        };
         self.write_labels_with_root(root)
     }
 
-    /// Writes the config and an uberblock at its txg pointing at `root` to every leaf.
+    /// Writes the config and an uberblock at its txg pointing at `root` to every leaf;
+    /// with `root` = `None` (no uberblock of the pool is readable) the config alone. An
+    /// uberblock with an empty root is written only by `create`: on any other pool it would
+    /// read as "never written" and hide the damage (the store refuses a pool with none).
     pub(crate) fn write_labels_with_root(
         &self,
         root: Option<[u8; cairn_vdev::label::ROOT_POINTER_SIZE]>,
     ) -> Result<(), PoolError> {
-        let ub = Uberblock {
+        let ub = root.map(|root| Uberblock {
             txg: self.config.txg,
             guid_sum: self.config.guid_sum(),
             timestamp: unix_now(),
-            root: root.unwrap_or([0u8; cairn_vdev::label::ROOT_POINTER_SIZE]),
-        };
+            root,
+        });
         let mut written = 0;
         let mut last_err = None;
         for top in &self.tops {
@@ -875,7 +917,10 @@ impl Pool {
                     top_guid: top.config.guid,
                 };
                 let result = write_leaf_config(leaf.as_ref(), &label)
-                    .and_then(|_| write_leaf_uberblock(leaf.as_ref(), &ub, top.ashift()))
+                    .and_then(|_| match &ub {
+                        Some(ub) => write_leaf_uberblock(leaf.as_ref(), ub, top.ashift()),
+                        None => Ok(()),
+                    })
                     .and_then(|_| {
                         leaf.flush().map_err(|e| VdevError::Io {
                             path: child.path.clone(),
@@ -905,6 +950,16 @@ impl Pool {
     }
 }
 
+/// "pool X is in use" when another process holds one of its devices.
+fn in_use_by_device(pool: &str, device: &str) -> PoolError {
+    PoolError::InUse {
+        pool: pool.to_string(),
+        holder: Some(format!(
+            "another process, which holds its device '{device}'"
+        )),
+    }
+}
+
 /// GUID sums an uberblock of a pool with `config` may carry: the config's own, and the sums
 /// from before hot spares took over (the leaves they stand in for counted instead). A spare
 /// that takes over in a running pool reaches the labels (config with its GUID) before the
@@ -930,12 +985,42 @@ pub(crate) fn accepted_guid_sums(config: &PoolConfig) -> Vec<u64> {
 /// An opened leaf of a pool with the config from its labels.
 type Member = (Arc<dyn Leaf>, LabelConfig);
 
+/// Why a leaf of an imported pool could not be opened.
+#[derive(Debug)]
+pub(crate) enum MemberError {
+    /// Another process holds the device: the pool is in use, the leaf is not missing.
+    Locked { path: String },
+    /// Missing, unreadable, unlabelled or another pool's: the leaf is unavailable.
+    Unusable(String),
+}
+
+impl std::fmt::Display for MemberError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemberError::Locked { path } => {
+                write!(f, "cannot open '{path}': held by another process")
+            }
+            MemberError::Unusable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<MemberError> for String {
+    fn from(e: MemberError) -> String {
+        e.to_string()
+    }
+}
+
 /// Opens a leaf of an imported pool and checks its label says it belongs there.
-pub(crate) fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<Member, String> {
+pub(crate) fn open_member(
+    spec: &str,
+    pool_guid: u64,
+    leaf_guid: u64,
+) -> Result<Member, MemberError> {
     let leaf = open_leaf(spec, LeafOptions::default()).map_err(|e| match e {
-        VdevError::Missing { .. } => "cannot open: device is missing".to_string(),
-        VdevError::Locked { .. } => "cannot open: in use by another process".to_string(),
-        other => other.to_string(),
+        VdevError::Missing { .. } => MemberError::Unusable("cannot open: device is missing".into()),
+        VdevError::Locked { path } => MemberError::Locked { path },
+        other => MemberError::Unusable(other.to_string()),
     })?;
     let labels = read_leaf_labels(leaf.as_ref());
     let Some(cfg) = labels.best_config().cloned() else {
@@ -943,13 +1028,15 @@ pub(crate) fn open_member(spec: &str, pool_guid: u64, leaf_guid: u64) -> Result<
             .first_error()
             .map(|e| e.to_string())
             .unwrap_or_else(|| "no label".into());
-        return Err(format!("corrupt or missing label: {why}"));
+        return Err(MemberError::Unusable(format!(
+            "corrupt or missing label: {why}"
+        )));
     };
     if cfg.pool.guid != pool_guid || cfg.leaf_guid != leaf_guid {
-        return Err(format!(
+        return Err(MemberError::Unusable(format!(
             "the device now belongs to another pool ('{}') or is another leaf",
             cfg.pool.name
-        ));
+        )));
     }
     Ok((leaf, cfg))
 }

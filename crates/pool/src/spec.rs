@@ -91,7 +91,7 @@ pub fn split_spares(tokens: &[String]) -> Result<(Vec<String>, Vec<String>), Poo
             in_spares = false;
             rest.push(token.clone());
         } else if in_spares {
-            spares.push(absolute(token));
+            spares.push(crate::leaves::absolute_spec(token));
         } else {
             rest.push(token.clone());
         }
@@ -124,7 +124,7 @@ pub fn parse_vdevs(tokens: &[String]) -> Result<Vec<TopSpec>, PoolError> {
                 "unknown vdev type '{token}': use mirror, raidz (= raidz1), raidz2 or raidz3, or give a device path"
             )));
         } else {
-            let dev = absolute(token);
+            let dev = crate::leaves::absolute_spec(token);
             match group.as_mut() {
                 Some(g) => g.devices.push(dev),
                 None => tops.push(TopSpec {
@@ -176,21 +176,6 @@ fn check_duplicates(tops: &[TopSpec]) -> Result<(), PoolError> {
         }
     }
     Ok(())
-}
-
-/// Makes a relative device path absolute; NBD URLs stay as they are; in a `fault:` spec,
-/// the wrapped device's path is made absolute.
-fn absolute(token: &str) -> String {
-    if let Some(inner) = token.strip_prefix(crate::leaves::FAULT_PREFIX) {
-        return format!("{}{}", crate::leaves::FAULT_PREFIX, absolute(inner));
-    }
-    let p = Path::new(token);
-    if p.is_absolute() || cairn_nbd::is_nbd_url(token) {
-        return token.to_string();
-    }
-    std::env::current_dir()
-        .map(|d| d.join(p).display().to_string())
-        .unwrap_or_else(|_| token.to_string())
 }
 
 /// Replication level of a top-level vdev, as zpool compares them.

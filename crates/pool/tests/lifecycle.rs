@@ -77,7 +77,10 @@ fn a_second_importer_is_refused() {
     let e = Pool::import(&home_b, &dirs, "tank", true, false)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("held by another process"), "{e}");
+    assert!(
+        e.contains(&format!("in use by PID {}", std::process::id())),
+        "{e}"
+    );
     drop(held);
     // Not held, but imported by A and not exported: refused without -f.
     let e = Pool::import(&home_b, &dirs, "tank", false, false)
