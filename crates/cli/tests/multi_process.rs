@@ -9,6 +9,8 @@
 //! (`CAIRN_MP_BINARY=PATH` runs a copy of the binary, so rebuilding meanwhile changes nothing;
 //! `CAIRN_MP_SEED=N` another seed).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use support::{files, ok, MIB};
 
-const MIB: u64 = 1 << 20;
 const WORKERS: usize = 4;
 const COMMANDS_PER_WORKER: usize = 100;
 const FILES_PER_WORKER: usize = 6;
@@ -42,11 +44,6 @@ fn cairn(env: &Env, args: &[&str]) -> Output {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "cairn failed: {}", stderr(out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What one worker believes: its files and whether its child dataset exists.
@@ -201,16 +198,7 @@ fn worker(env: &Env, w: usize, seed: u64, deadline: Option<Instant>) -> (Model, 
 }
 
 fn make_pool(dir: &Path) -> Env {
-    let leaves: Vec<String> = (0..LEAVES)
-        .map(|i| {
-            let p = dir.join(format!("d{i}"));
-            std::fs::File::create(&p)
-                .unwrap()
-                .set_len(256 * MIB)
-                .unwrap();
-            p.display().to_string()
-        })
-        .collect();
+    let leaves = files(dir, LEAVES, 256 * MIB);
     let env = Env {
         binary: std::env::var_os("CAIRN_MP_BINARY")
             .map(PathBuf::from)

@@ -4,68 +4,14 @@
 //! labels but no readable uberblock refuses and writes nothing; relative device paths are
 //! stored absolute.
 
+mod support;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
-
-fn cairn_cmd(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    c.env("CAIRN_HOME", home);
-    c
-}
-
-fn cairn(home: &Path, args: &[&str]) -> Output {
-    cairn_cmd(home).args(args).output().expect("run cairn")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "cairn failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ok_bytes(out: &Output) -> Vec<u8> {
-    ok(out);
-    out.stdout.clone()
-}
-
-fn fails(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "expected failure, got: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr.clone()).unwrap()
-}
-
-fn files(dir: &Path, n: usize, size: u64) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let p: PathBuf = dir.join(format!("d{i}"));
-            std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-            p.display().to_string()
-        })
-        .collect()
-}
-
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use support::{cairn, cairn_cmd, fails, files, ok, ok_bytes, pseudo_random, MIB};
 
 fn hash_files(paths: &[String]) -> Vec<blake3::Hash> {
     paths

@@ -1,0 +1,72 @@
+//! What every CLI test needs: run the `cairn` binary with a state directory of its own,
+//! check its exit, make leaf files and reproducible data. Each test file says `mod support;`
+//! (a file may use only part of it).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const MIB: u64 = 1 << 20;
+
+/// A `cairn` command with `$CAIRN_HOME` = `home`.
+pub fn cairn_cmd(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    c.env("CAIRN_HOME", home);
+    c
+}
+
+/// Runs `cairn ARGS` with `$CAIRN_HOME` = `home`.
+pub fn cairn(home: &Path, args: &[&str]) -> Output {
+    cairn_cmd(home).args(args).output().expect("run cairn")
+}
+
+/// Asserts success; standard output as text.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "cairn failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts success; standard output as bytes.
+pub fn ok_bytes(out: &Output) -> Vec<u8> {
+    ok(out);
+    out.stdout.clone()
+}
+
+/// Asserts failure; standard error as text.
+pub fn fails(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `n` sparse leaf files `d0…` of `size` bytes in `dir`; their absolute paths.
+pub fn files(dir: &Path, n: usize, size: u64) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let p: PathBuf = dir.join(format!("d{i}"));
+            std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+            p.display().to_string()
+        })
+        .collect()
+}
+
+/// `len` reproducible, incompressible bytes (xorshift64 from `seed`).
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
