@@ -27,7 +27,7 @@ fn pool_of(path: &str) -> &str {
 
 /// Opens the pool and its store.
 pub fn open(name: &str) -> Result<Store, String> {
-    let pool = Pool::open(&Home::from_env(), name).map_err(err)?;
+    let pool = Pool::open(&crate::home(), name).map_err(err)?;
     Store::open(pool).map_err(err)
 }
 
@@ -627,7 +627,7 @@ pub struct ScrubArgs {
 }
 
 pub fn scrub(a: ScrubArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let scan_path = state_file(&home, &a.pool, "scan");
     let ctl_path = state_file(&home, &a.pool, "scan-ctl");
     if a.stop || a.pause {

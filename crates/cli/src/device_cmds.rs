@@ -28,7 +28,7 @@ pub struct ResilverFlags {
     #[arg(short = 'w')]
     wait: bool,
     /// Limit resilver writes, e.g. `--rate 100M` (bytes per second; K/M/G suffixes).
-    /// Default: $CAIRN_RESILVER_RATE, else unlimited.
+    /// Default: the `resilver_rate` tunable (`CAIRN_RESILVER_RATE`), else unlimited.
     #[arg(long, value_name = "BYTES_PER_SEC")]
     rate: Option<String>,
 }
@@ -118,7 +118,7 @@ fn device_op(
     flags: &ResilverFlags,
     op: impl FnOnce(&mut Pool) -> Result<DeviceOutcome, cairn_pool::PoolError>,
 ) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let mut pool = Pool::open(&home, name).map_err(err)?;
     op(&mut pool).map_err(err)?;
     if pool.needs_resilver() {
@@ -128,7 +128,7 @@ fn device_op(
 }
 
 pub fn offline(a: OfflineArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     for d in &a.devices {
         pool.offline(d, a.temporary).map_err(err)?;
@@ -161,14 +161,14 @@ pub fn attach(a: AttachArgs) -> Result<(), String> {
 }
 
 pub fn detach(a: DetachArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.detach(&a.device).map_err(err)?;
     Ok(())
 }
 
 pub fn add(a: AddArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.add(&a.vdevs, a.force).map_err(err)?;
     Ok(())
@@ -181,7 +181,7 @@ pub fn clear(a: ClearArgs) -> Result<(), String> {
 }
 
 pub fn resilver(a: ResilverArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let pool = Pool::open(&home, &a.pool).map_err(err)?;
     if !pool.needs_resilver() {
         println!("pool '{}' needs no resilver", a.pool);
@@ -190,21 +190,17 @@ pub fn resilver(a: ResilverArgs) -> Result<(), String> {
     run_resilver(&home, pool, &a.flags)
 }
 
-/// `$CAIRN_RESILVER_RATE` (bytes per second), for resilvers nobody started by hand.
+/// The `resilver_rate` tunable (bytes per second), for resilvers nobody started by hand.
 pub fn env_rate() -> Result<Option<u64>, String> {
     parse_rate(&ResilverFlags::default())
 }
 
-/// The `--rate` value, or `$CAIRN_RESILVER_RATE`.
+/// The `--rate` value, or the `resilver_rate` tunable (`CAIRN_RESILVER_RATE`).
 fn parse_rate(flags: &ResilverFlags) -> Result<Option<u64>, String> {
-    let text = match &flags.rate {
-        Some(r) => r.clone(),
-        None => match std::env::var("CAIRN_RESILVER_RATE") {
-            Ok(r) if !r.is_empty() => r,
-            _ => return Ok(None),
-        },
+    let Some(text) = &flags.rate else {
+        return Ok(crate::tunables::get().resilver_rate());
     };
-    cairn_objset::dataset::parse_size(&text)
+    cairn_objset::dataset::parse_size(text)
         .filter(|&r| r > 0)
         .map(Some)
         .ok_or_else(|| format!("bad resilver rate '{text}': give bytes per second, e.g. 100M"))

@@ -6,6 +6,7 @@ mod demo;
 mod device_cmds;
 mod pool_cmds;
 mod serve;
+mod tunables;
 
 use std::path::PathBuf;
 
@@ -15,6 +16,9 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about, long_about = None)]
 struct Cli {
+    /// Set a tunable for this command, NAME=VALUE (repeatable; `cairn tunables` lists them).
+    #[arg(long = "tunable", global = true, value_name = "NAME=VALUE")]
+    tunables: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,6 +97,9 @@ enum Command {
     /// Crash loop: kill -9 a writer at random moments, re-import, check every
     /// acknowledged write and scrub.
     Crashloop(cairn_torture::crashloop::CrashLoopArgs),
+    /// Show the tunables in force and where each came from (--tunable, CAIRN_<NAME>,
+    /// $CAIRN_HOME/tunables.conf, default).
+    Tunables(TunablesArgs),
     /// The crash loop's writer (run by `cairn crashloop`).
     #[command(name = "__crash-writer", hide = true)]
     CrashWriter(cairn_torture::writer::WriterArgs),
@@ -168,11 +175,29 @@ struct PoolName {
 }
 
 #[derive(Args, Debug)]
+struct TunablesArgs {
+    /// Print JSON: {"tunables": [{name, number, text, source}]}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
 struct LabelsArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
     device: PathBuf,
+}
+
+/// The state directory: `$CAIRN_HOME`, else `$XDG_STATE_HOME/cairn`, else
+/// `~/.local/state/cairn` (else /var/lib/cairn). Only the binary reads the environment.
+pub fn home() -> cairn_pool::Home {
+    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let root = var("CAIRN_HOME")
+        .or_else(|| var("XDG_STATE_HOME").map(|d| d.join("cairn")))
+        .or_else(|| var("HOME").map(|h| h.join(".local/state/cairn")))
+        .unwrap_or_else(|| PathBuf::from("/var/lib/cairn"));
+    cairn_pool::Home::at(root)
 }
 
 /// Block buffers (4 KiB–1 MiB) come and go at a high rate: keep them in malloc's arenas
@@ -188,6 +213,10 @@ fn tune_malloc() {
 fn main() {
     tune_malloc();
     let cli = Cli::parse();
+    if let Err(msg) = tunables::init(&cli.tunables) {
+        eprintln!("cairn: {msg}");
+        std::process::exit(1);
+    }
     let result: Result<(), String> = match cli.command {
         Command::Create(a) => pool_cmds::create(a),
         Command::Status(a) => pool_cmds::status(a),
@@ -220,6 +249,10 @@ fn main() {
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),
         Command::Torture(a) => torture(&a),
         Command::Crashloop(a) => crashloop(&a),
+        Command::Tunables(a) => {
+            print!("{}", tunables::get().render(a.json));
+            Ok(())
+        }
         Command::CrashWriter(a) => cairn_torture::writer::run(&a).map_err(|e| e.to_string()),
     };
     if let Err(msg) = result {

@@ -41,7 +41,7 @@ fn parse_create_options(a: &CreateArgs) -> Result<CreateOptions, String> {
 
 pub fn create(a: CreateArgs) -> Result<(), String> {
     let opts = parse_create_options(&a)?;
-    let home = Home::from_env();
+    let home = crate::home();
     let outcome = Pool::create(&home, &a.pool, &a.vdevs, opts).map_err(err)?;
     for note in &outcome.notes {
         eprintln!("{note}");
@@ -96,7 +96,7 @@ fn pools_to_show(home: &Home, name: Option<&str>) -> Result<Vec<Pool>, String> {
 }
 
 pub fn status(a: StatusArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     if !a.json {
         // Pools held by `cairn serve` answer through its control socket.
         let names = pool_names(&home, a.pool.as_deref())?;
@@ -157,7 +157,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
 }
 
 pub fn list(a: ListArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let mut rows: Vec<ListRow> = Vec::new();
     for name in pool_names(&home, a.pool.as_deref())? {
         let served =
@@ -202,7 +202,7 @@ fn default_scan_dirs() -> Vec<PathBuf> {
 }
 
 pub fn import(a: ImportArgs) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     let dirs = if a.dirs.is_empty() {
         default_scan_dirs()
     } else {
@@ -248,7 +248,7 @@ pub fn import(a: ImportArgs) -> Result<(), String> {
 }
 
 pub fn export(a: PoolName) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     Pool::open(&home, &a.pool)
         .and_then(|p| p.export())
         .map_err(err)?;
@@ -257,7 +257,7 @@ pub fn export(a: PoolName) -> Result<(), String> {
 }
 
 pub fn destroy(a: PoolName) -> Result<(), String> {
-    let home = Home::from_env();
+    let home = crate::home();
     Pool::open(&home, &a.pool)
         .and_then(|p| p.destroy())
         .map_err(err)?;

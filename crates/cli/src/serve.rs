@@ -263,7 +263,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     if a.tcp.is_empty() && a.sockets.is_empty() {
         return Err("give --nbd ADDR:PORT and/or --nbd-socket PATH".into());
     }
-    let home = Home::from_env();
+    let home = crate::home();
     let store = open(&a.pool)?;
     let store = Arc::new(store);
     let source = Arc::new(VolumeSource {

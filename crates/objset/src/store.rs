@@ -73,8 +73,19 @@ pub struct StoreConfig {
     pub background_batch: u64,
 }
 
-impl Default for StoreConfig {
-    fn default() -> Self {
+/// The defaults the binary chose for every store of the process (`set_default_config`).
+static CHOSEN_CONFIG: std::sync::OnceLock<StoreConfig> = std::sync::OnceLock::new();
+
+impl StoreConfig {
+    /// Makes `config` what `StoreConfig::default()` returns from now on (the binary calls
+    /// it once with the tunables in force; this crate reads no environment). A second call
+    /// changes nothing and returns false.
+    pub fn set_default(config: StoreConfig) -> bool {
+        CHOSEN_CONFIG.set(config).is_ok()
+    }
+
+    /// The built-in defaults, whatever the binary chose.
+    pub fn builtin() -> StoreConfig {
         StoreConfig {
             dirty_max: default_dirty_max(),
             metadata_copies: 2,
@@ -85,35 +96,43 @@ impl Default for StoreConfig {
     }
 }
 
+impl Default for StoreConfig {
+    /// The binary's choice (`set_default`), else the built-in defaults.
+    fn default() -> Self {
+        CHOSEN_CONFIG
+            .get()
+            .copied()
+            .unwrap_or_else(StoreConfig::builtin)
+    }
+}
+
 /// 4 MiB: small enough that a batch is still in the CPU caches when its checksums, parity
 /// and leaf writes read it again (32 MiB batches wrote raidz2 ~25 % slower on the bench
-/// machine, docs/bench/io.md). `CAIRN_BACKGROUND_BATCH=BYTES` sets it.
+/// machine, docs/bench/io.md).
+pub const DEFAULT_BACKGROUND_BATCH: u64 = 4 << 20;
+/// Smallest background batch accepted.
+pub const MIN_BACKGROUND_BATCH: u64 = 64 << 10;
+
 fn default_background_batch() -> u64 {
-    std::env::var("CAIRN_BACKGROUND_BATCH")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(4 << 20)
-        .max(64 << 10)
+    DEFAULT_BACKGROUND_BATCH
 }
 
 /// Two: while one batch is in its parity and leaf writes, the next is compressed and
 /// checksummed (on 2 cores, 1 → 2 writers took raidz2 and mirror writes from ~1.3 to
-/// ~1.5 GB/s, docs/bench/io.md). `CAIRN_BACKGROUND_WRITERS=N` sets it.
+/// ~1.5 GB/s, docs/bench/io.md).
+pub const DEFAULT_BACKGROUND_WRITERS: usize = 2;
+/// Most background writer threads accepted.
+pub const MAX_BACKGROUND_WRITERS: usize = 16;
+
 fn default_background_writers() -> usize {
-    std::env::var("CAIRN_BACKGROUND_WRITERS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(2)
-        .clamp(1, 16)
+    DEFAULT_BACKGROUND_WRITERS
 }
 
-fn default_dirty_max() -> u64 {
-    if let Some(v) = std::env::var("CAIRN_DIRTY_MAX")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        return v.max(1 << 20);
-    }
+/// Smallest dirty cap accepted.
+pub const MIN_DIRTY_MAX: u64 = 1 << 20;
+
+/// 1/8 of RAM, at most 4 GiB.
+pub fn default_dirty_max() -> u64 {
     let ram = cairn_pool::io::cache::total_ram_bytes();
     (ram / 8).min(4 << 30)
 }

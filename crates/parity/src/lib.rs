@@ -45,7 +45,7 @@
 //! # Kernels
 //!
 //! Every operation is one pass of [`kernels`]' linear-combination kernel; see [`Kernel`] for the
-//! instruction sets and [`RaidzParity::new`] for run-time selection (`CAIRN_PARITY_KERNEL`).
+//! instruction sets and [`RaidzParity::new`] for run-time selection ([`set_default_kernel`], which the binary calls with `CAIRN_PARITY_KERNEL`).
 
 mod gf;
 mod kernels;
@@ -61,7 +61,8 @@ pub const MAX_COLUMNS: usize = 255;
 /// Rows up to this many data columns use small scratch arrays (clearing scratch for 255
 /// columns costs more than the kernel itself on short columns).
 const NARROW_COLUMNS: usize = 24;
-/// Environment variable that forces a kernel by name.
+/// Environment variable the `cairn` binary reads to force a kernel by name (this crate
+/// reads no environment: the binary calls [`set_default_kernel`]).
 pub const KERNEL_ENV_VAR: &str = "CAIRN_PARITY_KERNEL";
 
 /// An implementation of the parity kernels for one instruction set.
@@ -344,16 +345,10 @@ impl Erasures {
 }
 
 impl RaidzParity {
-    /// Engine with the kernel named by `CAIRN_PARITY_KERNEL` (an error if unknown or not
-    /// supported by this CPU), else [`Kernel::best`].
+    /// Engine with the kernel chosen for the process ([`set_default_kernel`]), else
+    /// [`Kernel::best`].
     pub fn new() -> Result<Self, ParityError> {
-        match std::env::var(KERNEL_ENV_VAR) {
-            Ok(name) if !name.is_empty() && name != "auto" => {
-                let kernel = Kernel::from_name(&name).ok_or(ParityError::UnknownKernel(name))?;
-                Self::with_kernel(kernel)
-            }
-            _ => Self::with_kernel(Kernel::best()),
-        }
+        Self::with_kernel(CHOSEN_KERNEL.get().copied().unwrap_or_else(Kernel::best))
     }
 
     /// Engine with a given kernel; errors if this CPU cannot run it.
@@ -620,17 +615,31 @@ impl Default for RaidzParity {
     }
 }
 
-/// Process-wide engine: [`RaidzParity::new`], or the scalar kernel (with a message on stderr)
-/// if `CAIRN_PARITY_KERNEL` names a kernel that is unknown or unsupported. Never panics.
+/// Kernel chosen by the binary for the whole process (`None`: the best this CPU runs).
+static CHOSEN_KERNEL: OnceLock<Kernel> = OnceLock::new();
+
+/// Chooses the kernel of every engine made from now on, by name (`auto` = the best this
+/// CPU runs). An error if the name is unknown or this CPU cannot run it; a second call
+/// (or a call after the first engine was made) changes nothing.
+pub fn set_default_kernel(name: &str) -> Result<Kernel, ParityError> {
+    let kernel = match name {
+        "" | "auto" => Kernel::best(),
+        _ => Kernel::from_name(name).ok_or_else(|| ParityError::UnknownKernel(name.into()))?,
+    };
+    if !kernel.is_supported() {
+        return Err(ParityError::KernelUnsupported(kernel));
+    }
+    let _ = CHOSEN_KERNEL.set(kernel);
+    Ok(kernel)
+}
+
+/// Process-wide engine: [`RaidzParity::new`] (the chosen or the best kernel). Never panics.
 pub fn default_parity() -> &'static RaidzParity {
     static DEFAULT: OnceLock<RaidzParity> = OnceLock::new();
     DEFAULT.get_or_init(|| {
-        RaidzParity::new().unwrap_or_else(|err| {
-            eprintln!("cairn-parity: {err}; {KERNEL_ENV_VAR} ignored, using the scalar kernel");
-            RaidzParity {
-                kernel: Kernel::Scalar,
-                stream_min_bytes: DEFAULT_STREAM_MIN_BYTES,
-            }
+        RaidzParity::new().unwrap_or(RaidzParity {
+            kernel: Kernel::Scalar,
+            stream_min_bytes: DEFAULT_STREAM_MIN_BYTES,
         })
     })
 }

@@ -49,18 +49,6 @@ fn state_err(path: &Path, source: std::io::Error) -> PoolError {
 }
 
 impl Home {
-    /// `$CAIRN_HOME`, else `$XDG_STATE_HOME/cairn`, else `~/.local/state/cairn`.
-    pub fn from_env() -> Home {
-        let root = std::env::var_os("CAIRN_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("cairn")))
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/cairn"))
-            })
-            .unwrap_or_else(|| PathBuf::from("/var/lib/cairn"));
-        Home::at(root)
-    }
-
     /// A state directory at `root`, with the machine's pool lock directory.
     pub fn at(root: impl Into<PathBuf>) -> Home {
         Home {

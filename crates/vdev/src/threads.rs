@@ -1,7 +1,7 @@
 //! Worker threads kept for the life of the process instead of spawned per request.
 //!
 //! `on_io_threads` runs one job per item: the first on the calling thread, the others on a
-//! pool of kept threads (32, `CAIRN_IO_THREADS`), and returns when all are done. Used for
+//! pool of kept threads (32; the binary may set another count with `set_io_threads`), and returns when all are done. Used for
 //! per-leaf I/O (each job a blocking `preadv`/`pwritev`; the pool is large so that every
 //! leaf of a wide pool is busy at once and a slow disk blocks only its own job) and for
 //! splitting checksum, compression and parity work in two halves (`split_cpu`).
@@ -12,10 +12,33 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-/// Threads kept for jobs (`CAIRN_IO_THREADS` overrides).
-const DEFAULT_IO_THREADS: usize = 32;
+/// Threads kept for jobs unless the binary chose another count.
+pub const DEFAULT_IO_THREADS: usize = 32;
+
+/// The count `set_io_threads` chose (0: the default).
+static IO_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets how many I/O threads the process keeps; only before the first I/O (the pool is
+/// started once). Returns false (and changes nothing) if it has started already.
+pub fn set_io_threads(n: usize) -> bool {
+    assert!(n > 0, "at least one I/O thread");
+    IO_THREADS.store(n, Ordering::SeqCst);
+    let started = QUEUE.get().is_some();
+    !started
+}
+
+/// The number of I/O threads in force (or to be started).
+pub fn io_threads() -> usize {
+    match IO_THREADS.load(Ordering::SeqCst) {
+        0 => DEFAULT_IO_THREADS,
+        n => n,
+    }
+}
+
+static QUEUE: OnceLock<&'static JobQueue> = OnceLock::new();
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -31,18 +54,12 @@ thread_local! {
 }
 
 fn queue() -> &'static JobQueue {
-    static QUEUE: OnceLock<&'static JobQueue> = OnceLock::new();
     QUEUE.get_or_init(|| {
         let q: &'static JobQueue = Box::leak(Box::new(JobQueue {
             jobs: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
         }));
-        let n = std::env::var("CAIRN_IO_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_IO_THREADS);
-        for i in 0..n {
+        for i in 0..io_threads() {
             std::thread::Builder::new()
                 .name(format!("cairn-io-{i}"))
                 .spawn(move || {

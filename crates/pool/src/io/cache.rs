@@ -7,9 +7,10 @@
 //! is simply not used. Nothing needs invalidating.
 //!
 //! Least recently used entries go first. Capacity: 1/16 of RAM, at most 1 GiB
-//! (`CAIRN_CACHE_MAX=BYTES`; 0 turns it off).
+//! (the `cache_max` tunable, which the binary passes to `set_default_capacity`; 0 turns it off).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use crate::io::bp::BlockPointer;
@@ -51,15 +52,21 @@ fn key(bp: &BlockPointer) -> Key {
     (bp.dvas[0].vdev, bp.dvas[0].offset)
 }
 
-fn default_max_bytes() -> u64 {
-    if let Some(v) = std::env::var("CAIRN_CACHE_MAX")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        return v;
+/// The capacity `set_default_capacity` chose (`u64::MAX`: none).
+static CHOSEN_MAX_BYTES: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Sets the capacity of block caches made from now on (0 turns caching off); the binary
+/// calls it once with the tunable in force.
+pub fn set_default_capacity(bytes: u64) {
+    CHOSEN_MAX_BYTES.store(bytes, AtomicOrdering::SeqCst);
+}
+
+/// The capacity in force: the chosen one, else 1/16 of RAM up to 1 GiB.
+pub fn default_max_bytes() -> u64 {
+    match CHOSEN_MAX_BYTES.load(AtomicOrdering::SeqCst) {
+        u64::MAX => (total_ram_bytes() / 16).min(1 << 30),
+        chosen => chosen,
     }
-    let ram = total_ram_bytes();
-    (ram / 16).min(1 << 30)
 }
 
 /// Physical memory of the machine (8 GiB when /proc/meminfo cannot be read); the store's
