@@ -131,6 +131,9 @@ struct StatusArgs {
     /// Verbose: also print space details.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Only pools that have errors or are not ONLINE ("all pools are healthy" otherwise).
+    #[arg(short = 'x')]
+    unhealthy_only: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,

@@ -118,7 +118,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
                 let damaged = crate::data_cmds::load_errors(&p);
                 texts.push(render_status_with(&p, a.verbose, scan.as_deref(), &damaged));
             }
-            print!("{}", texts.join("\n"));
+            print_statuses(&texts, a.unhealthy_only);
             return Ok(());
         }
     }
@@ -142,6 +142,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
     }
     if pools.is_empty() {
         println!("no pools available");
+        return Ok(());
     }
     let texts: Vec<String> = pools
         .iter()
@@ -152,8 +153,46 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             render_status_with(p, a.verbose, scan.as_deref(), &damaged)
         })
         .collect();
-    print!("{}", texts.join("\n"));
+    print_statuses(&texts, a.unhealthy_only);
     Ok(())
+}
+
+/// Prints rendered statuses; with `-x` only the unhealthy ones, or "all pools are healthy".
+fn print_statuses(texts: &[String], unhealthy_only: bool) {
+    let shown: Vec<&String> = texts
+        .iter()
+        .filter(|t| !unhealthy_only || !is_healthy(t))
+        .collect();
+    if shown.is_empty() && unhealthy_only {
+        println!("all pools are healthy");
+        return;
+    }
+    let joined: Vec<&str> = shown.iter().map(|t| t.as_str()).collect();
+    print!("{}", joined.join("\n"));
+}
+
+/// What `zpool status -x` calls healthy: state ONLINE, no known data errors, and no device
+/// with read, write or checksum errors (judged on the rendered status, which is the same
+/// whether a service or this process produced it).
+fn is_healthy(status: &str) -> bool {
+    let online = status.lines().any(|l| l.trim() == "state: ONLINE");
+    let no_data_errors = status.contains("errors: No known data errors");
+    let states = [
+        "ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED",
+    ];
+    let device_errors = status.lines().any(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| states.contains(w)) else {
+            return false;
+        };
+        let counters: Vec<u64> = words[at + 1..]
+            .iter()
+            .take(3)
+            .map_while(|w| w.parse().ok())
+            .collect();
+        counters.len() == 3 && counters.iter().any(|&n| n > 0)
+    });
+    online && no_data_errors && !device_errors
 }
 
 pub fn list(a: ListArgs) -> Result<(), String> {
