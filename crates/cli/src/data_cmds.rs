@@ -21,7 +21,7 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Pool name of `POOL[/…]`.
-fn pool_of(path: &str) -> &str {
+pub(crate) fn pool_of(path: &str) -> &str {
     path.split('/').next().unwrap_or(path)
 }
 
@@ -481,7 +481,7 @@ pub struct SetArgs {
     /// PROP=VALUE
     assignment: String,
     /// Dataset or volume.
-    target: String,
+    pub(crate) target: String,
 }
 
 pub fn set(a: SetArgs) -> Result<(), String> {
@@ -623,7 +623,7 @@ pub struct ScrubArgs {
     /// Pause a running scrub; `cairn scrub POOL` resumes it.
     #[arg(short = 'p')]
     pause: bool,
-    pool: String,
+    pub(crate) pool: String,
 }
 
 pub fn scrub(a: ScrubArgs) -> Result<(), String> {

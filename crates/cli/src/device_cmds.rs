@@ -38,7 +38,7 @@ pub struct OfflineArgs {
     /// Temporary: the device comes back online at the next import.
     #[arg(short = 't')]
     temporary: bool,
-    pool: String,
+    pub(crate) pool: String,
     #[arg(required = true)]
     devices: Vec<String>,
 }
@@ -47,7 +47,7 @@ pub struct OfflineArgs {
 pub struct OnlineArgs {
     #[command(flatten)]
     flags: ResilverFlags,
-    pool: String,
+    pub(crate) pool: String,
     #[arg(required = true)]
     devices: Vec<String>,
 }
@@ -59,7 +59,7 @@ pub struct ReplaceArgs {
     force: bool,
     #[command(flatten)]
     flags: ResilverFlags,
-    pool: String,
+    pub(crate) pool: String,
     /// The device to replace (path, file name or GUID).
     old: String,
     /// The new device; omitted, a new disk at OLD's path.
@@ -73,7 +73,7 @@ pub struct AttachArgs {
     force: bool,
     #[command(flatten)]
     flags: ResilverFlags,
-    pool: String,
+    pub(crate) pool: String,
     /// A disk (becomes a mirror) or a side of a mirror (the mirror gets wider).
     existing: String,
     new: String,
@@ -81,7 +81,7 @@ pub struct AttachArgs {
 
 #[derive(Args, Debug)]
 pub struct DetachArgs {
-    pool: String,
+    pub(crate) pool: String,
     device: String,
 }
 
@@ -90,7 +90,7 @@ pub struct AddArgs {
     /// Allow a redundancy level that differs from the pool's, and used devices.
     #[arg(short = 'f')]
     force: bool,
-    pool: String,
+    pub(crate) pool: String,
     /// Vdev specification, as for `create`.
     #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
     vdevs: Vec<String>,
@@ -100,7 +100,7 @@ pub struct AddArgs {
 pub struct ClearArgs {
     #[command(flatten)]
     flags: ResilverFlags,
-    pool: String,
+    pub(crate) pool: String,
     /// Only this device (default: every device).
     device: Option<String>,
 }
@@ -109,7 +109,7 @@ pub struct ClearArgs {
 pub struct ResilverArgs {
     #[command(flatten)]
     flags: ResilverFlags,
-    pool: String,
+    pub(crate) pool: String,
 }
 
 /// Opens a pool, applies `op`, and resilvers in the foreground when a leaf needs it.

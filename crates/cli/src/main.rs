@@ -4,6 +4,7 @@ mod control;
 mod data_cmds;
 mod demo;
 mod device_cmds;
+mod history_cmd;
 mod pool_cmds;
 mod serve;
 mod tunables;
@@ -97,6 +98,8 @@ enum Command {
     /// Crash loop: kill -9 a writer at random moments, re-import, check every
     /// acknowledged write and scrub.
     Crashloop(cairn_torture::crashloop::CrashLoopArgs),
+    /// Show every command that changed a pool, kept in the pool: `cairn history [-l] [POOL…]`.
+    History(history_cmd::HistoryArgs),
     /// Show the tunables in force and where each came from (--tunable, CAIRN_<NAME>,
     /// $CAIRN_HOME/tunables.conf, default).
     Tunables(TunablesArgs),
@@ -220,6 +223,11 @@ fn main() {
         eprintln!("cairn: {msg}");
         std::process::exit(1);
     }
+    let changed = changed_pool(&cli.command);
+    let command_line = history_cmd::command_line();
+    if let Some((pool, Record::Before)) = &changed {
+        history_cmd::record(pool, &command_line);
+    }
     let result: Result<(), String> = match cli.command {
         Command::Create(a) => pool_cmds::create(a),
         Command::Status(a) => pool_cmds::status(a),
@@ -252,6 +260,7 @@ fn main() {
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),
         Command::Torture(a) => torture(&a),
         Command::Crashloop(a) => crashloop(&a),
+        Command::History(a) => history_cmd::history(a),
         Command::Tunables(a) => {
             print!("{}", tunables::get().render(a.json));
             Ok(())
@@ -261,6 +270,50 @@ fn main() {
     if let Err(msg) = result {
         eprintln!("cairn: {msg}");
         std::process::exit(1);
+    }
+    if let Some((pool, Record::After)) = &changed {
+        history_cmd::record(pool, &command_line);
+    }
+}
+
+/// When a command that changes a pool is written into its history.
+enum Record {
+    /// After it succeeded (most commands).
+    After,
+    /// Before it runs: `export` and `destroy` take the pool away from this host.
+    Before,
+}
+
+/// The pool a command changes, if any (for its history), as `zpool history` records them:
+/// pool and device management, dataset and property changes, scrubs; not file data.
+fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
+    use data_cmds::{pool_of, DatasetCmd, VolumeCmd};
+    let after = |name: &str| Some((pool_of(name).to_string(), Record::After));
+    match cmd {
+        Command::Create(a) if !a.dry_run => after(&a.pool),
+        Command::Import(a) => {
+            let name = a.pool.as_deref()?;
+            let by_guid = name
+                .parse::<u64>()
+                .ok()
+                .and_then(|g| home().name_of_guid(g));
+            Some((by_guid.unwrap_or_else(|| name.to_string()), Record::After))
+        }
+        Command::Export(a) | Command::Destroy(a) => Some((a.pool.clone(), Record::Before)),
+        Command::Clear(a) => after(&a.pool),
+        Command::Offline(a) => after(&a.pool),
+        Command::Online(a) => after(&a.pool),
+        Command::Replace(a) => after(&a.pool),
+        Command::Attach(a) => after(&a.pool),
+        Command::Detach(a) => after(&a.pool),
+        Command::Add(a) => after(&a.pool),
+        Command::Resilver(a) => after(&a.pool),
+        Command::Scrub(a) => after(&a.pool),
+        Command::Set(a) => after(&a.target),
+        Command::Dataset(DatasetCmd::Create { name, .. })
+        | Command::Dataset(DatasetCmd::Destroy { name, .. })
+        | Command::Volume(VolumeCmd::Create { name, .. }) => after(name),
+        _ => None,
     }
 }
 

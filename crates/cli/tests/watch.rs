@@ -66,3 +66,57 @@ fn status_x_shows_only_pools_that_need_attention() {
         "all pools are healthy\n"
     );
 }
+
+#[test]
+fn history_keeps_every_command_that_changed_the_pool_across_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    ok(&cairn(&home, &["dataset", "create", "tank/media"]));
+    ok(&cairn(&home, &["set", "compression=zstd", "tank/media"]));
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"data").unwrap();
+    ok(&cairn(
+        &home,
+        &["put", &file.display().to_string(), "tank/media/"],
+    ));
+    ok(&cairn(&home, &["offline", "tank", &d[1]]));
+    ok(&cairn(&home, &["online", "tank", &d[1]]));
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", &dir.path().display().to_string(), "tank"],
+    ));
+    let h = ok(&cairn(&home, &["history", "tank"]));
+    let lines: Vec<&str> = h.lines().collect();
+    assert_eq!(lines[0], "History for 'tank':", "{h}");
+    let commands: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_once(' ').unwrap().1)
+        .collect();
+    let expect = [
+        format!("cairn create tank mirror {} {}", d[0], d[1]),
+        "cairn dataset create tank/media".to_string(),
+        "cairn set compression=zstd tank/media".to_string(),
+        format!("cairn offline tank {}", d[1]),
+        format!("cairn online tank {}", d[1]),
+        "cairn export tank".to_string(),
+        format!("cairn import -d {} tank", dir.path().display()),
+    ];
+    assert_eq!(commands, expect, "{h}");
+    // zpool's time stamps, and -l says who, where and in which txg.
+    let stamp = lines[1].split(' ').next().unwrap();
+    assert_eq!(stamp.len(), "2026-11-24.21:40:43".len(), "{stamp}");
+    assert_eq!(&stamp[10..11], ".", "{stamp}");
+    let long = ok(&cairn(&home, &["history", "-l", "tank"]));
+    assert!(long.lines().nth(1).unwrap().contains("[user "), "{long}");
+    assert!(long.contains(", txg "), "{long}");
+    // A failed command is not recorded; a read-only one neither.
+    assert!(!cairn(&home, &["dataset", "create", "nosuch/x"])
+        .status
+        .success());
+    ok(&cairn(&home, &["list"]));
+    let again = ok(&cairn(&home, &["history", "tank"]));
+    assert_eq!(again.lines().count(), lines.len(), "{again}");
+}

@@ -92,6 +92,10 @@ impl<'a> Reader<'a> {
         let b = self.bytes()?;
         String::from_utf8(b.to_vec()).map_err(|_| self.err("string is not UTF-8"))
     }
+    /// Whether every byte has been read (an optional trailing section is absent).
+    pub fn is_at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
     /// A count of items that each need at least `min_item` bytes (guards allocations).
     pub fn count(&mut self, min_item: usize) -> Result<usize, DecodeError> {
         let n = self.u64()?;

@@ -178,10 +178,65 @@ impl Dataset {
     }
 }
 
-/// All datasets of a pool.
+/// Objects that belong to the pool rather than a dataset (the pool history): charged to no
+/// dataset, like objects of ZFS's MOS.
+pub const POOL_OBJECTS: u32 = u32::MAX;
+
+/// What the dataset table keeps for the pool as a whole (after the datasets).
+///
+/// ```text
+///  u32 magic "POL1" | u64 history object (0: none yet) | u64 n | n × (str key, str value)
+/// ```
+/// Tables written before it existed end after the datasets: an empty section. Readers of
+/// that older format ignore the bytes after the datasets, so the format stays compatible
+/// both ways.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolSection {
+    /// Object holding the pool history (`crate::history`), 0 until the first record.
+    pub history_object: u64,
+    /// Pool properties set by the user.
+    pub props: BTreeMap<String, String>,
+}
+
+const POOL_SECTION_MAGIC: u32 = 0x314c_4f50; // "POL1"
+
+impl PoolSection {
+    fn encode(&self, w: &mut Writer) {
+        w.u32(POOL_SECTION_MAGIC)
+            .u64(self.history_object)
+            .u64(self.props.len() as u64);
+        for (k, v) in &self.props {
+            w.str(k).str(v);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<PoolSection, DecodeError> {
+        if r.is_at_end() {
+            return Ok(PoolSection::default());
+        }
+        let magic = r.u32()?;
+        if magic != POOL_SECTION_MAGIC {
+            return Err(r.err(format!("pool section: bad magic {magic:#x}")));
+        }
+        let history_object = r.u64()?;
+        let n = r.count(8)?;
+        let mut props = BTreeMap::new();
+        for _ in 0..n {
+            let k = r.str()?;
+            props.insert(k, r.str()?);
+        }
+        Ok(PoolSection {
+            history_object,
+            props,
+        })
+    }
+}
+
+/// All datasets of a pool, and what it keeps for the pool as a whole.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DatasetTable {
     pub datasets: Vec<Dataset>,
+    pub pool: PoolSection,
 }
 
 impl DatasetTable {
@@ -191,6 +246,7 @@ impl DatasetTable {
         for d in &self.datasets {
             d.encode(&mut w);
         }
+        self.pool.encode(&mut w);
         w.buf
     }
 
@@ -204,7 +260,8 @@ impl DatasetTable {
         for _ in 0..n {
             datasets.push(Dataset::decode(&mut r)?);
         }
-        let table = DatasetTable { datasets };
+        let pool = PoolSection::decode(&mut r)?;
+        let table = DatasetTable { datasets, pool };
         for d in &table.datasets {
             if d.parent != NO_PARENT && table.by_id(d.parent).is_none() {
                 return Err(r.err(format!("dataset {} has a missing parent", d.name)));
@@ -360,6 +417,19 @@ mod tests {
         assert_eq!(t.used_total(0), 30);
         assert_eq!(DatasetTable::decode(&t.encode()).unwrap(), t);
         assert!(DatasetTable::decode(&t.encode()[..30]).is_err());
+
+        // The pool section round-trips; a table written before it existed (ending after
+        // the datasets) reads as an empty section.
+        let before_pool_section = t.encode();
+        let before_pool_section = &before_pool_section[..before_pool_section.len() - 20];
+        assert_eq!(DatasetTable::decode(before_pool_section).unwrap(), t);
+        t.pool.history_object = 77;
+        t.pool.props.insert("comment".into(), "rack 3".into());
+        assert_eq!(DatasetTable::decode(&t.encode()).unwrap(), t);
+        let mut bad = t.encode();
+        let at = before_pool_section.len();
+        bad[at] ^= 0xff;
+        assert!(DatasetTable::decode(&bad).is_err());
     }
 
     proptest::proptest! {

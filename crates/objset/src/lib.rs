@@ -10,6 +10,7 @@ pub mod dir;
 pub mod dnode;
 pub mod error;
 pub mod fs;
+pub mod history;
 pub mod object;
 pub mod resilver;
 pub mod scrub;
