@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use cairn_geometry::format_zfs_size;
 use cairn_pool::status::{render_list, render_status_with, status_json, ListRow};
 use cairn_pool::{CreateOptions, Home, Pool};
-use cairn_vdev::label::read_leaf_labels;
+use cairn_vdev::label_io::read_leaf_labels;
 use cairn_vdev::{FileLeaf, LeafOptions};
 
 use crate::{CreateArgs, ImportArgs, LabelsArgs, ListArgs, PoolName, StatusArgs};

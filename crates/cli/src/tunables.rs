@@ -24,11 +24,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use cairn_objset::dataset::parse_size;
-use cairn_objset::store::{
+use cairn_objset::config::{
     default_dirty_max, DEFAULT_BACKGROUND_BATCH, DEFAULT_BACKGROUND_WRITERS,
     MAX_BACKGROUND_WRITERS, MIN_BACKGROUND_BATCH, MIN_DIRTY_MAX,
 };
+use cairn_objset::dataset::parse_size;
 use cairn_objset::StoreConfig;
 use serde::Serialize;
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use cairn_pool::Pool;
 
+use crate::core::{Prefetched, State, StoreCore};
 use crate::dataset::{
     validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
 };
@@ -12,7 +13,8 @@ use crate::dir::{DirEntry, Directory};
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::read_for_update;
-use crate::store::{load_object_bytes, size_property, Prefetched, State, StoreCore};
+use crate::object_io::load_object_bytes;
+use crate::props::size_property;
 
 /// What a path names.
 #[derive(Clone, Debug, PartialEq, Eq)]

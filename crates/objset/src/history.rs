@@ -18,10 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::{State, StoreCore};
 use crate::dataset::POOL_OBJECTS;
 use crate::dnode::ObjectKind;
 use crate::error::StoreError;
-use crate::store::{load_object_bytes, State, StoreCore};
+use crate::object_io::load_object_bytes;
 
 /// Most bytes of history kept (ZFS keeps 0.1 % of the pool, at least 128 KiB, at most 1 GiB;
 /// ours is a fixed 1 MiB: thousands of commands).
@@ -88,7 +89,7 @@ impl StoreCore {
     pub fn log_history(&self, command: &str, user: &str, host: &str) -> Result<(), StoreError> {
         let mut st = self.lock();
         let record = HistoryRecord {
-            time: crate::store::now_ns() / 1_000_000_000,
+            time: crate::core::now_ns() / 1_000_000_000,
             txg: st.txg,
             command: command.to_string(),
             user: user.to_string(),

@@ -5,6 +5,8 @@
 //! that each txg's uberblock points to. Nothing live is ever overwritten.
 
 pub mod codec;
+pub mod config;
+pub mod core;
 pub mod dataset;
 pub mod dir;
 pub mod dnode;
@@ -12,12 +14,20 @@ pub mod error;
 pub mod fs;
 pub mod history;
 pub mod object;
+pub mod object_io;
+pub mod props;
 pub mod resilver;
+pub mod root;
 pub mod scrub;
+pub mod space;
 pub mod store;
+pub mod txg;
 pub mod writer;
 
+pub use config::StoreConfig;
+pub use core::StoreCore;
 pub use dataset::{DatasetKind, DatasetTable};
 pub use error::StoreError;
 pub use fs::{DatasetInfo, ErrorLog, ListEntry, Resolved};
-pub use store::{read_error_log, PoolUsage, Store, StoreConfig, StoreCore};
+pub use space::PoolUsage;
+pub use store::{read_error_log, Store};

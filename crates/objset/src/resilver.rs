@@ -22,11 +22,11 @@ use cairn_pool::PoolError;
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::{dtl, ResilverCheckpoint};
 
+use crate::core::{State, StoreCore};
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::decode_indirect;
 use crate::scrub::{read_synced_dnode, ScrubControl};
-use crate::store::{State, StoreCore};
 
 /// Tunables of a resilver.
 #[derive(Clone, Copy, Debug)]
@@ -222,7 +222,7 @@ impl StoreCore {
             },
             None => ResilverProgress {
                 total_bytes: self.space().alloc,
-                started: crate::store::now_ns() / 1_000_000_000,
+                started: crate::core::now_ns() / 1_000_000_000,
                 ..ResilverProgress::default()
             },
         };

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::io::pipeline::BlockHealth;
 
+use crate::core::{State, StoreCore};
 use crate::dnode::{Dnode, ObjectKind, DNODE_SIZE};
 use crate::error::StoreError;
 use crate::object::{decode_indirect, read_object};
-use crate::store::{State, StoreCore};
 
 /// Where a scrub is.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]

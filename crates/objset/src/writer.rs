@@ -29,7 +29,8 @@ use cairn_pool::io::bp::{BlockPointer, Dva};
 use cairn_pool::io::compress::Compression;
 use cairn_pool::io::pipeline::{prepare_shared, release_all, PreparedBlock, WriteProps};
 
-use crate::store::{defer_free, State, StoreCore, DATASET_TABLE_OBJECT};
+use crate::core::{State, StoreCore, DATASET_TABLE_OBJECT};
+use crate::object_io::defer_free;
 
 /// Batches of waiting dirty data at which writers pause until the background writer
 /// catches up.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, VdevShape};
-use cairn_vdev::label::{clear_leaf_labels, write_leaf_config};
+use cairn_vdev::label_io::{clear_leaf_labels, write_leaf_config};
 use cairn_vdev::{
     new_guid, Child, LabelConfig, Leaf, LeafConfig, LeafOptions, Slot, SpareConfig, TopConfig,
     TopVdev, Uberblock, DTL_EVERYTHING,

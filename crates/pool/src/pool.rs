@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
-use cairn_vdev::label::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
+use cairn_vdev::label_io::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
 use cairn_vdev::{
     new_guid, Child, FileLeaf, IoReport, LabelConfig, Leaf, LeafConfig, LeafOptions, Owner,
     PoolConfig, PoolState, ResilverCheckpoint, Slot, TopConfig, TopVdev, Uberblock, VdevError,

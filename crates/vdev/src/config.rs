@@ -3,7 +3,17 @@
 use cairn_geometry::{VdevShape, MAX_ASHIFT, MIN_ASHIFT};
 use serde::{Deserialize, Serialize};
 
-use crate::label::PoolState;
+/// Pool state recorded in labels (like ZFS's POOL_STATE_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    /// Imported by some process (maybe this host, maybe not).
+    Active,
+    /// Cleanly exported; anyone may import.
+    Exported,
+    /// Destroyed; `import -D` could bring it back.
+    Destroyed,
+}
 
 /// Whole-pool configuration (ZFS keeps the same in its label nvlist).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

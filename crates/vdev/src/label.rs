@@ -12,15 +12,14 @@
 //!  config header: magic "CAIRNCFG" | version u32 | payload length u32 | blake3(payload) 32 B | 16 B zero
 //! ```
 //! All integers are little-endian. Every decoder checks magic, version, bounds and checksum
-//! and returns a `LabelError`; nothing read from a disk can make it panic.
+//! and returns a `LabelError`; nothing read from a disk can make it panic. Reading and
+//! writing the labels of a leaf is `crate::label_io`; this module is the format alone.
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::PoolConfig;
-use crate::error::VdevError;
-use crate::leaf::Leaf;
+pub use crate::config::PoolState;
 
-use cairn_geometry::label_offset;
 pub use cairn_geometry::LABEL_SIZE;
 
 /// Offset of the config region inside a label.
@@ -56,18 +55,6 @@ pub enum LabelError {
     Truncated(usize),
     #[error("config too large for the label ({0} bytes; at most {max})", max = CONFIG_SIZE - CONFIG_HEADER_SIZE)]
     TooLarge(usize),
-}
-
-/// Pool state recorded in labels (like ZFS's POOL_STATE_*).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PoolState {
-    /// Imported by some process (maybe this host, maybe not).
-    Active,
-    /// Cleanly exported; anyone may import.
-    Exported,
-    /// Destroyed; `import -D` could bring it back.
-    Destroyed,
 }
 
 /// The config stored in every label of a leaf: the pool's whole tree plus who this leaf is.
@@ -236,70 +223,6 @@ pub fn decode_label(buf: &[u8]) -> (Result<LabelConfig, LabelError>, Vec<Uberblo
         .filter_map(|s| Uberblock::decode(s).ok().flatten())
         .collect();
     (config, ubs)
-}
-
-/// Reads and decodes all four labels of a leaf.
-pub fn read_leaf_labels(leaf: &dyn Leaf) -> LeafLabels {
-    let mut configs = Vec::with_capacity(4);
-    let mut uberblocks = Vec::new();
-    let mut buf = vec![0u8; LABEL_SIZE as usize];
-    for index in 0..4 {
-        let offset = label_offset(leaf.size(), index);
-        if let Err(e) = leaf.read_at(&mut buf, offset) {
-            configs.push(Err(LabelError::BadConfig(format!("read failed: {e}"))));
-            continue;
-        }
-        let (cfg, ubs) = decode_label(&buf);
-        configs.push(cfg);
-        uberblocks.extend(ubs.into_iter().map(|u| (index, u)));
-    }
-    LeafLabels {
-        configs,
-        uberblocks,
-    }
-}
-
-/// Writes the config into all four labels (even labels first, then odd, so a torn update
-/// leaves two good copies), keeping each label's uberblock ring.
-pub fn write_leaf_config(leaf: &dyn Leaf, cfg: &LabelConfig) -> Result<(), VdevError> {
-    let region = encode_config(cfg).map_err(|source| VdevError::Label {
-        path: leaf.path().to_string(),
-        source,
-    })?;
-    let mut head = vec![0u8; CONFIG_OFFSET];
-    head.extend_from_slice(&region);
-    for index in [0, 2, 1, 3] {
-        let offset = label_offset(leaf.size(), index);
-        leaf.write_at(&head, offset)
-            .map_err(|e| VdevError::io(leaf.path(), e))?;
-    }
-    Ok(())
-}
-
-/// Writes an uberblock into its slot (`txg` mod slots) of every label of a leaf.
-pub fn write_leaf_uberblock(leaf: &dyn Leaf, ub: &Uberblock, ashift: u32) -> Result<(), VdevError> {
-    let slot_size = uberblock_slot_size(ashift);
-    let slot = (ub.txg % uberblock_slots(ashift) as u64) as usize;
-    let mut buf = vec![0u8; slot_size];
-    buf[..UBERBLOCK_SIZE].copy_from_slice(&ub.encode());
-    for index in [0, 2, 1, 3] {
-        let offset = label_offset(leaf.size(), index)
-            + UBERBLOCK_RING_OFFSET as u64
-            + (slot * slot_size) as u64;
-        leaf.write_at(&buf, offset)
-            .map_err(|e| VdevError::io(leaf.path(), e))?;
-    }
-    Ok(())
-}
-
-/// Wipes all four labels (used by `destroy -f`-like paths and tests).
-pub fn clear_leaf_labels(leaf: &dyn Leaf) -> Result<(), VdevError> {
-    let zeros = vec![0u8; LABEL_SIZE as usize];
-    for index in 0..4 {
-        leaf.write_at(&zeros, label_offset(leaf.size(), index))
-            .map_err(|e| VdevError::io(leaf.path(), e))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod dtl;
 pub mod error;
 pub mod fault;
 pub mod label;
+pub mod label_io;
 pub mod leaf;
 pub mod rebuild;
 pub mod threads;

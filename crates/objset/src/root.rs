@@ -1,0 +1,213 @@
+//! The root block: what an uberblock points to, the top of every txg's tree.
+//!
+//! ```text
+//!  offset  size  field
+//!       0     8  magic "CAIRNOS1" (ROOT_MAGIC)
+//!       8     4  version (1)
+//!      12     4  reserved (0)
+//!      16     8  txg
+//!      24     8  next object id
+//!      32   256  object-table dnode (DNODE_SIZE)
+//!     288     8  space map length in bytes
+//!     296     8  n = space map chunk pointers (≤ MAX_SPACE_MAP_CHUNKS)
+//!     304 n×128  space map chunk block pointers
+//!       …        error log (decode_error_log), then zeros to ROOT_BLOCK_SIZE (16 KiB)
+//! ```
+//! Written uncompressed, blake3-checksummed, with one more copy than other metadata.
+
+use std::collections::BTreeMap;
+
+use cairn_pool::io::bp::{BlockPointer, BP_SIZE};
+
+use crate::codec::{Reader, Writer};
+use crate::dnode::{Dnode, DNODE_SIZE};
+use crate::error::StoreError;
+
+pub(crate) const ROOT_MAGIC: u64 = 0x3153_4f4e_5249_4143; // "CAIRNOS1"
+/// The root block holds the object-table dnode and up to `MAX_SPACE_MAP_CHUNKS` pointers.
+pub(crate) const ROOT_BLOCK_SIZE: usize = 16 << 10;
+/// Most space map chunks a root block points to.
+pub(crate) const MAX_SPACE_MAP_CHUNKS: usize = 120;
+/// Error log in the root block: header and entry sizes (see `decode_error_log`).
+const ERRLOG_MAGIC: u32 = 0x474f_4c45; // "ELOG"
+const ERRLOG_HEADER: usize = 16;
+const ERRLOG_ENTRY: usize = 20;
+
+/// The decoded root block.
+pub(crate) struct RootBlock {
+    pub(crate) txg: u64,
+    pub(crate) next_object: u64,
+    pub(crate) meta: Dnode,
+    pub(crate) space_map_len: u64,
+    pub(crate) space_map_bps: Vec<BlockPointer>,
+    /// The error log (see `decode_error_log`) and how many entries did not fit.
+    pub(crate) damaged: BTreeMap<(u32, u64), u64>,
+    pub(crate) damaged_unlisted: u64,
+}
+
+impl RootBlock {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u64(ROOT_MAGIC)
+            .u32(1)
+            .u32(0)
+            .u64(self.txg)
+            .u64(self.next_object);
+        let mut d = [0u8; DNODE_SIZE];
+        self.meta.encode(&mut d);
+        w.buf.extend_from_slice(&d);
+        w.u64(self.space_map_len)
+            .u64(self.space_map_bps.len() as u64);
+        for bp in &self.space_map_bps {
+            w.buf.extend_from_slice(&bp.to_bytes());
+        }
+        // The error log fills the rest of the block; entries beyond it are only counted.
+        let room = (ROOT_BLOCK_SIZE - w.buf.len() - ERRLOG_HEADER) / ERRLOG_ENTRY;
+        let listed = self.damaged.len().min(room);
+        let unlisted = self.damaged_unlisted + (self.damaged.len() - listed) as u64;
+        w.u32(ERRLOG_MAGIC).u32(listed as u32).u64(unlisted);
+        for (&(ds, obj), &seen) in self.damaged.iter().take(listed) {
+            w.u32(ds).u64(obj).u64(seen);
+        }
+        assert!(w.buf.len() <= ROOT_BLOCK_SIZE, "root block overflows");
+        w.buf.resize(ROOT_BLOCK_SIZE, 0);
+        w.buf
+    }
+
+    pub(crate) fn decode(buf: &[u8]) -> Result<RootBlock, StoreError> {
+        let corrupt = |e: crate::codec::DecodeError| StoreError::Corrupt(e.to_string());
+        let mut r = Reader::new(buf, "root block");
+        if r.u64().map_err(corrupt)? != ROOT_MAGIC {
+            return Err(StoreError::Corrupt("root block: bad magic".into()));
+        }
+        if r.u32().map_err(corrupt)? != 1 {
+            return Err(StoreError::Corrupt(
+                "root block: unsupported version".into(),
+            ));
+        }
+        let _ = r.u32().map_err(corrupt)?;
+        let txg = r.u64().map_err(corrupt)?;
+        let next_object = r.u64().map_err(corrupt)?;
+        let dn_at = 32;
+        let meta =
+            Dnode::decode(buf.get(dn_at..dn_at + DNODE_SIZE).unwrap_or(&[])).map_err(corrupt)?;
+        let mut r = Reader::new(buf.get(dn_at + DNODE_SIZE..).unwrap_or(&[]), "root block");
+        let space_map_len = r.u64().map_err(corrupt)?;
+        let n = r.u64().map_err(corrupt)? as usize;
+        if n > MAX_SPACE_MAP_CHUNKS {
+            return Err(StoreError::Corrupt(format!(
+                "root block: {n} space map chunks"
+            )));
+        }
+        let base = dn_at + DNODE_SIZE + 16;
+        let mut space_map_bps = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = base + i * BP_SIZE;
+            let bytes = buf
+                .get(at..at + BP_SIZE)
+                .ok_or_else(|| StoreError::Corrupt("root block truncated".into()))?;
+            space_map_bps
+                .push(BlockPointer::decode(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        let (damaged, damaged_unlisted) =
+            decode_error_log(buf.get(base + n * BP_SIZE..).unwrap_or(&[])).map_err(corrupt)?;
+        Ok(RootBlock {
+            txg,
+            next_object,
+            meta,
+            space_map_len,
+            space_map_bps,
+            damaged,
+            damaged_unlisted,
+        })
+    }
+}
+
+/// The error log after the space map pointers of a root block (ZFS keeps its errlog in
+/// the MOS; ours must fit in the root block, so entries beyond its room are only counted).
+/// Root blocks written before the log existed hold zeros there: an empty log.
+///
+/// ```text
+///  u32 magic "ELOG" | u32 listed | u64 unlisted | listed × (u32 dataset, u64 object, u64 txg)
+/// ```
+type ErrorLogEntries = BTreeMap<(u32, u64), u64>;
+
+fn decode_error_log(buf: &[u8]) -> Result<(ErrorLogEntries, u64), crate::codec::DecodeError> {
+    let mut r = Reader::new(buf, "error log");
+    let mut log = BTreeMap::new();
+    match r.u32()? {
+        0 => return Ok((log, 0)),
+        ERRLOG_MAGIC => {}
+        other => return Err(r.err(format!("bad magic {other:#x}"))),
+    }
+    let listed = r.u32()? as usize;
+    let unlisted = r.u64()?;
+    if listed > buf.len() / ERRLOG_ENTRY {
+        return Err(r.err(format!("{listed} entries in {} bytes", buf.len())));
+    }
+    for _ in 0..listed {
+        let key = (r.u32()?, r.u64()?);
+        log.insert(key, r.u64()?);
+    }
+    Ok((log, unlisted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dnode::{ObjectKind, DNODE_BLOCK_SIZE};
+
+    fn root_with(chunks: usize, damaged: usize) -> RootBlock {
+        RootBlock {
+            txg: 7,
+            next_object: 42,
+            meta: Dnode::new(ObjectKind::Table, 0, DNODE_BLOCK_SIZE, 1),
+            space_map_len: 100,
+            space_map_bps: vec![BlockPointer::HOLE; chunks],
+            damaged: (0..damaged as u64).map(|i| ((1, i + 2), 5 + i)).collect(),
+            damaged_unlisted: 0,
+        }
+    }
+
+    #[test]
+    fn error_log_round_trips_in_the_root_block() {
+        let root = root_with(3, 10);
+        let back = RootBlock::decode(&root.encode()).unwrap();
+        assert_eq!(back.damaged, root.damaged);
+        assert_eq!(back.damaged_unlisted, 0);
+        assert_eq!(back.space_map_bps.len(), 3);
+    }
+
+    #[test]
+    fn a_full_error_log_counts_what_it_cannot_name() {
+        // With every space-map chunk in use, the log has the least room.
+        let root = root_with(MAX_SPACE_MAP_CHUNKS, 5000);
+        let back = RootBlock::decode(&root.encode()).unwrap();
+        assert!(!back.damaged.is_empty() && back.damaged.len() < 5000);
+        assert_eq!(back.damaged.len() as u64 + back.damaged_unlisted, 5000);
+    }
+
+    #[test]
+    fn a_root_block_from_before_the_error_log_has_an_empty_log() {
+        let mut bytes = root_with(2, 0).encode();
+        let at = 32 + DNODE_SIZE + 16 + 2 * BP_SIZE;
+        bytes[at..].fill(0);
+        let back = RootBlock::decode(&bytes).unwrap();
+        assert!(back.damaged.is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn error_log_decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = decode_error_log(&bytes);
+        }
+
+        #[test]
+        fn damaged_root_block_never_panics(at in 0usize..ROOT_BLOCK_SIZE, junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..64)) {
+            let mut bytes = root_with(2, 30).encode();
+            let end = (at + junk.len()).min(bytes.len());
+            bytes[at..end].copy_from_slice(&junk[..end - at]);
+            let _ = RootBlock::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Space as the store sees it: allocated bytes in `zfs list` units, AVAIL, and the
+//! reservation every write makes before it dirties blocks (ENOSPC only after the open txg
+//! and the deferred frees had their chance, as ZFS's write throttle waits for txgs).
+
+use crate::core::{State, StoreCore, FREE_DELAY_TXGS};
+use crate::error::StoreError;
+
+impl StoreCore {
+    // ---- space --------------------------------------------------------------------------
+
+    /// Bytes allocated in `zfs list` units (asize × deflate ratio / 512, per vdev).
+    pub(crate) fn deflated_alloc(&self, st: &State) -> u64 {
+        st.alloc
+            .vdevs
+            .iter()
+            .zip(&self.pool.tops)
+            .map(|(v, t)| (v.allocated_bytes() >> 9) * t.shape().deflate_ratio(t.ashift()))
+            .sum()
+    }
+
+    /// Pool space now: (zpool SIZE, ALLOC raw, AVAIL as zfs list).
+    pub fn space(&self) -> PoolUsage {
+        let st = self.lock();
+        let geo = self.pool.space();
+        let used = self.deflated_alloc(&st);
+        PoolUsage {
+            size: geo.size,
+            alloc: st.alloc.allocated_bytes(),
+            used,
+            avail: geo.dspace.saturating_sub(geo.slop).saturating_sub(used),
+            dirty: st.dirty_bytes,
+        }
+    }
+
+    /// Whether `more` bytes fit next to what is allocated and dirty, outside the slop.
+    fn space_fits(&self, st: &State, more: u64) -> bool {
+        let geo = self.pool.space();
+        let used = self.deflated_alloc(st) + st.dirty_bytes + more;
+        used <= geo.dspace.saturating_sub(geo.slop)
+    }
+
+    /// Reserves room for `more` bytes of new data. Every dirty block needs new space
+    /// (copy-on-write), and overwritten blocks stay allocated for two more txgs; so when the
+    /// space does not fit, sync the open txg and let deferred frees drain (up to three
+    /// syncs, like ZFS's write throttle waiting for txgs) before answering ENOSPC. The slop
+    /// reserve keeps deletes and syncs possible on a full pool.
+    pub(crate) fn reserve_space(&self, st: &mut State, more: u64) -> Result<(), StoreError> {
+        for _ in 0..=FREE_DELAY_TXGS {
+            if self.space_fits(st, more) {
+                return Ok(());
+            }
+            if st.dirty_bytes == 0 && st.deferred.is_empty() {
+                break;
+            }
+            self.sync_locked(st)?;
+        }
+        if self.space_fits(st, more) {
+            Ok(())
+        } else {
+            Err(StoreError::NoSpace(self.pool.name().to_string()))
+        }
+    }
+}
+
+/// Space of the pool as the store sees it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct PoolUsage {
+    pub size: u64,
+    /// Raw allocated bytes (zpool list ALLOC).
+    pub alloc: u64,
+    /// Allocated, in zfs list units.
+    pub used: u64,
+    pub avail: u64,
+    /// Dirty bytes waiting for the next sync.
+    pub dirty: u64,
+}

@@ -1,0 +1,315 @@
+//! The txg sync: how the open transaction group becomes the pool's new committed state.
+
+use cairn_pool::io::alloc::encode_space_map;
+use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva};
+use cairn_pool::io::pipeline::{prepare, WriteProps};
+
+use crate::core::{State, StoreCore, DATASET_TABLE_OBJECT, FREE_DELAY_TXGS};
+use crate::dnode::{Dnode, DNODE_SIZE};
+use crate::error::StoreError;
+use crate::object::{sync_object, SyncCtx};
+use crate::object_io::write_meta;
+use crate::props::{default_data_props, raw_props};
+use crate::root::{RootBlock, MAX_SPACE_MAP_CHUNKS, ROOT_BLOCK_SIZE};
+
+/// Space map chunk size; halved (down to `MIN_SPACE_MAP_CHUNK`) when free space is too
+/// fragmented to hold chunks this large.
+const SPACE_MAP_CHUNK: usize = 128 << 10;
+const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
+
+/// One txg sync in progress: what its steps share.
+///
+/// ```text
+///  release_deferred_frees    frees of txg−2 go back to the allocator
+///  write_dirty_objects       every dirty object but the tables (new blocks only), and the
+///                            datasets' space accounting
+///  write_dataset_table       the dataset table (object 1), if it changed
+///  write_object_table        dirty dnodes into the object table (object 0), then its blocks
+///  write_space_map_and_root  space map chunks and the root block (allocated first, so the
+///                            map includes it)
+///  commit                    flush every leaf; DTLs and spares into the labels; the
+///                            uberblock on every leaf — the commit point; the open txg + 1
+/// ```
+/// Blocks the tree no longer points to (old copies, the previous root and space map) are
+/// collected in `freed` and deferred to txg + 2.
+struct TxgSync<'a> {
+    store: &'a StoreCore,
+    st: &'a mut State,
+    txg: u64,
+    metadata_copies: usize,
+    freed: Vec<Dva>,
+}
+
+impl TxgSync<'_> {
+    /// Writes the dirty blocks of object `id` (0: the object table itself).
+    fn write_object(&mut self, id: u64, props: WriteProps) -> Result<(), StoreError> {
+        let State {
+            alloc,
+            cache,
+            objects,
+            meta,
+            ..
+        } = &mut *self.st;
+        let obj = if id == 0 {
+            meta
+        } else {
+            objects.get_mut(&id).expect("listed")
+        };
+        let mut ctx = SyncCtx {
+            pool: &self.store.pool,
+            alloc,
+            freed: &mut self.freed,
+            cache,
+            txg: self.txg,
+            metadata_copies: self.metadata_copies,
+        };
+        sync_object(&mut ctx, id, obj, props)
+    }
+
+    fn release_deferred_frees(&mut self) {
+        let txg = self.txg;
+        let (release, keep): (Vec<_>, Vec<_>) = self
+            .st
+            .deferred
+            .drain(..)
+            .partition(|(f, _)| *f + FREE_DELAY_TXGS <= txg);
+        self.st.deferred = keep;
+        for (_, dva) in &release {
+            self.st.alloc.free(dva);
+        }
+    }
+
+    fn write_dirty_objects(&mut self) -> Result<(), StoreError> {
+        let props_by_dataset = self.store.write_props(self.st);
+        let ids: Vec<u64> = self
+            .st
+            .objects
+            .iter()
+            .filter(|(&id, o)| id != DATASET_TABLE_OBJECT && o.is_dirty())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let dn = self.st.objects[&id].dnode;
+            let before = (dn.used, dn.logical, dn.physical);
+            let props = props_by_dataset
+                .get(&dn.dataset)
+                .copied()
+                .unwrap_or_else(default_data_props);
+            self.write_object(id, props)?;
+            let dn = self.st.objects[&id].dnode;
+            let after = (dn.used, dn.logical, dn.physical);
+            if let Some(ds) = self.st.datasets.by_id_mut(dn.dataset) {
+                ds.used = (ds.used + after.0).saturating_sub(before.0);
+                ds.logical = (ds.logical + after.1).saturating_sub(before.1);
+                ds.physical = (ds.physical + after.2).saturating_sub(before.2);
+                self.st.datasets_dirty |= after != before;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_dataset_table(&mut self) -> Result<(), StoreError> {
+        if !self.st.datasets_dirty {
+            return Ok(());
+        }
+        let bytes = self.st.datasets.encode();
+        self.store
+            .truncate_locked(self.st, DATASET_TABLE_OBJECT, 0)?;
+        self.store
+            .write_locked(self.st, DATASET_TABLE_OBJECT, 0, &bytes)?;
+        let props = BlockKind::Metadata.metadata_props(0, self.metadata_copies);
+        self.write_object(DATASET_TABLE_OBJECT, props)?;
+        self.st.datasets_dirty = false;
+        Ok(())
+    }
+
+    fn write_object_table(&mut self) -> Result<(), StoreError> {
+        let mut dnode_ids: Vec<u64> = self
+            .st
+            .objects
+            .iter()
+            .filter(|(_, o)| o.dnode_dirty)
+            .map(|(&id, _)| id)
+            .collect();
+        dnode_ids.sort_unstable();
+        for id in &dnode_ids {
+            let obj = self.st.objects.get_mut(id).expect("listed");
+            let dnode = if obj.freeing { Dnode::FREE } else { obj.dnode };
+            obj.dnode_dirty = false;
+            let mut bytes = [0u8; DNODE_SIZE];
+            dnode.encode(&mut bytes);
+            write_meta(&self.store.pool, self.st, *id, &bytes)?;
+        }
+        let meta_props = WriteProps {
+            kind: BlockKind::Dnodes,
+            ..BlockKind::Dnodes.metadata_props(0, self.metadata_copies)
+        };
+        if self.st.meta.is_dirty() {
+            self.write_object(0, meta_props)?;
+        }
+        self.st.meta.dnode_dirty = false;
+        for id in &dnode_ids {
+            if self.st.objects.get(id).is_some_and(|o| o.freeing) {
+                self.st.objects.remove(id);
+                self.st.free_objects.insert(*id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Defers the previous root block and space map, allocates the new root block (so the
+    /// map includes it), writes the space map, then the root block.
+    fn write_space_map_and_root(
+        &mut self,
+    ) -> Result<(BlockPointer, Vec<BlockPointer>), StoreError> {
+        let (store, txg, copies) = (self.store, self.txg, self.metadata_copies);
+        self.freed.extend(self.st.root_bp.copies().copied());
+        for bp in std::mem::take(&mut self.st.space_map_bps) {
+            self.freed.extend(bp.copies().copied());
+        }
+        let freed = std::mem::take(&mut self.freed);
+        self.st.deferred.extend(freed.into_iter().map(|d| (txg, d)));
+        let sector = store.pool.max_sector();
+        let root_copies = (copies + 1).min(3);
+        let root_size = (ROOT_BLOCK_SIZE as u64).next_multiple_of(sector);
+        let root_dvas = store
+            .pool
+            .allocate(&mut self.st.alloc, root_size, root_copies, true)?;
+        let (map_len, map_bps) = store.write_space_map(self.st, txg, sector, copies)?;
+        let root = RootBlock {
+            txg,
+            next_object: self.st.next_object,
+            meta: self.st.meta.dnode,
+            space_map_len: map_len,
+            space_map_bps: map_bps.clone(),
+            damaged: self.st.damaged.clone(),
+            damaged_unlisted: self.st.damaged_unlisted,
+        };
+        let block = prepare(
+            &root.encode(),
+            raw_props(BlockKind::ObjsetRoot, root_copies),
+            sector,
+        );
+        debug_assert_eq!(block.physical.len() as u64, root_size);
+        let root_bp = store
+            .pool
+            .write_at_dvas(&mut self.st.alloc, root_dvas, &block, txg)?;
+        Ok((root_bp, map_bps))
+    }
+
+    /// Everything durable, then the uberblock: the commit point.
+    fn commit(self, root_bp: BlockPointer, map_bps: Vec<BlockPointer>) -> Result<u64, StoreError> {
+        let (pool, st, txg) = (&self.store.pool, self.st, self.txg);
+        pool.flush()?;
+        // Leaves that missed this txg get it in their DTL before the txg is committed.
+        pool.record_synced_txg(txg)?;
+        // A leaf that failed for good gets a hot spare in its slot now (its config reaches
+        // the labels first; this txg's uberblock already names the spare).
+        pool.take_over_failed_leaves()?;
+        pool.write_uberblock(txg, &root_bp.to_bytes())?;
+        st.root_bp = root_bp;
+        st.space_map_bps = map_bps;
+        st.txg = txg + 1;
+        st.damaged_dirty = false;
+        st.dirty_bytes = 0;
+        st.presync.taken_bytes = 0;
+        st.objects.retain(|_, o| o.is_dirty());
+        Ok(txg)
+    }
+}
+
+impl StoreCore {
+    /// Commits the open txg; returns its number. A failed sync leaves the on-disk pool at
+    /// the previous txg (reopen the store to continue from there).
+    pub fn sync(&self) -> Result<u64, StoreError> {
+        let mut st = self.wait_for_writer(self.lock());
+        self.sync_locked(&mut st)
+    }
+
+    /// The sync itself, under the state lock: the steps of `TxgSync` in order.
+    pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
+        self.take_back_background_batch(st);
+        // Blocks freed two txgs ago are no longer referenced by any kept uberblock. Wait for
+        // readers still fetching blocks they looked up earlier (and for a background batch
+        // still writing into space it was given).
+        let _no_readers = self.read_gate.write().unwrap_or_else(|p| p.into_inner());
+        let mut sync = TxgSync {
+            store: self,
+            txg: st.txg,
+            metadata_copies: self.config.metadata_copies.min(3),
+            freed: Vec::new(),
+            st,
+        };
+        sync.release_deferred_frees();
+        sync.write_dirty_objects()?;
+        sync.write_dataset_table()?;
+        sync.write_object_table()?;
+        let (root_bp, map_bps) = sync.write_space_map_and_root()?;
+        sync.commit(root_bp, map_bps)
+    }
+
+    /// Encodes the space map (which must include its own chunks), writes it uncompressed.
+    fn write_space_map(
+        &self,
+        st: &mut State,
+        txg: u64,
+        sector: u64,
+        copies: usize,
+    ) -> Result<(u64, Vec<BlockPointer>), StoreError> {
+        let mut slack = 64 * 16 + 4096;
+        let mut chunk_size = SPACE_MAP_CHUNK;
+        for _attempt in 0..16 {
+            let estimate = encode_space_map(&st.alloc, &st.deferred).len() + slack;
+            let chunks = estimate.div_ceil(chunk_size);
+            if chunks > MAX_SPACE_MAP_CHUNKS {
+                return Err(StoreError::Corrupt(format!(
+                    "space map of {estimate} bytes does not fit in {MAX_SPACE_MAP_CHUNKS} chunks of {chunk_size} bytes (pool too fragmented)"
+                )));
+            }
+            let mut sizes = Vec::with_capacity(chunks);
+            let mut left = estimate;
+            for _ in 0..chunks {
+                let n = left.min(chunk_size);
+                sizes.push((n as u64).next_multiple_of(sector) as usize);
+                left -= n;
+            }
+            let mut dvas = Vec::with_capacity(chunks);
+            let mut fragmented = false;
+            for &sz in &sizes {
+                match self.pool.allocate(&mut st.alloc, sz as u64, copies, true) {
+                    Ok(d) => dvas.push(d),
+                    Err(cairn_pool::PoolError::NoSpace(_)) if chunk_size > MIN_SPACE_MAP_CHUNK => {
+                        fragmented = true;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let map = encode_space_map(&st.alloc, &st.deferred);
+            let capacity: usize = sizes.iter().sum();
+            if fragmented || map.len() > capacity {
+                for d in dvas.iter().flat_map(|d| d.iter()).filter(|d| !d.is_empty()) {
+                    st.alloc.free(d);
+                }
+                if fragmented {
+                    chunk_size /= 2;
+                } else {
+                    slack *= 4;
+                }
+                continue;
+            }
+            let mut bps = Vec::with_capacity(chunks);
+            let mut pos = 0;
+            for (sz, dva) in sizes.iter().zip(dvas) {
+                let mut chunk = vec![0u8; *sz];
+                let n = map.len().saturating_sub(pos).min(*sz);
+                chunk[..n].copy_from_slice(&map[pos..pos + n]);
+                pos += n;
+                let block = prepare(&chunk, raw_props(BlockKind::Metadata, copies), sector);
+                bps.push(self.pool.write_at_dvas(&mut st.alloc, dva, &block, txg)?);
+            }
+            return Ok((map.len() as u64, bps));
+        }
+        Err(StoreError::NoSpace(self.pool.name().to_string()))
+    }
+}
