@@ -185,8 +185,10 @@ pub const POOL_OBJECTS: u32 = u32::MAX;
 /// What the dataset table keeps for the pool as a whole (after the datasets).
 ///
 /// ```text
-///  u32 magic "POL1" | u64 history object (0: none yet) | u64 n | n × (str key, str value)
+///  u32 magic "POL1" | u64 history object (0: none yet)
 /// ```
+/// (Pool properties live in the label config, `cairn_vdev::config::PoolProps`, where the
+/// pool layer reads them before any store is open.)
 /// Tables written before it existed end after the datasets: an empty section. Readers of
 /// that older format ignore the bytes after the datasets, so the format stays compatible
 /// both ways.
@@ -194,20 +196,13 @@ pub const POOL_OBJECTS: u32 = u32::MAX;
 pub struct PoolSection {
     /// Object holding the pool history (`crate::history`), 0 until the first record.
     pub history_object: u64,
-    /// Pool properties set by the user.
-    pub props: BTreeMap<String, String>,
 }
 
 const POOL_SECTION_MAGIC: u32 = 0x314c_4f50; // "POL1"
 
 impl PoolSection {
     fn encode(&self, w: &mut Writer) {
-        w.u32(POOL_SECTION_MAGIC)
-            .u64(self.history_object)
-            .u64(self.props.len() as u64);
-        for (k, v) in &self.props {
-            w.str(k).str(v);
-        }
+        w.u32(POOL_SECTION_MAGIC).u64(self.history_object);
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<PoolSection, DecodeError> {
@@ -218,16 +213,8 @@ impl PoolSection {
         if magic != POOL_SECTION_MAGIC {
             return Err(r.err(format!("pool section: bad magic {magic:#x}")));
         }
-        let history_object = r.u64()?;
-        let n = r.count(8)?;
-        let mut props = BTreeMap::new();
-        for _ in 0..n {
-            let k = r.str()?;
-            props.insert(k, r.str()?);
-        }
         Ok(PoolSection {
-            history_object,
-            props,
+            history_object: r.u64()?,
         })
     }
 }
@@ -421,10 +408,9 @@ mod tests {
         // The pool section round-trips; a table written before it existed (ending after
         // the datasets) reads as an empty section.
         let before_pool_section = t.encode();
-        let before_pool_section = &before_pool_section[..before_pool_section.len() - 20];
+        let before_pool_section = &before_pool_section[..before_pool_section.len() - 12];
         assert_eq!(DatasetTable::decode(before_pool_section).unwrap(), t);
         t.pool.history_object = 77;
-        t.pool.props.insert("comment".into(), "rack 3".into());
         assert_eq!(DatasetTable::decode(&t.encode()).unwrap(), t);
         let mut bad = t.encode();
         let at = before_pool_section.len();
