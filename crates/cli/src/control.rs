@@ -5,6 +5,7 @@
 //!  $CAIRN_HOME/run/POOL.sock   one request line → the answer as text, then close
 //!    status [-v]   the rendered `status`
 //!    list          one `list` row as JSON
+//!    iostat        the pool's I/O since import (`cairn_pool::iostat::PoolIo`) as JSON
 //!    scrub         runs a scrub in the serving process, answers its summary line
 //! ```
 
@@ -43,6 +44,7 @@ fn answer(home: &Home, store: &Store, request: &str) -> String {
             let errors = crate::data_cmds::data_errors(store.error_log());
             render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }
+        "iostat" => serde_json::to_string(&store.pool().io_snapshot()).unwrap_or_default(),
         "list" => {
             let usage = store.space();
             let row = ListRow::with_usage(store.pool(), usage.alloc, usage.used);

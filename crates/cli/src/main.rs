@@ -5,6 +5,7 @@ mod data_cmds;
 mod demo;
 mod device_cmds;
 mod history_cmd;
+mod iostat_cmd;
 mod pool_cmds;
 mod serve;
 mod tunables;
@@ -98,6 +99,9 @@ enum Command {
     /// Crash loop: kill -9 a writer at random moments, re-import, check every
     /// acknowledged write and scrub.
     Crashloop(cairn_torture::crashloop::CrashLoopArgs),
+    /// I/O statistics like `zpool iostat`: `cairn iostat [-v] [-l] [-q] [-w] [-H] [-p]
+    /// [--json] [POOL…] [INTERVAL [COUNT]]`.
+    Iostat(iostat_cmd::IostatArgs),
     /// Show every command that changed a pool, kept in the pool: `cairn history [-l] [POOL…]`.
     History(history_cmd::HistoryArgs),
     /// Show the tunables in force and where each came from (--tunable, CAIRN_<NAME>,
@@ -261,6 +265,7 @@ fn main() {
         Command::Torture(a) => torture(&a),
         Command::Crashloop(a) => crashloop(&a),
         Command::History(a) => history_cmd::history(a),
+        Command::Iostat(a) => iostat_cmd::iostat(a),
         Command::Tunables(a) => {
             print!("{}", tunables::get().render(a.json));
             Ok(())

@@ -120,3 +120,78 @@ fn history_keeps_every_command_that_changed_the_pool_across_export_and_import() 
     let again = ok(&cairn(&home, &["history", "tank"]));
     assert_eq!(again.lines().count(), lines.len(), "{again}");
 }
+
+/// Total bytes (read, written) over every leaf, from `iostat --json`.
+fn io_totals(home: &std::path::Path) -> (u64, u64) {
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(home, &["iostat", "--json", "tank"]))).unwrap();
+    let leaves = json["pools"][0]["snapshot"]["tops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["leaves"].as_array().unwrap().clone())
+        .collect::<Vec<_>>();
+    let sum = |k: &str| leaves.iter().map(|l| l["io"][k].as_u64().unwrap()).sum();
+    (sum("read_bytes"), sum("write_bytes"))
+}
+
+#[test]
+fn iostat_counts_the_bytes_written_and_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 256 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let data = dir.path().join("data");
+    let len = 16 * MIB;
+    std::fs::write(&data, pseudo_random(len as usize, 9)).unwrap();
+
+    let (r0, w0) = io_totals(&home);
+    ok(&cairn(
+        &home,
+        &["put", &data.display().to_string(), "tank/data"],
+    ));
+    let (r1, w1) = io_totals(&home);
+    // Both sides of the mirror take every data block; metadata, labels and uberblocks add
+    // a little.
+    let written = w1 - w0;
+    assert!(
+        written >= 2 * len && written <= 2 * len + 8 * MIB,
+        "{written}"
+    );
+
+    ok(&cairn(&home, &["cat", "tank/data"]));
+    let (r2, _) = io_totals(&home);
+    // Each block is read from one side; opening reads the labels' uberblock rings.
+    let read = r2 - r1;
+    assert!(
+        read >= len && read <= len + 8 * MIB,
+        "{read} (before: {r0})"
+    );
+
+    // The table: pool and (-v) each leaf, with -l latencies and -q.
+    let table = ok(&cairn(&home, &["iostat", "-v", "-l", "-q", "tank"]));
+    assert!(
+        table.contains("capacity") && table.contains("operations"),
+        "{table}"
+    );
+    assert!(
+        table.contains("mirror-0") && table.contains(&d[0]),
+        "{table}"
+    );
+    assert!(table.contains("disk_wait"), "{table}");
+    let hist = ok(&cairn(&home, &["iostat", "-w", "tank"]));
+    assert!(hist.contains("latency"), "{hist}");
+    // An interval report covers only its interval: nothing happened in it.
+    let two = ok(&cairn(&home, &["iostat", "-H", "-p", "tank", "0.2", "2"]));
+    let rows: Vec<Vec<&str>> = two.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 2, "{two}");
+    assert_eq!(&rows[1][3..7], ["0", "0", "0", "0"], "{two}");
+    // Counts survive an export and import? No: as zpool's, they start again at import.
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", &dir.path().display().to_string(), "tank"],
+    ));
+    let (r3, w3) = io_totals(&home);
+    assert!(r3 < r2 && w3 < w1, "counts restart at import: {r3} {w3}");
+}

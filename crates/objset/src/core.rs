@@ -91,6 +91,14 @@ pub fn now_ns() -> u64 {
 
 impl StoreCore {
     pub(crate) fn new(pool: Pool, state: State, config: StoreConfig) -> StoreCore {
+        pool.note_allocated(
+            state
+                .alloc
+                .vdevs
+                .iter()
+                .map(|v| v.allocated_bytes())
+                .collect(),
+        );
         StoreCore {
             pool,
             state: Mutex::new(state),

@@ -207,6 +207,7 @@ impl TxgSync<'_> {
         // the labels first; this txg's uberblock already names the spare).
         pool.take_over_failed_leaves()?;
         pool.write_uberblock(txg, &root_bp.to_bytes())?;
+        pool.note_allocated(st.alloc.vdevs.iter().map(|v| v.allocated_bytes()).collect());
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;
         st.txg = txg + 1;

@@ -31,6 +31,10 @@ pub struct PoolRecord {
     /// Leaf GUID → error counters since import or the last `clear`.
     #[serde(default)]
     pub counters: BTreeMap<u64, LeafCounters>,
+    /// I/O since import (`cairn iostat`), summed over the processes that held the pool,
+    /// as the last of them saw it.
+    #[serde(default)]
+    pub iostat: Option<crate::iostat::PoolIo>,
 }
 
 /// The state directory.

@@ -5,6 +5,7 @@ pub mod devices;
 pub mod error;
 pub mod home;
 pub mod io;
+pub mod iostat;
 pub mod leaves;
 pub mod owner;
 pub mod pool;

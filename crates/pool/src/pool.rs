@@ -82,6 +82,11 @@ pub struct Pool {
     pub cache: crate::io::cache::BlockCache,
     /// This process owns the pool while the value lives (see `owner`).
     _owner: PoolLock,
+    /// When the pool was imported or created here (seconds since the epoch; kept in the
+    /// pool record).
+    pub(crate) imported_at: std::sync::atomic::AtomicU64,
+    /// Raw bytes allocated per top-level vdev at the last txg sync (`note_allocated`).
+    allocated: std::sync::Mutex<Vec<u64>>,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -160,6 +165,13 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+pub(crate) fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 fn unix_now() -> u64 {
@@ -411,6 +423,7 @@ impl Pool {
         pool.open_spares();
         pool.activate_spares()?;
         pool.apply_counters(&record.counters);
+        pool.apply_io_counts(&record);
         Ok(pool)
     }
 
@@ -574,6 +587,8 @@ impl Pool {
     fn assemble(config: PoolConfig, tops: Vec<TopVdev>, home: &Home, lock: PoolLock) -> Pool {
         Pool {
             _owner: lock,
+            imported_at: std::sync::atomic::AtomicU64::new(unix_now()),
+            allocated: std::sync::Mutex::new(Vec::new()),
             resilver: std::sync::Mutex::new(config.resilver.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             config,
@@ -695,6 +710,7 @@ impl Pool {
             guid: self.config.guid,
             leaves,
             counters,
+            iostat: Some(self.io_snapshot()),
         })
     }
 
@@ -702,6 +718,32 @@ impl Pool {
     pub fn clear_errors(&self) -> Result<(), PoolError> {
         self.apply_counters(&BTreeMap::new());
         self.save_record()
+    }
+
+    /// Takes over the I/O counted since import by earlier processes (`cairn iostat`).
+    fn apply_io_counts(&self, record: &PoolRecord) {
+        let Some(io) = &record.iostat else { return };
+        for child in self.tops.iter().flat_map(|t| t.children.iter()) {
+            let base = io.leaf_counts(child.guid).cloned().unwrap_or_default();
+            *child.io_base.lock().unwrap_or_else(|p| p.into_inner()) = base;
+        }
+        if io.imported_at > 0 {
+            self.imported_at.store(io.imported_at, Ordering::Relaxed);
+        }
+        *self.allocated.lock().unwrap_or_else(|p| p.into_inner()) =
+            io.tops.iter().map(|t| t.alloc).collect();
+    }
+
+    /// The store reports the raw bytes allocated per top-level vdev at each txg sync.
+    pub fn note_allocated(&self, per_top: Vec<u64>) {
+        *self.allocated.lock().unwrap_or_else(|p| p.into_inner()) = per_top;
+    }
+
+    pub(crate) fn allocated_per_top(&self) -> Vec<u64> {
+        self.allocated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn apply_counters(&self, counters: &BTreeMap<u64, LeafCounters>) {

@@ -43,6 +43,10 @@ pub trait Leaf: Send + Sync + fmt::Debug {
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// The I/O counters of a metered leaf (`crate::iostat::MeteredLeaf`); `None` otherwise.
+    fn io_stats(&self) -> Option<&std::sync::Arc<crate::iostat::IoStats>> {
+        None
+    }
 }
 
 /// How to open a leaf.

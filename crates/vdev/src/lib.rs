@@ -10,6 +10,7 @@ pub mod config;
 pub mod dtl;
 pub mod error;
 pub mod fault;
+pub mod iostat;
 pub mod label;
 pub mod label_io;
 pub mod leaf;

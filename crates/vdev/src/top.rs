@@ -74,14 +74,18 @@ pub struct Child {
     /// I/O errors since the last `clear`, for faulting.
     io_errors: AtomicU64,
     pub stats: LeafStats,
+    /// I/O counted before this process opened the leaf (since import, from the state
+    /// directory), to which the metered leaf's own counts add.
+    pub io_base: Mutex<crate::iostat::IoCounts>,
 }
 
 impl Child {
+    /// A child over `leaf`, whose requests are counted from now on (`crate::iostat`).
     pub fn new(guid: u64, path: String, leaf: Option<Arc<dyn Leaf>>) -> Child {
         Child {
             guid,
             path,
-            leaf,
+            leaf: leaf.map(crate::iostat::MeteredLeaf::wrap),
             unavailable_reason: None,
             offline: AtomicBool::new(false),
             removed: AtomicBool::new(false),
@@ -92,6 +96,20 @@ impl Child {
             resilvered: Mutex::new(Vec::new()),
             io_errors: AtomicU64::new(0),
             stats: LeafStats::default(),
+            io_base: Mutex::new(Default::default()),
+        }
+    }
+
+    /// I/O since import: what earlier processes counted and this one's requests.
+    pub fn io_counts(&self) -> crate::iostat::IoCounts {
+        let base = self
+            .io_base
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match self.leaf.as_ref().and_then(|l| l.io_stats()) {
+            Some(stats) => &base + &stats.snapshot(),
+            None => base,
         }
     }
     /// The device, if it can take writes.

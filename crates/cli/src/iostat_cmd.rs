@@ -1,0 +1,415 @@
+//! `cairn iostat [-v] [-l] [-q] [-w] [-H] [-p] [--json] [POOL…] [INTERVAL [COUNT]]`, as
+//! `zpool iostat`: capacity, operations and bandwidth per pool (and with `-v` per top-level
+//! vdev and leaf). The first report covers the time since import (rates averaged over it);
+//! each later one the interval before it.
+//!
+//! Figures come from the pool's leaves (`cairn_vdev::iostat`): a serving process answers
+//! with a live snapshot over its control socket; otherwise the pool record holds the
+//! snapshot the last process that held the pool saved, so `iostat` never opens the pool
+//! (it must not stand in the way of the commands it watches).
+
+use std::time::{Duration, Instant};
+
+use cairn_geometry::format_zfs_size;
+use cairn_pool::iostat::PoolIo;
+use cairn_vdev::iostat::{IoCounts, HIST_BUCKETS};
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct IostatArgs {
+    /// Also every top-level vdev and leaf.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Average time requests spent in the device (disk_wait), read and write.
+    #[arg(short = 'l')]
+    latency: bool,
+    /// Requests inside the devices right now.
+    #[arg(short = 'q')]
+    queues: bool,
+    /// Latency histograms instead of the table.
+    #[arg(short = 'w')]
+    histograms: bool,
+    /// Scripted: no headers, fields separated by tabs.
+    #[arg(short = 'H')]
+    scripted: bool,
+    /// Exact numbers.
+    #[arg(short = 'p')]
+    parsable: bool,
+    /// JSON: one object per report, {"pools": [PoolIo and the interval's rates]}.
+    #[arg(long)]
+    json: bool,
+    /// Pools, then optionally INTERVAL (seconds) and COUNT.
+    args: Vec<String>,
+}
+
+/// What the positional arguments say: pools, then the interval (seconds) and count.
+type Operands = (Vec<String>, Option<f64>, Option<u64>);
+
+/// The pools named and the interval/count that follow them (zpool's grammar: trailing
+/// numbers are the interval and the count).
+fn split_args(args: &[String]) -> Result<Operands, String> {
+    let mut pools: Vec<String> = args.to_vec();
+    let mut numbers = Vec::new();
+    while let Some(last) = pools.last() {
+        if numbers.len() == 2 || last.parse::<f64>().is_err() {
+            break;
+        }
+        numbers.push(pools.pop().unwrap_or_default());
+    }
+    numbers.reverse();
+    let interval = match numbers.first() {
+        Some(s) => Some(
+            s.parse::<f64>()
+                .ok()
+                .filter(|&i| i > 0.0)
+                .ok_or_else(|| format!("bad interval '{s}': give seconds > 0"))?,
+        ),
+        None => None,
+    };
+    let count = match numbers.get(1) {
+        Some(s) => Some(s.parse::<u64>().map_err(|_| format!("bad count '{s}'"))?),
+        None => None,
+    };
+    Ok((pools, interval, count))
+}
+
+/// A snapshot of pool `name`: live from a serving process, else the pool record's.
+fn snapshot(home: &cairn_pool::Home, name: &str) -> Result<PoolIo, String> {
+    if let Some(answer) = crate::control::ask(home, name, "iostat") {
+        return serde_json::from_str(&answer)
+            .map_err(|e| format!("pool '{name}': bad answer from its serving process: {e}"));
+    }
+    let record = home.load(name).map_err(|e| e.to_string())?;
+    Ok(record.iostat.unwrap_or_else(|| PoolIo {
+        pool: name.to_string(),
+        ..PoolIo::default()
+    }))
+}
+
+pub fn iostat(a: IostatArgs) -> Result<(), String> {
+    let home = crate::home();
+    let (mut pools, interval, count) = split_args(&a.args)?;
+    if pools.is_empty() {
+        pools = home.pool_names().map_err(|e| e.to_string())?;
+    }
+    if pools.is_empty() {
+        println!("no pools available");
+        return Ok(());
+    }
+    let take =
+        || -> Result<Vec<PoolIo>, String> { pools.iter().map(|p| snapshot(&home, p)).collect() };
+    let reports = count.unwrap_or(if interval.is_some() { u64::MAX } else { 1 });
+    let mut previous: Option<Vec<PoolIo>> = None;
+    let mut next_at = Instant::now();
+    for _ in 0..reports {
+        let now = take()?;
+        let views: Vec<View> = now
+            .iter()
+            .enumerate()
+            .map(|(i, io)| View::new(io, previous.as_ref().and_then(|p| p.get(i))))
+            .collect();
+        print!("{}", render(&views, &a));
+        previous = Some(now);
+        let Some(secs) = interval else { break };
+        next_at += Duration::from_secs_f64(secs);
+        std::thread::sleep(next_at.saturating_duration_since(Instant::now()));
+    }
+    Ok(())
+}
+
+/// One pool over one report's span: the counts in it and its length in seconds.
+struct View<'a> {
+    io: &'a PoolIo,
+    before: Option<&'a PoolIo>,
+    seconds: f64,
+}
+
+impl<'a> View<'a> {
+    fn new(io: &'a PoolIo, before: Option<&'a PoolIo>) -> View<'a> {
+        let since_ns = match before {
+            Some(b) => b.taken_at_ns,
+            None => io.imported_at.saturating_mul(1_000_000_000),
+        };
+        let seconds = (io.taken_at_ns.saturating_sub(since_ns) as f64 / 1e9).max(1e-3);
+        View {
+            io,
+            before,
+            seconds,
+        }
+    }
+
+    /// The counts of leaf (top `t`, leaf `l`) in this span.
+    fn leaf(&self, t: usize, l: usize) -> IoCounts {
+        let now = &self.io.tops[t].leaves[l];
+        let then = self
+            .before
+            .and_then(|b| b.leaf_counts(now.guid))
+            .cloned()
+            .unwrap_or_default();
+        &now.io - &then
+    }
+
+    fn top(&self, t: usize) -> IoCounts {
+        (0..self.io.tops[t].leaves.len())
+            .fold(IoCounts::default(), |acc, l| &acc + &self.leaf(t, l))
+    }
+
+    fn pool(&self) -> IoCounts {
+        (0..self.io.tops.len()).fold(IoCounts::default(), |acc, t| &acc + &self.top(t))
+    }
+}
+
+fn render(views: &[View], a: &IostatArgs) -> String {
+    if a.json {
+        return render_json(views) + "\n";
+    }
+    if a.histograms {
+        return views.iter().map(|v| render_histogram(v, a)).collect();
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for v in views {
+        let (alloc, size, _) = v.io.total();
+        rows.push(row(
+            &v.io.pool,
+            Some((alloc, size)),
+            &v.pool(),
+            v.seconds,
+            a,
+        ));
+        if a.verbose {
+            for (t, top) in v.io.tops.iter().enumerate() {
+                let space = Some((top.alloc, top.size));
+                rows.push(row(
+                    &format!("  {}", top.name),
+                    space,
+                    &v.top(t),
+                    v.seconds,
+                    a,
+                ));
+                if top.leaves.len() > 1 || top.name != top.leaves[0].path {
+                    for (l, leaf) in top.leaves.iter().enumerate() {
+                        let name = format!("    {}", leaf.path);
+                        rows.push(row(&name, None, &v.leaf(t, l), v.seconds, a));
+                    }
+                }
+            }
+        }
+    }
+    table(&rows, a)
+}
+
+/// One row: name, capacity, operations and bandwidth per second, and the optional columns.
+fn row(
+    name: &str,
+    space: Option<(u64, u64)>,
+    c: &IoCounts,
+    secs: f64,
+    a: &IostatArgs,
+) -> Vec<String> {
+    let size = |b: u64| {
+        if a.parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let rate = |n: u64| {
+        let per_sec = n as f64 / secs;
+        if a.parsable {
+            format!("{}", per_sec.round() as u64)
+        } else {
+            format_count(per_sec)
+        }
+    };
+    let mut cells = vec![name.to_string()];
+    match space {
+        Some((alloc, total)) => {
+            cells.push(size(alloc));
+            cells.push(size(total.saturating_sub(alloc)));
+        }
+        None => cells.extend(["-".to_string(), "-".to_string()]),
+    }
+    cells.push(rate(c.read_ops));
+    cells.push(rate(c.write_ops));
+    cells.push(size((c.read_bytes as f64 / secs) as u64));
+    cells.push(size((c.write_bytes as f64 / secs) as u64));
+    if a.latency {
+        cells.push(latency(c.read_wait_ns, c.read_ops, a.parsable));
+        cells.push(latency(c.write_wait_ns, c.write_ops, a.parsable));
+    }
+    if a.queues {
+        cells.push(c.in_flight.to_string());
+    }
+    cells
+}
+
+/// Average latency: "-" with no requests; ns with -p, else us/ms/s.
+fn latency(total_ns: u64, ops: u64, parsable: bool) -> String {
+    if ops == 0 {
+        return "-".into();
+    }
+    let ns = total_ns / ops;
+    if parsable {
+        return ns.to_string();
+    }
+    match ns {
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{}us", n / 1_000),
+        n if n < 1_000_000_000 => format!("{}ms", n / 1_000_000),
+        n => format!("{}s", n / 1_000_000_000),
+    }
+}
+
+/// zpool's compact counts: 0, 12, 1.5K, 3M.
+fn format_count(n: f64) -> String {
+    if n < 1000.0 {
+        return format!("{}", n.round() as u64);
+    }
+    for (unit, div) in [("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)] {
+        if n >= div {
+            let v = n / div;
+            return if v < 10.0 {
+                format!("{v:.1}{unit}")
+            } else {
+                format!("{}{unit}", v.round() as u64)
+            };
+        }
+    }
+    unreachable!("n >= 1000 matched K")
+}
+
+fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
+    if a.scripted {
+        return rows.iter().map(|r| r.join("\t") + "\n").collect();
+    }
+    let mut head1 = vec!["", "capacity", "", "operations", "", "bandwidth", ""];
+    let mut head2 = vec!["pool", "alloc", "free", "read", "write", "read", "write"];
+    if a.latency {
+        head1.extend(["disk_wait", ""]);
+        head2.extend(["read", "write"]);
+    }
+    if a.queues {
+        head1.push("active");
+        head2.push("now");
+    }
+    let name_w = rows
+        .iter()
+        .map(|r| r[0].len())
+        .chain([10])
+        .max()
+        .unwrap_or(10);
+    let w = 6;
+    let line = |cells: &[&str], dash: bool| -> String {
+        let mut s = if dash {
+            "-".repeat(name_w)
+        } else {
+            format!("{:<name_w$}", cells[0])
+        };
+        for c in &cells[1..] {
+            s += "  ";
+            s += &if dash {
+                "-".repeat(w)
+            } else {
+                format!("{c:>w$}")
+            };
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(&head1, false);
+    out += &line(&head2, false);
+    out += &line(&head2, true);
+    for r in rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        out += &line(&cells, false);
+    }
+    out += &line(&head2, true);
+    out
+}
+
+/// `-w`: how many requests took how long, per latency bucket, for the pool.
+fn render_histogram(v: &View, a: &IostatArgs) -> String {
+    let c = v.pool();
+    let used: Vec<usize> = (0..HIST_BUCKETS)
+        .filter(|&i| {
+            c.read_hist.get(i).copied().unwrap_or(0) + c.write_hist.get(i).copied().unwrap_or(0) > 0
+        })
+        .collect();
+    let mut out = String::new();
+    if !a.scripted {
+        out += &format!("{}  disk_wait\nlatency        read  write\n", v.io.pool);
+        out += "-------------  -----  -----\n";
+    }
+    let (Some(&lo), Some(&hi)) = (used.first(), used.last()) else {
+        return out;
+    };
+    for i in lo..=hi {
+        let upper = 1u64 << (i + 1);
+        let label = latency(upper, 1, a.parsable);
+        let r = c.read_hist.get(i).copied().unwrap_or(0);
+        let w = c.write_hist.get(i).copied().unwrap_or(0);
+        out += &if a.scripted {
+            format!("{label}\t{r}\t{w}\n")
+        } else {
+            format!("{label:<13}  {r:>5}  {w:>5}\n")
+        };
+    }
+    out
+}
+
+fn render_json(views: &[View]) -> String {
+    let pools: Vec<serde_json::Value> = views
+        .iter()
+        .map(|v| {
+            let c = v.pool();
+            serde_json::json!({
+                "snapshot": v.io,
+                "seconds": v.seconds,
+                "read_ops_per_sec": c.read_ops as f64 / v.seconds,
+                "write_ops_per_sec": c.write_ops as f64 / v.seconds,
+                "read_bytes_per_sec": c.read_bytes as f64 / v.seconds,
+                "write_bytes_per_sec": c.write_bytes as f64 / v.seconds,
+            })
+        })
+        .collect();
+    serde_json::json!({ "pools": pools }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailing_numbers_are_interval_and_count() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            split_args(&s(&["tank"])).unwrap(),
+            (s(&["tank"]), None, None)
+        );
+        assert_eq!(
+            split_args(&s(&["tank", "2"])).unwrap(),
+            (s(&["tank"]), Some(2.0), None)
+        );
+        assert_eq!(
+            split_args(&s(&["a", "b", "0.5", "3"])).unwrap(),
+            (s(&["a", "b"]), Some(0.5), Some(3))
+        );
+        assert_eq!(
+            split_args(&s(&["1", "2", "3"])).unwrap(),
+            (s(&["1"]), Some(2.0), Some(3))
+        );
+        assert!(split_args(&s(&["tank", "0"])).is_err());
+        assert!(split_args(&s(&["tank", "1", "2.5"])).is_err());
+    }
+
+    #[test]
+    fn counts_print_as_zpool_does() {
+        assert_eq!(format_count(0.0), "0");
+        assert_eq!(format_count(999.4), "999");
+        assert_eq!(format_count(1500.0), "1.5K");
+        assert_eq!(format_count(25_000.0), "25K");
+        assert_eq!(format_count(3.2e6), "3.2M");
+        assert_eq!(latency(0, 0, false), "-");
+        assert_eq!(latency(3_000_000, 2, false), "1ms");
+        assert_eq!(latency(3_000_000, 2, true), "1500000");
+    }
+}

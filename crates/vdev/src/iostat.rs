@@ -1,0 +1,274 @@
+//! I/O statistics of a leaf, for `cairn iostat`: operations, bytes, time spent in the
+//! device, requests in flight, and latency histograms — counted by `MeteredLeaf`, a
+//! wrapper every child of a top-level vdev puts around its device (`Child::new`), so every
+//! request (data, labels, flushes) is counted once, whatever issued it.
+//!
+//! ```text
+//!  Child::new(leaf) ──► MeteredLeaf { inner: leaf, stats: Arc<IoStats> }
+//!                          read_at / read_vectored_at   → ops[R] bytes[R] wait_ns[R] hist[R]
+//!                          write_at / write_vectored_at → ops[W] bytes[W] wait_ns[W] hist[W]
+//!                          flush                        → flushes
+//!                          in_flight: requests inside the device right now (iostat -q)
+//! ```
+//! The latency histogram has power-of-two buckets: bucket `i` counts requests that took
+//! [2^i, 2^(i+1)) ns (bucket 0 also takes 0 ns), as `zpool iostat -w` shows them.
+//! Counters only grow; `IoCounts` snapshots subtract to give an interval's figures.
+
+use std::io;
+use std::ops::{Add, Sub};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::leaf::Leaf;
+
+/// Latency histogram buckets: 1 ns to 2^37 ns (~137 s) and more in the last.
+pub const HIST_BUCKETS: usize = 38;
+
+const READ: usize = 0;
+const WRITE: usize = 1;
+
+/// Live counters of one leaf.
+#[derive(Debug)]
+pub struct IoStats {
+    ops: [AtomicU64; 2],
+    bytes: [AtomicU64; 2],
+    wait_ns: [AtomicU64; 2],
+    flushes: AtomicU64,
+    in_flight: AtomicU64,
+    hist: [[AtomicU64; HIST_BUCKETS]; 2],
+}
+
+/// A snapshot of `IoStats` (or a sum or difference of them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoCounts {
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Time requests spent inside the device (sum over requests).
+    pub read_wait_ns: u64,
+    pub write_wait_ns: u64,
+    pub flushes: u64,
+    /// Requests inside the device when the snapshot was taken (not summed over time).
+    #[serde(default)]
+    pub in_flight: u64,
+    #[serde(default)]
+    pub read_hist: Vec<u64>,
+    #[serde(default)]
+    pub write_hist: Vec<u64>,
+}
+
+/// Histogram bucket of a latency.
+pub fn bucket_of(ns: u64) -> usize {
+    (63 - ns.max(1).leading_zeros() as usize).min(HIST_BUCKETS - 1)
+}
+
+impl Default for IoStats {
+    fn default() -> Self {
+        IoStats {
+            ops: Default::default(),
+            bytes: Default::default(),
+            wait_ns: Default::default(),
+            flushes: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+impl IoStats {
+    fn record(&self, dir: usize, bytes: u64, started: Instant) {
+        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.ops[dir].fetch_add(1, Ordering::Relaxed);
+        self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
+        self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
+        self.hist[dir][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> IoCounts {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IoCounts {
+            read_ops: get(&self.ops[READ]),
+            write_ops: get(&self.ops[WRITE]),
+            read_bytes: get(&self.bytes[READ]),
+            write_bytes: get(&self.bytes[WRITE]),
+            read_wait_ns: get(&self.wait_ns[READ]),
+            write_wait_ns: get(&self.wait_ns[WRITE]),
+            flushes: get(&self.flushes),
+            in_flight: get(&self.in_flight),
+            read_hist: self.hist[READ].iter().map(get).collect(),
+            write_hist: self.hist[WRITE].iter().map(get).collect(),
+        }
+    }
+}
+
+fn zip_hist(a: &[u64], b: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
+    (0..a.len().max(b.len()))
+        .map(|i| {
+            f(
+                a.get(i).copied().unwrap_or(0),
+                b.get(i).copied().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+impl Add for &IoCounts {
+    type Output = IoCounts;
+    fn add(self, o: &IoCounts) -> IoCounts {
+        IoCounts {
+            read_ops: self.read_ops + o.read_ops,
+            write_ops: self.write_ops + o.write_ops,
+            read_bytes: self.read_bytes + o.read_bytes,
+            write_bytes: self.write_bytes + o.write_bytes,
+            read_wait_ns: self.read_wait_ns + o.read_wait_ns,
+            write_wait_ns: self.write_wait_ns + o.write_wait_ns,
+            flushes: self.flushes + o.flushes,
+            in_flight: self.in_flight + o.in_flight,
+            read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
+            write_hist: zip_hist(&self.write_hist, &o.write_hist, |a, b| a + b),
+        }
+    }
+}
+
+impl Sub for &IoCounts {
+    type Output = IoCounts;
+    /// The interval between two snapshots (`self` the later); in flight is the later's.
+    fn sub(self, o: &IoCounts) -> IoCounts {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        IoCounts {
+            read_ops: d(self.read_ops, o.read_ops),
+            write_ops: d(self.write_ops, o.write_ops),
+            read_bytes: d(self.read_bytes, o.read_bytes),
+            write_bytes: d(self.write_bytes, o.write_bytes),
+            read_wait_ns: d(self.read_wait_ns, o.read_wait_ns),
+            write_wait_ns: d(self.write_wait_ns, o.write_wait_ns),
+            flushes: d(self.flushes, o.flushes),
+            in_flight: self.in_flight,
+            read_hist: zip_hist(&self.read_hist, &o.read_hist, d),
+            write_hist: zip_hist(&self.write_hist, &o.write_hist, d),
+        }
+    }
+}
+
+/// A leaf whose requests are counted in `stats`.
+#[derive(Debug)]
+pub struct MeteredLeaf {
+    inner: Arc<dyn Leaf>,
+    stats: Arc<IoStats>,
+}
+
+impl MeteredLeaf {
+    /// `leaf` counted, unless it is counted already (then it is returned as it is).
+    pub fn wrap(leaf: Arc<dyn Leaf>) -> Arc<dyn Leaf> {
+        if leaf.io_stats().is_some() {
+            return leaf;
+        }
+        Arc::new(MeteredLeaf {
+            inner: leaf,
+            stats: Arc::default(),
+        })
+    }
+
+    fn timed<T>(
+        &self,
+        dir: usize,
+        bytes: u64,
+        op: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = op();
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if result.is_ok() {
+            self.stats.record(dir, bytes, started);
+        }
+        result
+    }
+}
+
+impl Leaf for MeteredLeaf {
+    fn path(&self) -> &str {
+        self.inner.path()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn physical_sector_size(&self) -> u32 {
+        self.inner.physical_sector_size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let n = buf.len() as u64;
+        self.timed(READ, n, || self.inner.read_at(buf, offset))
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.timed(WRITE, buf.len() as u64, || self.inner.write_at(buf, offset))
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let n = bufs.iter().map(|b| b.len() as u64).sum();
+        self.timed(WRITE, n, || self.inner.write_vectored_at(bufs, offset))
+    }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let n = bufs.iter().map(|b| b.len() as u64).sum();
+        self.timed(READ, n, || self.inner.read_vectored_at(bufs, offset))
+    }
+    fn flush(&self) -> io::Result<()> {
+        let result = self.inner.flush();
+        if result.is_ok() {
+            self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+    fn io_stats(&self) -> Option<&Arc<IoStats>> {
+        Some(&self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(bucket_of(0), 0);
+        assert_eq!(bucket_of(1), 0);
+        assert_eq!(bucket_of(2), 1);
+        assert_eq!(bucket_of(1023), 9);
+        assert_eq!(bucket_of(1024), 10);
+        assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn a_metered_file_counts_each_request_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let file: Arc<dyn Leaf> = Arc::new(
+            crate::leaf::FileLeaf::open(&path, crate::leaf::LeafOptions::default()).unwrap(),
+        );
+        let leaf = MeteredLeaf::wrap(file);
+        let again = MeteredLeaf::wrap(Arc::clone(&leaf));
+        assert!(Arc::ptr_eq(&leaf, &again), "not wrapped twice");
+        leaf.write_at(&[1u8; 8192], 0).unwrap();
+        leaf.write_vectored_at(&[&[2u8; 4096], &[3u8; 4096]], 8192)
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        leaf.read_at(&mut buf, 0).unwrap();
+        leaf.flush().unwrap();
+        let s = leaf.io_stats().unwrap().snapshot();
+        assert_eq!((s.write_ops, s.write_bytes), (2, 16384));
+        assert_eq!((s.read_ops, s.read_bytes), (1, 4096));
+        assert_eq!(s.flushes, 1);
+        assert_eq!(s.in_flight, 0);
+        assert_eq!(s.read_hist.iter().sum::<u64>(), 1);
+        assert_eq!(s.write_hist.iter().sum::<u64>(), 2);
+        let later = &s + &s;
+        assert_eq!(&later - &s, s);
+    }
+}
