@@ -57,7 +57,7 @@ pub fn history(a: HistoryArgs) -> Result<(), String> {
 }
 
 fn render(r: &HistoryRecord, long: bool) -> String {
-    let when = format_time(r.time);
+    let when = crate::clock::history_time(r.time);
     if long {
         format!(
             "{when} {} [user {} on {}, txg {}]",
@@ -66,28 +66,6 @@ fn render(r: &HistoryRecord, long: bool) -> String {
     } else {
         format!("{when} {}", r.command)
     }
-}
-
-/// `YYYY-MM-DD.HH:MM:SS` in UTC, as `zpool history` prints (civil date from days since the
-/// epoch: Howard Hinnant's `civil_from_days`).
-fn format_time(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}.{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 /// This process's command line as history shows it: `cairn ARGS…`.
@@ -146,16 +124,4 @@ fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_print_as_zpool_history_does() {
-        assert_eq!(format_time(0), "1970-01-01.00:00:00");
-        assert_eq!(format_time(951_782_400), "2000-02-29.00:00:00");
-        assert_eq!(format_time(1_795_556_443), "2026-11-24.21:40:43");
-    }
 }

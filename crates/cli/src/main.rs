@@ -1,9 +1,11 @@
 //! The `cairn` binary: a thin clap front end over the library crates.
 
+mod clock;
 mod control;
 mod data_cmds;
 mod demo;
 mod device_cmds;
+mod events_cmd;
 mod history_cmd;
 mod iostat_cmd;
 mod pool_cmds;
@@ -99,6 +101,9 @@ enum Command {
     /// Crash loop: kill -9 a writer at random moments, re-import, check every
     /// acknowledged write and scrub.
     Crashloop(cairn_torture::crashloop::CrashLoopArgs),
+    /// What happened to the pools (errors, state changes, scrubs, resilvers, spares,
+    /// imports): `cairn events [-f] [-v] [-H] [-c] [POOL]`.
+    Events(events_cmd::EventsArgs),
     /// I/O statistics like `zpool iostat`: `cairn iostat [-v] [-l] [-q] [-w] [-H] [-p]
     /// [--json] [POOL…] [INTERVAL [COUNT]]`.
     Iostat(iostat_cmd::IostatArgs),
@@ -266,6 +271,7 @@ fn main() {
         Command::Crashloop(a) => crashloop(&a),
         Command::History(a) => history_cmd::history(a),
         Command::Iostat(a) => iostat_cmd::iostat(a),
+        Command::Events(a) => events_cmd::events(a),
         Command::Tunables(a) => {
             print!("{}", tunables::get().render(a.json));
             Ok(())

@@ -195,3 +195,91 @@ fn iostat_counts_the_bytes_written_and_read() {
     let (r3, w3) = io_totals(&home);
     assert!(r3 < r2 && w3 < w1, "counts restart at import: {r3} {w3}");
 }
+
+/// The classes `cairn events -H` lists, oldest first.
+fn event_classes(home: &std::path::Path, pool: &str) -> Vec<String> {
+    ok(&cairn(home, &["events", "-H", pool]))
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn events_report_scrubs_state_changes_and_errors() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let data = dir.path().join("data");
+    std::fs::write(&data, pseudo_random(8 * MIB as usize, 3)).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", &data.display().to_string(), "tank/data"],
+    ));
+    ok(&cairn(&home, &["scrub", "tank"]));
+    assert_eq!(
+        event_classes(&home, "tank"),
+        [
+            "sysevent.fs.zfs.pool_create",
+            "sysevent.fs.zfs.scrub_start",
+            "sysevent.fs.zfs.scrub_finish"
+        ]
+    );
+
+    // -f prints events as they come.
+    let mut follow = support::cairn_cmd(&home)
+        .args(["events", "-f", "-H", "tank"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    for _ in 0..3 {
+        lines.next().unwrap().unwrap();
+    }
+    // Bit rot on one leaf: the scrub repairs it and the leaf's checksum errors are posted.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&d[1]).unwrap();
+        for off in (4 * MIB..60 * MIB).step_by(MIB as usize) {
+            f.write_all_at(&pseudo_random(64 << 10, off), off).unwrap();
+        }
+    }
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.ends_with("scrub_finish")) {
+        seen.push(lines.next().unwrap().unwrap());
+    }
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    assert!(seen[0].ends_with("sysevent.fs.zfs.scrub_start"), "{seen:?}");
+
+    // A leaf gone between two commands: the next command posts its state change.
+    std::fs::remove_file(&d[2]).unwrap();
+    assert!(ok(&cairn(&home, &["status", "tank"])).contains("DEGRADED"));
+    ok(&cairn(&home, &["status", "tank"]));
+    let classes = event_classes(&home, "tank");
+    let checksum = classes
+        .iter()
+        .filter(|c| *c == "ereport.fs.zfs.checksum")
+        .count();
+    assert_eq!(checksum, 1, "{classes:?}");
+    let changes = classes
+        .iter()
+        .filter(|c| *c == "resource.fs.zfs.statechange")
+        .count();
+    assert_eq!(changes, 1, "reported once: {classes:?}");
+    let verbose = ok(&cairn(&home, &["events", "-v", "tank"]));
+    assert!(
+        verbose.contains(&format!("vdev_path = \"{}\"", d[2])),
+        "{verbose}"
+    );
+    assert!(verbose.contains("from = \"ONLINE\"") && verbose.contains("to = \"UNAVAIL\""));
+    assert!(verbose.contains("count = \""), "{verbose}");
+
+    assert!(ok(&cairn(&home, &["events", "-c"])).starts_with("cleared "));
+    assert!(event_classes(&home, "tank").is_empty());
+}

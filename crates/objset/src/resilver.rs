@@ -126,6 +126,17 @@ struct Targets {
 }
 
 impl Targets {
+    /// The paths of the leaves being resilvered.
+    fn paths(&self, store: &StoreCore) -> Vec<String> {
+        self.per_vdev
+            .iter()
+            .flat_map(|(&t, list)| {
+                list.iter()
+                    .map(move |target| store.pool().tops[t].children[target.child].path.clone())
+            })
+            .collect()
+    }
+
     fn find(store: &StoreCore) -> Option<Targets> {
         let mut per_vdev = BTreeMap::new();
         for (t, top) in store.pool().tops.iter().enumerate() {
@@ -202,6 +213,34 @@ impl StoreCore {
         opts: ResilverOptions,
         report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
     ) -> Result<(ResilverProgress, ResilverEnd), StoreError> {
+        let result = self.resilver_pass(opts, report);
+        let (class, details) = match &result {
+            Ok((_, ResilverEnd::NothingToDo)) => return result,
+            Ok((p, end)) => {
+                let class = match end {
+                    ResilverEnd::Paused => "sysevent.fs.zfs.resilver_paused",
+                    _ => "sysevent.fs.zfs.resilver_finish",
+                };
+                let details = vec![
+                    ("repaired_bytes", p.repaired_bytes.to_string()),
+                    ("errors", p.errors.to_string()),
+                ];
+                (class, details)
+            }
+            Err(e) => (
+                "sysevent.fs.zfs.resilver_abort",
+                vec![("error", e.to_string())],
+            ),
+        };
+        self.pool().post_event(class, None, &details);
+        result
+    }
+
+    fn resilver_pass(
+        &self,
+        opts: ResilverOptions,
+        report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
+    ) -> Result<(ResilverProgress, ResilverEnd), StoreError> {
         self.sync()?;
         let Some(targets) = Targets::find(self) else {
             if self.pool().resilver_checkpoint().is_some() {
@@ -211,6 +250,15 @@ impl StoreCore {
         };
         let start = Instant::now();
         let resumed = self.pool().resilver_checkpoint();
+        let leaves: Vec<String> = targets.paths(self);
+        self.pool().post_event(
+            "sysevent.fs.zfs.resilver_start",
+            None,
+            &[
+                ("leaves", leaves.join(" ")),
+                ("resumed", resumed.is_some().to_string()),
+            ],
+        );
         let mut p = match &resumed {
             Some(cp) => ResilverProgress {
                 total_bytes: cp.total_bytes,

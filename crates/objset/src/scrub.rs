@@ -72,8 +72,44 @@ pub enum ScrubEnd {
 
 impl StoreCore {
     /// Scrubs the pool, from the start or on from where a paused scrub stopped. `report`
-    /// is called about every `every` and decides whether to go on.
+    /// is called about every `every` and decides whether to go on. The pool's events say
+    /// when it started and how it ended.
     pub fn scrub(
+        &self,
+        resume: Option<&ScrubProgress>,
+        every: Duration,
+        report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
+    ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
+        let class = match resume {
+            Some(_) => "sysevent.fs.zfs.scrub_resume",
+            None => "sysevent.fs.zfs.scrub_start",
+        };
+        self.pool().post_event(class, None, &[]);
+        let result = self.scrub_pass(resume, every, report);
+        let (class, details) = match &result {
+            Ok((p, end)) => {
+                let class = match end {
+                    ScrubEnd::Finished => "sysevent.fs.zfs.scrub_finish",
+                    ScrubEnd::Paused => "sysevent.fs.zfs.scrub_paused",
+                    ScrubEnd::Stopped => "sysevent.fs.zfs.scrub_abort",
+                };
+                let details = vec![
+                    ("examined_bytes", p.examined_bytes.to_string()),
+                    ("repaired_bytes", p.repaired_bytes.to_string()),
+                    ("errors", p.errors.to_string()),
+                ];
+                (class, details)
+            }
+            Err(e) => (
+                "sysevent.fs.zfs.scrub_abort",
+                vec![("error", e.to_string())],
+            ),
+        };
+        self.pool().post_event(class, None, &details);
+        result
+    }
+
+    fn scrub_pass(
         &self,
         resume: Option<&ScrubProgress>,
         every: Duration,

@@ -398,6 +398,11 @@ impl Pool {
                 if slot.take_spare(child) {
                     in_use[s] = true;
                     activated = true;
+                    self.post_event(
+                        "sysevent.fs.zfs.vdev_spare",
+                        Some(&spare.path),
+                        &[("replacing", slot.path.clone())],
+                    );
                 }
             }
         }

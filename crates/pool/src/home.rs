@@ -37,6 +37,10 @@ pub struct PoolRecord {
     pub iostat: Option<crate::iostat::PoolIo>,
 }
 
+/// What events last reported of each leaf (`crate::events`): leaf GUID → (health, error
+/// counters). Kept beside the pool record, written only when an event was posted.
+pub type SeenLeaves = BTreeMap<u64, (crate::pool::Health, LeafCounters)>;
+
 /// The state directory.
 #[derive(Clone, Debug)]
 pub struct Home {
@@ -93,6 +97,27 @@ impl Home {
         self.pools_dir().join(format!("{name}.json"))
     }
 
+    fn seen_path(&self, name: &str) -> PathBuf {
+        self.pools_dir().join(format!("{name}.seen"))
+    }
+
+    /// What events last reported of pool `name`'s leaves (empty if nothing yet).
+    pub fn load_seen(&self, name: &str) -> SeenLeaves {
+        std::fs::read_to_string(self.seen_path(name))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    /// Keeps what events reported of pool `name`'s leaves (atomically).
+    pub fn save_seen(&self, name: &str, seen: &SeenLeaves) -> Result<(), PoolError> {
+        let path = self.seen_path(name);
+        let tmp = path.with_extension("seen.tmp");
+        let text = serde_json::to_string(seen).expect("leaf states serialize");
+        std::fs::write(&tmp, text).map_err(|e| state_err(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| state_err(&path, e))
+    }
+
     /// This state directory's owner id (created on first use).
     pub fn id(&self) -> Result<u64, PoolError> {
         let path = self.root.join("home-id");
@@ -138,6 +163,7 @@ impl Home {
     }
 
     pub fn remove(&self, name: &str) -> Result<(), PoolError> {
+        let _ = std::fs::remove_file(self.seen_path(name));
         let path = self.record_path(name);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),

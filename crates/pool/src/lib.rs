@@ -3,6 +3,7 @@
 
 pub mod devices;
 pub mod error;
+pub mod events;
 pub mod home;
 pub mod io;
 pub mod iostat;

@@ -14,6 +14,7 @@ use cairn_vdev::{
 };
 
 use crate::error::PoolError;
+use crate::events::Event;
 use crate::home::{Home, LeafCounters, PoolRecord};
 use crate::leaves::open_leaf;
 use crate::owner::PoolLock;
@@ -87,6 +88,10 @@ pub struct Pool {
     pub(crate) imported_at: std::sync::atomic::AtomicU64,
     /// Raw bytes allocated per top-level vdev at the last txg sync (`note_allocated`).
     allocated: std::sync::Mutex<Vec<u64>>,
+    /// Events not yet in the state directory's file (`crate::events`).
+    events: std::sync::Mutex<Vec<Event>>,
+    /// Each leaf's health and error counters as last reported (events are the changes).
+    seen: std::sync::Mutex<crate::home::SeenLeaves>,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -367,13 +372,11 @@ impl Pool {
         });
         let lock = PoolLock::acquire(home.lock_dir(), config.guid, name)?;
         let pool = Pool::assemble(config.clone(), tops, home, lock);
-        let pool = Pool {
-            notes: notes.clone(),
-            ..pool
-        };
         let mut pool = pool;
+        pool.notes = notes.clone();
         pool.write_labels(true)?;
         pool.add_spares(&spare_devices, opts.force)?;
+        pool.post_event("sysevent.fs.zfs.pool_create", None, &[]);
         pool.save_record()?;
         Ok(CreateOutcome {
             config,
@@ -424,6 +427,8 @@ impl Pool {
         pool.activate_spares()?;
         pool.apply_counters(&record.counters);
         pool.apply_io_counts(&record);
+        *pool.seen.lock().unwrap_or_else(|p| p.into_inner()) = home.load_seen(name);
+        pool.note_leaf_changes();
         Ok(pool)
     }
 
@@ -563,6 +568,8 @@ impl Pool {
         }
         pool.open_spares();
         pool.bump_config()?;
+        pool.post_event("sysevent.fs.zfs.pool_import", None, &[]);
+        pool.note_leaf_changes();
         pool.save_record()?;
         Ok(pool)
     }
@@ -572,6 +579,7 @@ impl Pool {
         self.config.state = PoolState::Exported;
         self.config.owner = None;
         self.bump_config()?;
+        self.post_event("sysevent.fs.zfs.pool_export", None, &[]);
         self.home.remove(&self.config.name)
     }
 
@@ -580,6 +588,7 @@ impl Pool {
         self.config.state = PoolState::Destroyed;
         self.config.owner = None;
         self.bump_config()?;
+        self.post_event("sysevent.fs.zfs.pool_destroy", None, &[]);
         self.home.remove(&self.config.name)
     }
 
@@ -589,6 +598,8 @@ impl Pool {
             _owner: lock,
             imported_at: std::sync::atomic::AtomicU64::new(unix_now()),
             allocated: std::sync::Mutex::new(Vec::new()),
+            events: std::sync::Mutex::new(Vec::new()),
+            seen: std::sync::Mutex::new(BTreeMap::new()),
             resilver: std::sync::Mutex::new(config.resilver.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             config,
@@ -689,6 +700,8 @@ impl Pool {
 
     /// Persists error counters (and current leaf paths) in the state directory.
     pub fn save_record(&self) -> Result<(), PoolError> {
+        self.note_leaf_changes();
+        self.flush_events();
         let mut leaves = BTreeMap::new();
         let mut counters = BTreeMap::new();
         for top in &self.tops {
@@ -718,6 +731,74 @@ impl Pool {
     pub fn clear_errors(&self) -> Result<(), PoolError> {
         self.apply_counters(&BTreeMap::new());
         self.save_record()
+    }
+
+    /// Records an event (written to the state directory at the next save, or on drop).
+    pub fn post_event(&self, class: &str, vdev: Option<&str>, details: &[(&str, String)]) {
+        let event = Event {
+            time_ns: unix_now_ns(),
+            class: class.to_string(),
+            pool: self.config.name.clone(),
+            pool_guid: self.config.guid,
+            vdev: vdev.map(String::from),
+            details: details
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+
+    /// Writes the pending events to the state directory (best effort: an event that cannot
+    /// be written is not worth failing a command over).
+    pub fn flush_events(&self) {
+        let pending = std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = crate::events::append(&self.home, &pending);
+    }
+
+    /// Posts a statechange for every leaf whose health changed since last seen, and an
+    /// ereport for every leaf whose error counters grew (ZFS posts one per error; the count
+    /// is in the details here); what was posted is remembered beside the pool record.
+    pub fn note_leaf_changes(&self) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let before = seen.clone();
+        for child in self.tops.iter().flat_map(|t| t.children.iter()) {
+            let health = Pool::leaf_health(child);
+            let (read, write, checksum) = child.stats.snapshot();
+            let now = LeafCounters {
+                read,
+                write,
+                checksum,
+            };
+            let Some(&(was, before)) = seen.get(&child.guid) else {
+                seen.insert(child.guid, (health, now));
+                continue;
+            };
+            let path = Some(child.path.as_str());
+            if was != health {
+                let change = [("from", was.to_string()), ("to", health.to_string())];
+                self.post_event("resource.fs.zfs.statechange", path, &change);
+            }
+            for (class, n, m) in [
+                ("ereport.fs.zfs.checksum", now.checksum, before.checksum),
+                (
+                    "ereport.fs.zfs.io",
+                    now.read + now.write,
+                    before.read + before.write,
+                ),
+            ] {
+                if n > m {
+                    self.post_event(class, path, &[("count", (n - m).to_string())]);
+                }
+            }
+            seen.insert(child.guid, (health, now));
+        }
+        if *seen != before && self.home.exists(&self.config.name) {
+            let _ = self.home.save_seen(&self.config.name, &seen);
+        }
     }
 
     /// Takes over the I/O counted since import by earlier processes (`cairn iostat`).
@@ -989,6 +1070,15 @@ impl Pool {
     /// Root pointer of the newest uberblock on any leaf (kept across config updates).
     fn newest_root(&self) -> Option<[u8; cairn_vdev::label::ROOT_POINTER_SIZE]> {
         self.uberblocks().first().map(|u| u.root)
+    }
+}
+
+impl Drop for Pool {
+    /// Events posted since the last save still reach the state directory (best effort:
+    /// nothing here can fail a command).
+    fn drop(&mut self) {
+        self.note_leaf_changes();
+        self.flush_events();
     }
 }
 
