@@ -249,12 +249,41 @@ impl DatasetTable {
         }
         let pool = PoolSection::decode(&mut r)?;
         let table = DatasetTable { datasets, pool };
-        for d in &table.datasets {
-            if d.parent != NO_PARENT && table.by_id(d.parent).is_none() {
-                return Err(r.err(format!("dataset {} has a missing parent", d.name)));
+        table.check_tree().map_err(|why| r.err(why))?;
+        Ok(table)
+    }
+
+    /// The datasets must form a tree: ids unique, every parent present, and every chain of
+    /// parents ending at the root (a cycle read from disk would send the inheritance and
+    /// space walks round forever).
+    fn check_tree(&self) -> Result<(), String> {
+        let mut ids = std::collections::BTreeSet::new();
+        for d in &self.datasets {
+            if d.id == NO_PARENT {
+                return Err(format!(
+                    "dataset {} has the reserved id {NO_PARENT}",
+                    d.name
+                ));
+            }
+            if !ids.insert(d.id) {
+                return Err(format!("dataset id {} appears twice", d.id));
             }
         }
-        Ok(table)
+        for d in &self.datasets {
+            let mut at = d;
+            for _ in 0..=self.datasets.len() {
+                if at.parent == NO_PARENT {
+                    break;
+                }
+                at = self
+                    .by_id(at.parent)
+                    .ok_or_else(|| format!("dataset {} has a missing parent", d.name))?;
+            }
+            if at.parent != NO_PARENT {
+                return Err(format!("dataset {} is its own ancestor", d.name));
+            }
+        }
+        Ok(())
     }
 
     pub fn by_name(&self, name: &str) -> Option<&Dataset> {
@@ -416,6 +445,19 @@ mod tests {
         let at = before_pool_section.len();
         bad[at] ^= 0xff;
         assert!(DatasetTable::decode(&bad).is_err());
+
+        // Found by fuzzing: a parent cycle (or a repeated id) read from disk is damage;
+        // before, `used_total` recursed until the stack overflowed.
+        let mut cycle = t.clone();
+        cycle.by_id_mut(0).unwrap().parent = 2;
+        let e = DatasetTable::decode(&cycle.encode()).unwrap_err();
+        assert!(e.to_string().contains("own ancestor"), "{e}");
+        let mut twice = t.clone();
+        twice.datasets[2].id = 1;
+        assert!(DatasetTable::decode(&twice.encode()).is_err());
+        let mut reserved = t.clone();
+        reserved.datasets[2].id = NO_PARENT;
+        assert!(DatasetTable::decode(&reserved.encode()).is_err());
     }
 
     proptest::proptest! {

@@ -52,7 +52,7 @@ impl HistoryRecord {
 }
 
 /// Parses the object's lines; undecodable lines are skipped.
-fn parse(bytes: &[u8]) -> Vec<HistoryRecord> {
+pub fn parse_records(bytes: &[u8]) -> Vec<HistoryRecord> {
     bytes
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
@@ -114,7 +114,7 @@ impl StoreCore {
         if size as usize + line.len() <= HISTORY_MAX {
             return self.write_locked(&mut st, id, size, line.as_bytes());
         }
-        let old = parse(&load_object_bytes(self.pool(), &mut st, id)?);
+        let old = parse_records(&load_object_bytes(self.pool(), &mut st, id)?);
         let text: String = trimmed(old, record, HISTORY_MAX)
             .iter()
             .map(HistoryRecord::line)
@@ -133,7 +133,7 @@ impl StoreCore {
 fn history_of(store: &StoreCore, st: &mut State) -> Result<Vec<HistoryRecord>, StoreError> {
     match st.datasets.pool.history_object {
         0 => Ok(Vec::new()),
-        id => Ok(parse(&load_object_bytes(store.pool(), st, id)?)),
+        id => Ok(parse_records(&load_object_bytes(store.pool(), st, id)?)),
     }
 }
 
@@ -156,7 +156,7 @@ mod tests {
         let mut bytes = rec(1, 3).line().into_bytes();
         bytes.extend_from_slice(b"{not json\n\xff\xfe\n");
         bytes.extend_from_slice(rec(2, 3).line().as_bytes());
-        assert_eq!(parse(&bytes), vec![rec(1, 3), rec(2, 3)]);
+        assert_eq!(parse_records(&bytes), vec![rec(1, 3), rec(2, 3)]);
     }
 
     #[test]

@@ -328,6 +328,10 @@ pub(crate) fn write_meta(
     Ok(())
 }
 
+/// Largest object read whole into memory (tables, directories, the pool history): a size
+/// read from disk beyond it is damage, not a reason to allocate that much.
+pub const MAX_WHOLE_OBJECT: u64 = 1 << 30;
+
 /// Whole contents of an object (tables, directories).
 pub(crate) fn load_object_bytes(
     pool: &Pool,
@@ -339,7 +343,13 @@ pub(crate) fn load_object_bytes(
         st.objects.insert(id, ObjectState::new(dnode));
     }
     let obj = st.objects.get(&id).expect("loaded");
-    let mut buf = vec![0u8; obj.dnode.size as usize];
+    let size = obj.dnode.size;
+    if size > MAX_WHOLE_OBJECT || size > pool.space().size {
+        return Err(StoreError::Corrupt(format!(
+            "object {id}: size {size} is more than a table or directory can hold"
+        )));
+    }
+    let mut buf = vec![0u8; size as usize];
     read_object(pool, &mut st.cache, id, obj, 0, &mut buf)?;
     Ok(buf)
 }

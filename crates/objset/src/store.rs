@@ -182,9 +182,17 @@ impl StoreCore {
         let root_bp =
             BlockPointer::decode(root_bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let root = RootBlock::decode(&pool.read_bp(&root_bp)?)?;
-        let mut map = Vec::with_capacity(root.space_map_len as usize);
+        let mut map = Vec::new();
         for bp in &root.space_map_bps {
             map.extend_from_slice(&pool.read_bp(bp)?);
+        }
+        // The length comes from disk: it must lie within the chunks it names.
+        if root.space_map_len > map.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "root block: space map of {} bytes in {} bytes of chunks",
+                root.space_map_len,
+                map.len()
+            )));
         }
         map.truncate(root.space_map_len as usize);
         let mut alloc = fresh_allocator(pool);

@@ -20,6 +20,9 @@ use crate::leaves::open_leaf;
 use crate::owner::PoolLock;
 use crate::spec::{check_replication, parse_vdevs, TopSpec};
 
+// A block pointer fits in an uberblock's root pointer (the copy in `write_uberblock`).
+const _: () = assert!(crate::io::bp::BP_SIZE <= cairn_vdev::label::ROOT_POINTER_SIZE);
+
 /// Txg of a freshly created pool's first config and uberblock.
 const INITIAL_TXG: u64 = 4;
 
@@ -966,7 +969,11 @@ impl Pool {
 
     /// Commits a txg: writes its uberblock (root pointer `root`) into every usable leaf's
     /// label ring and flushes. The caller has flushed all blocks of the txg before.
-    pub fn write_uberblock(&self, txg: u64, root: &[u8]) -> Result<(), PoolError> {
+    pub fn write_uberblock(
+        &self,
+        txg: u64,
+        root: &[u8; crate::io::bp::BP_SIZE],
+    ) -> Result<(), PoolError> {
         let mut ub = Uberblock {
             txg,
             guid_sum: self.live_config().guid_sum(),

@@ -208,6 +208,32 @@ impl VdevAllocator {
         self.metaslabs[m].insert(offset, len);
     }
 
+    /// Checks that [offset, offset+len) lies inside one metaslab and is allocated whole:
+    /// what a deferred free read from disk must be before it may be freed at a sync.
+    pub fn check_allocated(&self, offset: u64, len: u64) -> Result<(), String> {
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| format!("range [{offset}, +{len}) overflows"))?;
+        let ms = self
+            .metaslabs
+            .get(self.metaslab_of(offset))
+            .ok_or_else(|| format!("range at {offset} lies past the last metaslab"))?;
+        if len == 0 || end > ms.start + ms.size {
+            return Err(format!(
+                "range [{offset}, +{len}) crosses a metaslab boundary"
+            ));
+        }
+        let touches_free = ms
+            .free
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &e)| e > offset);
+        if touches_free {
+            return Err(format!("range [{offset}, +{len}) is not allocated"));
+        }
+        Ok(())
+    }
+
     /// Marks a range allocated (when loading a space map).
     pub fn claim(&mut self, offset: u64, len: u64) -> Result<(), String> {
         let m = self.metaslab_of(offset);
@@ -471,6 +497,11 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
         if vdev as usize >= alloc.vdevs.len() || asize == 0 {
             return Err(format!("bad deferred free on vdev {vdev}"));
         }
+        // Freed at a later sync: it must be allocated now (a free of free space, or past
+        // the vdev, would trip the allocator's invariants).
+        alloc.vdevs[vdev as usize]
+            .check_allocated(offset, asize)
+            .map_err(|why| format!("bad deferred free on vdev {vdev}: {why}"))?;
         deferred.push((
             txg,
             Dva {
@@ -480,7 +511,26 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
             },
         ));
     }
+    check_no_overlap(&deferred)?;
     Ok(deferred)
+}
+
+/// Two deferred frees of one range would free it twice.
+fn check_no_overlap(deferred: &[(u64, Dva)]) -> Result<(), String> {
+    let mut ranges: Vec<(u32, u64, u64)> = deferred
+        .iter()
+        .map(|(_, d)| (d.vdev, d.offset, d.offset + d.asize))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        if w[0].0 == w[1].0 && w[1].1 < w[0].2 {
+            return Err(format!(
+                "deferred frees overlap on vdev {} at {}",
+                w[1].0, w[1].1
+            ));
+        }
+    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -602,7 +652,70 @@ mod tests {
         assert_ne!(dvas[0].offset, dvas[1].offset);
     }
 
+    /// A space map with one allocated extent and the deferred frees given, as the encoder
+    /// would write them (varints, 512-byte units).
+    fn map_with_deferred(frees: &[(u64, u64, u64)]) -> Vec<u8> {
+        let mut a = allocator();
+        a.vdevs[0].claim(1 << 20, 64 << 10).unwrap();
+        let deferred: Vec<(u64, Dva)> = frees
+            .iter()
+            .map(|&(txg, offset, asize)| {
+                (
+                    txg,
+                    Dva {
+                        vdev: 0,
+                        offset,
+                        asize,
+                    },
+                )
+            })
+            .collect();
+        encode_space_map(&a, &deferred)
+    }
+
+    /// Frees the deferred frees as a txg sync does; panics on a bad one.
+    fn release(alloc: &mut Allocator, deferred: &[(u64, Dva)]) {
+        for (_, dva) in deferred {
+            alloc.free(dva);
+        }
+    }
+
+    #[test]
+    fn deferred_frees_of_unallocated_or_overlapping_space_are_refused() {
+        // Good: inside the allocated extent.
+        let ok = map_with_deferred(&[(5, 1 << 20, 4096), (6, (1 << 20) + 8192, 4096)]);
+        let mut a = allocator();
+        let deferred = decode_space_map(&ok, &mut a).unwrap();
+        release(&mut a, &deferred);
+        // Free space, past the vdev, twice the same range, across a metaslab: each would
+        // have tripped an allocator assertion at the next sync.
+        for bad in [
+            map_with_deferred(&[(5, 4 << 20, 4096)]),
+            map_with_deferred(&[(5, 1 << 40, 4096)]),
+            map_with_deferred(&[(5, 1 << 20, 4096), (6, 1 << 20, 8192)]),
+            map_with_deferred(&[(5, (1 << 20) + (60 << 10), 8192)]),
+        ] {
+            let e = decode_space_map(&bad, &mut allocator()).unwrap_err();
+            assert!(e.contains("deferred free"), "{e}");
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn a_damaged_map_that_decodes_can_be_released(
+            flips in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 1..6)
+        ) {
+            let mut map = map_with_deferred(&[(5, 1 << 20, 4096), (6, (1 << 20) + 8192, 4096)]);
+            for (at, x) in flips {
+                let i = at % map.len();
+                map[i] ^= x;
+            }
+            let mut a = allocator();
+            if let Ok(deferred) = decode_space_map(&map, &mut a) {
+                release(&mut a, &deferred);
+            }
+        }
+
         #[test]
         fn decoding_garbage_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let mut with_header = SPACE_MAP_MAGIC.to_le_bytes().to_vec();
