@@ -225,8 +225,35 @@ fn tune_malloc() {
     }
 }
 
+/// `cairn plan | head`: when standard output is a pipe its reader closed, stop as coreutils
+/// do — killed by SIGPIPE, nothing on standard error. SIGPIPE itself stays ignored (so a
+/// closed NBD or control socket is an error to handle, not death); the failed print's panic
+/// is what is caught here, whichever crate printed.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            // SAFETY: restoring the default action and raising a signal have no
+            // preconditions; the process ends here.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
     tune_malloc();
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     if let Err(msg) = tunables::init(&cli.tunables) {
         eprintln!("cairn: {msg}");
