@@ -113,18 +113,16 @@ pub struct PutArgs {
     dest: String,
 }
 
+/// Prefix of the hidden file a `put` writes before it takes the final name.
+const PUT_TEMP_PREFIX: &str = ".cairn-put-";
+
+/// `cairn put`: all or nothing. The data goes to a hidden file in the destination's
+/// directory, which takes the final name (replacing an old file with `-f`) only when it is
+/// complete; a put that fails (ENOSPC, a read error) removes it, and one that was killed
+/// leaves at most that hidden file, which the next put into the directory removes.
 pub fn put(a: PutArgs) -> Result<(), String> {
     let store = open(pool_of(&a.dest))?;
-    let mut dest = a.dest.trim_end_matches('/').to_string();
-    if let Ok(r) = store.resolve(&dest) {
-        if r.kind == cairn_objset::dnode::ObjectKind::Directory {
-            let name = a
-                .src
-                .file_name()
-                .ok_or("give a file name for data from stdin")?;
-            dest = format!("{dest}/{}", name.to_string_lossy());
-        }
-    }
+    let dest = put_destination(&store, &a)?;
     let (mut input, total): (Box<dyn Read>, u64) = if a.src.as_os_str() == "-" {
         (Box::new(std::io::stdin().lock()), 0)
     } else {
@@ -132,16 +130,86 @@ pub fn put(a: PutArgs) -> Result<(), String> {
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
         (Box::new(f), len)
     };
-    store.create_file(&dest, a.force).map_err(|e| match e {
-        cairn_objset::StoreError::Exists(p) => format!("'{p}' exists; use -f to overwrite"),
-        other => other.to_string(),
-    })?;
-    let r = store.resolve(&dest).map_err(err)?;
+    let (dir, name) = dest
+        .rsplit_once('/')
+        .expect("a destination has a directory");
+    remove_stale_put_temps(&store, dir);
+    let temp = format!("{dir}/{PUT_TEMP_PREFIX}{}-{name}", std::process::id());
+    let written = store
+        .create_file(&temp, true)
+        .map_err(err)
+        .and_then(|_| copy_in(&store, &temp, &mut input, total, &a.src))
+        .and_then(|_| store.replace_with(&temp, &dest).map_err(err));
+    if let Err(e) = written {
+        // Nothing under the final name changed; the partial copy goes too.
+        let _ = store.remove(&temp, false);
+        finish(store)?;
+        return Err(e);
+    }
+    finish(store)
+}
+
+/// The file a put writes: DEST itself, or DEST/NAME when DEST is a directory (or ends in
+/// `/`, which must then name one). An existing file is refused without `-f`.
+fn put_destination(store: &Store, a: &PutArgs) -> Result<String, String> {
+    let trimmed = a.dest.trim_end_matches('/').to_string();
+    let is_dir = match store.resolve(&trimmed) {
+        Ok(r) => r.kind == cairn_objset::dnode::ObjectKind::Directory,
+        Err(_) if a.dest.ends_with('/') => {
+            return Err(format!(
+                "'{trimmed}' is not a dataset or directory; create it first (`cairn dataset create {trimmed}` or `cairn mkdir {trimmed}`)"
+            ))
+        }
+        Err(_) => false,
+    };
+    let dest = if is_dir {
+        let name = a
+            .src
+            .file_name()
+            .ok_or("give a file name for data from stdin")?;
+        format!("{trimmed}/{}", name.to_string_lossy())
+    } else {
+        trimmed
+    };
+    if !dest.contains('/') {
+        return Err(format!(
+            "'{dest}': give a path inside a dataset, e.g. {dest}/file"
+        ));
+    }
+    match store.resolve(&dest) {
+        Ok(r) if r.kind == cairn_objset::dnode::ObjectKind::Directory => {
+            Err(format!("'{dest}' is a directory"))
+        }
+        Ok(_) if !a.force => Err(format!("'{dest}' exists; use -f to overwrite")),
+        _ => Ok(dest),
+    }
+}
+
+/// Removes what killed puts left in `dir` (this process holds the pool, so no put is
+/// running there now).
+fn remove_stale_put_temps(store: &Store, dir: &str) {
+    let Ok(entries) = store.list(dir) else { return };
+    for e in entries {
+        if e.name.starts_with(PUT_TEMP_PREFIX) {
+            let _ = store.remove(&format!("{dir}/{}", e.name), false);
+        }
+    }
+}
+
+/// Copies `input` into the file at `path`.
+fn copy_in(
+    store: &Store,
+    path: &str,
+    input: &mut dyn Read,
+    total: u64,
+    src: &Path,
+) -> Result<(), String> {
+    let r = store.resolve(path).map_err(err)?;
     let bar = progress_bar(total, "put");
     let mut buf = vec![0u8; CHUNK];
     let mut offset = 0u64;
     loop {
-        let n = read_full(&mut input, &mut buf).map_err(|e| format!("{}: {e}", a.src.display()))?;
+        let n = read_full(input, &mut buf).map_err(|e| format!("{}: {e}", src.display()))?;
         if n == 0 {
             break;
         }
@@ -154,7 +222,7 @@ pub fn put(a: PutArgs) -> Result<(), String> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    finish(store)
+    Ok(())
 }
 
 fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -435,6 +435,32 @@ impl StoreCore {
         Ok(id)
     }
 
+    /// Gives the file at `from` the name `to` in the same directory, in one step of the
+    /// open txg: an existing file at `to` is freed (a directory there is an error). What a
+    /// `put` that wrote a temporary file does last, so `to` names the old contents or the
+    /// new, never a part of them.
+    pub fn replace_with(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let (dir, from_name, dataset) = self.parent_dir_locked(&mut st, from, false)?;
+        let (to_dir, to_name, _) = self.parent_dir_locked(&mut st, to, false)?;
+        assert_eq!(dir, to_dir, "replace_with stays in one directory");
+        self.check_writable(&st, dataset)?;
+        let mut d = self.read_dir_locked(&mut st, dir)?;
+        let entry = *d
+            .entries
+            .get(&from_name)
+            .ok_or_else(|| StoreError::NotFound(from.into()))?;
+        if let Some(old) = d.entries.get(&to_name).copied() {
+            if old.kind == ObjectKind::Directory {
+                return Err(StoreError::IsADirectory(to.into()));
+            }
+            self.free_object_locked(&mut st, old.object)?;
+        }
+        d.entries.remove(&from_name);
+        d.entries.insert(to_name, entry);
+        self.write_dir_locked(&mut st, dir, &d)
+    }
+
     /// Creates a directory (and parents).
     pub fn mkdir(&self, path: &str) -> Result<u64, StoreError> {
         let mut st = self.lock();
