@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
+use cairn_objset::dataset::validate_dataset_name;
 use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use cairn_objset::{read_error_log, DatasetKind, ErrorLog, Store};
 use cairn_pool::status::DataErrors;
@@ -413,6 +414,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             options,
             name,
         } => {
+            validate_dataset_name(&name).map_err(err)?;
             let store = open(pool_of(&name))?;
             store
                 .dataset_create(
@@ -426,6 +428,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             finish(store)
         }
         DatasetCmd::Destroy { recursive, name } => {
+            validate_dataset_name(&name).map_err(err)?;
             let store = open(pool_of(&name))?;
             store.dataset_destroy(&name, recursive).map_err(err)?;
             finish(store)
@@ -529,8 +532,12 @@ pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
             options,
             name,
         } => {
+            validate_dataset_name(&name).map_err(err)?;
             let bytes = cairn_objset::dataset::parse_size(&size)
-                .ok_or_else(|| format!("bad size '{size}'"))?;
+                .filter(|&b| b > 0)
+                .ok_or_else(|| {
+                    format!("bad volume size '{size}': give a size above 0 that fits in 64 bits, e.g. 10G")
+                })?;
             let mut props = parse_props(&options)?;
             if let Some(b) = blocksize {
                 props.insert("volblocksize".into(), b);

@@ -72,8 +72,32 @@ pub fn parse_size(s: &str) -> Option<u64> {
         }
         None => (s, 1),
     };
+    // Whole numbers exactly, with overflow an error (not a wrap to 2^64 - 1).
+    if let Ok(n) = num.parse::<u64>() {
+        return n.checked_mul(mult);
+    }
     let n: f64 = num.parse().ok()?;
-    (n >= 0.0).then_some((n * mult as f64) as u64)
+    let bytes = n * mult as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// Checks a dataset or volume name before anything is opened: `POOL/NAME[/…]`, each
+/// component as zfs allows (letters, digits, `_-.:`); `@` names a snapshot, which cairn
+/// does not have yet.
+pub fn validate_dataset_name(name: &str) -> Result<(), StoreError> {
+    if name.contains('@') {
+        return Err(StoreError::BadName(
+            name.to_string(),
+            "'@' names a snapshot, and cairn has no snapshots yet; a dataset is POOL/NAME".into(),
+        ));
+    }
+    if !name.contains('/') {
+        return Err(StoreError::BadName(
+            name.to_string(),
+            "give POOL/NAME".into(),
+        ));
+    }
+    name.split('/').try_for_each(validate_component)
 }
 
 /// Checks a property value; returns its canonical form.
@@ -393,6 +417,18 @@ mod tests {
         assert_eq!(parse_size("10G"), Some(10 << 30));
         assert_eq!(parse_size("1.5K"), Some(1536));
         assert_eq!(parse_size("x"), None);
+        assert_eq!(
+            parse_size("99999999999999999999"),
+            None,
+            "no wrap to 2^64 - 1"
+        );
+        assert_eq!(parse_size("20000000T"), None);
+        assert_eq!(parse_size("1e30"), None);
+        assert_eq!(parse_size("inf"), None);
+        assert!(validate_dataset_name("tank@s1").is_err());
+        assert!(validate_dataset_name("tank").is_err());
+        assert!(validate_dataset_name("tank/a b").is_err());
+        validate_dataset_name("tank/a/b-1.x").unwrap();
         assert_eq!(validate_property("recordsize", "1M").unwrap(), "1M");
         assert!(validate_property("recordsize", "3K").is_err());
         assert!(validate_property("compression", "gzip").is_err());

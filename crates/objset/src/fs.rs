@@ -124,8 +124,8 @@ impl StoreCore {
         }
         let volsize = match kind {
             DatasetKind::Volume => {
-                let size = volsize.ok_or_else(|| {
-                    StoreError::BadProperty("a volume needs a size (-V SIZE)".into())
+                let size = volsize.filter(|&v| v > 0).ok_or_else(|| {
+                    StoreError::BadProperty("a volume needs a size above 0 (-V SIZE)".into())
                 })?;
                 props_ok.insert("volsize".into(), size.to_string());
                 size

@@ -56,6 +56,14 @@ pub enum PoolError {
     BadOption(String),
     #[error("pool '{pool}' cannot serve data: {why}")]
     Unavailable { pool: String, why: String },
+    #[error(
+        "cannot look for devices in '{dir}': {source}; give `-d` a directory that holds the pool's devices (default /dev/disk/by-id)"
+    )]
+    ScanDir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("state directory {path}: {source}")]
     State {
         path: String,

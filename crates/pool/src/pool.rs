@@ -315,6 +315,9 @@ impl Pool {
         let leaves = open_new_leaves(&specs, &opts, home)?;
         let all: Vec<Arc<dyn Leaf>> = leaves.iter().flatten().cloned().collect();
         let ashift = ashift_for(&all, opts.ashift)?;
+        if opts.direct {
+            refuse_unaligned_direct(&all, ashift)?;
+        }
         let mut notes = sector_warnings(&all, ashift);
         let mut vdevs = Vec::with_capacity(specs.len());
         for (id, (spec, tleaves)) in specs.iter().zip(&leaves).enumerate() {
@@ -440,8 +443,8 @@ impl Pool {
         let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
         for dir in dirs {
             let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-            let entries = std::fs::read_dir(dir).map_err(|e| PoolError::State {
-                path: dir.display().to_string(),
+            let entries = std::fs::read_dir(dir).map_err(|e| PoolError::ScanDir {
+                dir: dir.display().to_string(),
                 source: e,
             })?;
             let mut paths: Vec<PathBuf> =
@@ -1252,6 +1255,24 @@ fn trust_stale_if_needed(top: &TopVdev) {
     }
     for child in &top.children {
         child.stale.store(false, Ordering::Relaxed);
+    }
+}
+
+/// O_DIRECT I/O must be aligned to the device's sectors: an ashift below them makes every
+/// small write fail with EINVAL, so `--direct` with such an ashift is refused up front.
+fn refuse_unaligned_direct(leaves: &[Arc<dyn Leaf>], ashift: u32) -> Result<(), PoolError> {
+    match leaves
+        .iter()
+        .map(|l| l.physical_sector_size())
+        .find(|&s| u64::from(s) > 1u64 << ashift)
+    {
+        Some(sector) => Err(PoolError::BadOption(format!(
+            "O_DIRECT needs I/O aligned to the device's {sector}-byte sectors, but ashift={ashift} \
+             makes {}-byte blocks: use -o ashift={} (or drop --direct)",
+            1u64 << ashift,
+            sector.trailing_zeros()
+        ))),
+        None => Ok(()),
     }
 }
 

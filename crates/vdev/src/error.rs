@@ -2,10 +2,19 @@
 
 use std::io;
 
+/// What to do about a device path that does not exist: a file can be made, a device not.
+fn missing_advice(path: &str) -> String {
+    if path.starts_with("/dev/") {
+        "no such device; check its name (`lsblk`, `ls /dev/disk/by-id`)".to_string()
+    } else {
+        format!("no such file or device (leaves must exist: create a file with `truncate -s 1G {path}`)")
+    }
+}
+
 /// Errors from opening leaves, reading labels and block I/O.
 #[derive(Debug, thiserror::Error)]
 pub enum VdevError {
-    #[error("cannot open '{path}': no such file or device (leaves must exist: create a file with `truncate -s 1G {path}`)")]
+    #[error("cannot open '{path}': {}", missing_advice(path))]
     Missing { path: String },
     #[error("cannot use '{path}': it is a directory; give a regular file or a block device")]
     IsDirectory { path: String },
