@@ -276,8 +276,16 @@ pub fn import(a: ImportArgs) -> Result<(), String> {
         }
         return Ok(());
     };
-    let pool = Pool::import(&home, &dirs, &name, a.force, a.destroyed).map_err(err)?;
-    println!("imported pool '{}' ({})", pool.name(), pool.health());
+    let imported = Pool::import(&home, &dirs, &name, a.force, a.destroyed).map_err(err)?;
+    // The health printed is the one `status` will show: the pool as a later command opens
+    // it (its leaves checked by their labels), not as the scan found them.
+    let name = imported.name().to_string();
+    drop(imported);
+    let pool = Pool::open(&home, &name).map_err(err)?;
+    println!("imported pool '{name}' ({})", pool.health());
+    if pool.health() != cairn_pool::Health::Online {
+        println!("see `cairn status {name}` for what is wrong and what to do");
+    }
     if pool.needs_resilver() {
         // As zpool does after import: finish (or resume) the resilver of stale leaves.
         println!("resilvering devices that missed writes");

@@ -44,3 +44,51 @@ fn bad_input_gets_a_message_that_fits_it() {
     let list = ok(&cairn(&home, &["dataset", "list", "-H", "tank"]));
     assert_eq!(list.lines().count(), 1, "{list}");
 }
+
+#[test]
+fn damage_beyond_parity_found_by_a_read_shows_in_status_without_a_scrub() {
+    use support::pseudo_random;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let data = dir.path().join("data");
+    std::fs::write(&data, pseudo_random(16 * MIB as usize, 8)).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", &data.display().to_string(), "tank/data"],
+    ));
+    // The same rows on two of the three leaves: beyond raidz1's parity.
+    for leaf in &d[..2] {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(leaf).unwrap();
+        for off in (4 * MIB..40 * MIB).step_by(MIB as usize) {
+            f.write_all_at(&pseudo_random(MIB as usize, off), off)
+                .unwrap();
+        }
+    }
+    let out = cairn(&home, &["cat", "tank/data"]);
+    assert!(
+        !out.status.success(),
+        "a damaged file reads as an error, never wrong data"
+    );
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        status.contains("status: One or more devices has experienced an error resulting in data"),
+        "{status}"
+    );
+    assert!(
+        status.contains("action: Restore the file in question"),
+        "{status}"
+    );
+    assert!(status.contains("errors: 1 data errors"), "{status}");
+    let cksum: u64 = status
+        .lines()
+        .filter(|l| d.iter().any(|p| l.contains(p.as_str())))
+        .map(|l| l.split_whitespace().nth(4).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(cksum > 0, "the leaves read get checksum errors: {status}");
+}

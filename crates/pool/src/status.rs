@@ -280,6 +280,16 @@ pub struct DataErrors {
 }
 
 /// `cairn status` with a scan line (scrub state) and the files with permanent errors.
+/// zpool's advice for data damaged beyond redundancy (ZPOOL_STATUS_CORRUPT_DATA).
+fn corrupt_data_advice() -> (String, String) {
+    (
+        "One or more devices has experienced an error resulting in data\n\tcorruption.  Applications may be affected."
+            .to_string(),
+        "Restore the file in question if possible.  Otherwise restore the\n\tentire pool from backup."
+            .to_string(),
+    )
+}
+
 pub fn render_status_with(
     pool: &Pool,
     verbose: bool,
@@ -290,7 +300,8 @@ pub fn render_status_with(
     let mut out = String::new();
     let _ = writeln!(out, "  pool: {}", s.name);
     let _ = writeln!(out, " state: {}", s.state);
-    if let Some((status, action)) = advice(pool) {
+    let damaged = errors.files.len() as u64 + errors.unlisted > 0;
+    if let Some((status, action)) = advice(pool).or_else(|| damaged.then(corrupt_data_advice)) {
         let _ = writeln!(out, "status: {status}");
         let _ = writeln!(out, "action: {action}");
     }

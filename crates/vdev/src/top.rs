@@ -940,6 +940,13 @@ impl TopVdev {
                 let culprits =
                     self.combinatorial_reconstruct(map, &mut parity_bufs, out, &bad, verify);
                 let Some(culprits) = culprits else {
+                    // No combination verifies: the damage is beyond parity, and which column
+                    // is wrong cannot be told — every child of the row gets a checksum error
+                    // (as ZFS charges them all), so `status` shows where to look.
+                    for col in &map.columns {
+                        let child = &self.children[col.child];
+                        child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Err(VdevError::Unrecoverable {
                         vdev: self.display_name(),
                         offset,
