@@ -18,6 +18,15 @@ use crate::leaves::open_leaf;
 use crate::pool::{open_new_leaves, refuse_if_in_use, CreateOptions, Pool};
 use crate::spec::{check_replication, parse_vdevs, TopKind, TopSpec};
 
+/// Which side of a `spare-N` group a device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpareSide {
+    /// The hot spare standing in.
+    Spare,
+    /// The failed leaf it stands in for.
+    Failed,
+}
+
 /// What a device operation left to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceOutcome {
@@ -77,6 +86,14 @@ impl Pool {
     /// would lose its last redundancy for some data.
     pub fn offline(&mut self, device: &str, temporary: bool) -> Result<DeviceOutcome, PoolError> {
         self.settle_spares();
+        if let Some((t, c, SpareSide::Failed)) = self.find_in_spare_group(device) {
+            let spare = self.tops[t].children[c].path.clone();
+            return Err(Self::device_error(
+                "offline",
+                device,
+                format!("hot spare '{spare}' already serves in its place; `cairn detach {} {spare}` gives the slot back, `cairn replace {} {device} NEW` puts a new disk in", self.name(), self.name()),
+            ));
+        }
         let (t, c) = self.find_leaf(device)?;
         if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
             return Err(Self::device_error(
@@ -97,6 +114,12 @@ impl Pool {
     /// missing); lifts a fault. Needs a resilver when it missed txgs.
     pub fn online(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
         self.settle_spares();
+        // A leaf a hot spare stands in for takes its slot back (the spare is AVAIL again)
+        // and resilvers what it missed.
+        if let Some((t, c, SpareSide::Failed)) = self.find_in_spare_group(device) {
+            self.detach_in_spare_group(t, c, SpareSide::Spare)?;
+            self.settle_spares();
+        }
         let (t, c) = self.find_leaf(device)?;
         if self.tops[t].children[c].leaf.is_none() {
             self.reopen_child(t, c)
@@ -106,6 +129,7 @@ impl Pool {
         child.offline.store(false, Ordering::Relaxed);
         child.clear_fault();
         self.config.vdevs[t].leaves[c].offline_temporary = false;
+        self.config.vdevs[t].leaves[c].spare_declined = false;
         let stale = !child.dtl_ranges().is_empty();
         child.stale.store(stale, Ordering::Relaxed);
         self.commit_config()?;
@@ -382,6 +406,9 @@ impl Pool {
                 {
                     continue;
                 }
+                if config.vdevs[t].leaves[c].spare_declined {
+                    continue;
+                }
                 let need = config.vdevs[t].leaves[c].asize;
                 let Some(s) = (0..config.spares.len()).find(|&s| {
                     !in_use[s]
@@ -462,6 +489,9 @@ impl Pool {
     /// disk). The detached device's labels are cleared so it can be reused.
     pub fn detach(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
         self.settle_spares();
+        if let Some((t, c, which)) = self.find_in_spare_group(device) {
+            return self.detach_in_spare_group(t, c, which);
+        }
         let (t, c) = self.find_leaf(device)?;
         let VdevShape::Mirror { children } = self.tops[t].shape() else {
             return Err(Self::device_error(
@@ -501,6 +531,81 @@ impl Pool {
         }
         self.save_record()?;
         Ok(DeviceOutcome::Done)
+    }
+
+    /// The `spare-N` group holding `device`: (vdev, slot, which side `device` is).
+    fn find_in_spare_group(&self, device: &str) -> Option<(usize, usize, SpareSide)> {
+        let named = |child: &Child| {
+            child.path == device
+                || child.guid.to_string() == device
+                || (!device.contains('/') && child.path.rsplit('/').next() == Some(device))
+        };
+        for (t, top) in self.tops.iter().enumerate() {
+            for (c, slot) in top.children.iter().enumerate() {
+                match (slot.spare(), slot.replaced()) {
+                    (Some(spare), _) if named(spare) => return Some((t, c, SpareSide::Spare)),
+                    (_, Some(failed)) if named(failed) => return Some((t, c, SpareSide::Failed)),
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// `detach` inside `spare-N`, as zpool: detaching the spare gives the slot back to the
+    /// leaf it stood in for and makes the spare AVAIL again; detaching that leaf keeps the
+    /// spare in its slot for good (it leaves the spares list). Either way the parent vdev
+    /// keeps every other side: no redundancy is lost beyond the side detached.
+    fn detach_in_spare_group(
+        &mut self,
+        t: usize,
+        c: usize,
+        which: SpareSide,
+    ) -> Result<DeviceOutcome, PoolError> {
+        let newest = self.newest_uberblock();
+        let spare_guid = self.tops[t].children[c].spare().map(|s| s.guid);
+        let s = self
+            .config
+            .spares
+            .iter()
+            .position(|sp| Some(sp.guid) == spare_guid)
+            .expect("a spare in a slot is in the spares list");
+        let mut kids = std::mem::take(&mut self.tops[t].children);
+        let (failed, spare) = kids.remove(c).into_parts();
+        let spare = spare.expect("the slot holds a spare");
+        let mut tconfig = self.config.vdevs[t].clone();
+        let outcome = match which {
+            SpareSide::Spare => {
+                let mut failed_config = self.config.spares[s]
+                    .replacing
+                    .take()
+                    .expect("a spare in use names the leaf it stands in for");
+                failed_config.spare_declined = true;
+                tconfig.leaves[c] = failed_config;
+                self.spare_leaves[s] = spare.leaf.clone();
+                kids.insert(c, failed.into());
+                DeviceOutcome::Done
+            }
+            SpareSide::Failed => {
+                self.config.spares.remove(s);
+                self.spare_leaves.remove(s);
+                if let Some(leaf) = &failed.leaf {
+                    let _ = clear_leaf_labels(leaf.as_ref());
+                }
+                let stale = spare.stale.load(Ordering::Relaxed);
+                kids.insert(c, spare.into());
+                if stale {
+                    DeviceOutcome::NeedsResilver
+                } else {
+                    DeviceOutcome::Done
+                }
+            }
+        };
+        self.rebuild_top(t, tconfig, kids);
+        self.commit_config_keeping(newest)?;
+        self.write_spare_labels();
+        self.save_record()?;
+        Ok(outcome)
     }
 
     /// `cairn add [-f] POOL VDEV…`: new top-level vdevs. A redundancy level that differs

@@ -87,6 +87,10 @@ pub struct LeafConfig {
     /// Dirty time log: txg ranges `[start, end)` whose writes this leaf missed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dtl: Vec<(u64, u64)>,
+    /// The administrator detached the hot spare that stood in for this leaf: no spare
+    /// takes its slot again by itself until the leaf is back online or replaced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spare_declined: bool,
 }
 
 impl LeafConfig {
@@ -100,6 +104,7 @@ impl LeafConfig {
             offline_temporary: false,
             faulted: false,
             dtl: Vec::new(),
+            spare_declined: false,
         }
     }
 }

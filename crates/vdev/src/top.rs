@@ -263,6 +263,11 @@ impl Slot {
         self.spare.get().map(|_| &self.leaf)
     }
 
+    /// The slot's own leaf and the spare standing in for it, if any.
+    pub fn into_parts(self) -> (Child, Option<Child>) {
+        (self.leaf, self.spare.into_inner())
+    }
+
     /// Puts `spare` in to serve the slot from now on; false (and `spare` is dropped) when a
     /// spare is already in (a slot holds at most one).
     pub fn take_spare(&self, spare: Child) -> bool {
