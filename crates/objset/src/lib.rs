@@ -22,6 +22,7 @@ pub mod scrub;
 pub mod space;
 pub mod store;
 pub mod txg;
+pub mod walk;
 pub mod writer;
 
 pub use config::StoreConfig;

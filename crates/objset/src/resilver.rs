@@ -64,6 +64,8 @@ pub struct ResilverProgress {
     /// Blocks that could not be rebuilt (damaged beyond redundancy).
     pub errors: u64,
     pub next_object: u64,
+    /// Next block id inside `next_object`.
+    pub next_block: u64,
     pub started: u64,
     pub elapsed_secs: f64,
 }
@@ -89,6 +91,7 @@ impl ResilverProgress {
         ResilverCheckpoint {
             started: self.started,
             next_object: self.next_object,
+            next_block: self.next_block,
             examined_bytes: self.examined_bytes,
             repaired_bytes: self.repaired_bytes,
             total_bytes: self.total_bytes,
@@ -205,6 +208,10 @@ struct Batch {
     bytes: u64,
 }
 
+/// Data blocks gathered per slice of an object: 1024, a multiple of an indirect block's
+/// 128, so each indirect block is copied by one slice.
+const RESILVER_SLICE: u64 = 1024;
+
 impl StoreCore {
     /// Resilvers every stale leaf, resuming a persisted resilver. `report` is called about
     /// every `opts.checkpoint_every` and may pause (the resume point stays on disk).
@@ -265,6 +272,7 @@ impl StoreCore {
                 examined_bytes: cp.examined_bytes,
                 repaired_bytes: 0,
                 next_object: cp.next_object,
+                next_block: cp.next_block,
                 started: cp.started,
                 ..ResilverProgress::default()
             },
@@ -297,21 +305,17 @@ impl StoreCore {
         while p.next_object < last {
             {
                 let mut st = self.lock();
-                // Gather objects until the batch is full, then copy it under the same lock.
+                // Gather slices of objects until the batch is full, then copy it under the
+                // same lock; the resume point is (object, block id).
                 while p.next_object < last && batch.bytes < opts.batch_bytes {
                     let id = p.next_object;
-                    let dnode = read_synced_dnode(self, &mut st, id)?;
-                    if dnode.kind != ObjectKind::Free {
-                        p.examined_bytes += dnode.used;
-                        if dnode.root.birth >= targets.first_txg
-                            && self
-                                .gather_tree(&mut st, &targets, &dnode, &mut batch)
-                                .is_err()
-                        {
-                            p.errors += 1;
+                    match self.gather_slice(&mut st, &targets, id, &mut batch, &mut p)? {
+                        Some(next) => p.next_block = next,
+                        None => {
+                            p.next_object = id + 1;
+                            p.next_block = 0;
                         }
                     }
-                    p.next_object = id + 1;
                 }
                 self.write_batch(&mut batch, &mut p)?;
             }
@@ -334,6 +338,46 @@ impl StoreCore {
 
     /// Walks an object's tree, skipping subtrees born before every DTL, and adds the blocks
     /// stale leaves miss to `batch`.
+    /// Adds what the stale leaves miss of block ids `[next_block, +RESILVER_SLICE)` of
+    /// object `id` to the batch; the block id to go on from, or `None` when the object is
+    /// done (a subtree older than every DTL is skipped whole, by birth txg).
+    fn gather_slice(
+        &self,
+        st: &mut State,
+        targets: &Targets,
+        id: u64,
+        batch: &mut Batch,
+        p: &mut ResilverProgress,
+    ) -> Result<Option<u64>, StoreError> {
+        let dnode = read_synced_dnode(self, st, id)?;
+        if dnode.kind == ObjectKind::Free {
+            return Ok(None);
+        }
+        if p.next_block == 0 {
+            p.examined_bytes += dnode.used;
+        }
+        if dnode.root.birth < targets.first_txg {
+            return Ok(None);
+        }
+        let walked = crate::walk::walk_range(
+            self.pool(),
+            &dnode,
+            p.next_block,
+            RESILVER_SLICE,
+            &mut |bp, _| {
+                if bp.birth < targets.first_txg {
+                    return false;
+                }
+                add_block(targets, bp, batch);
+                true
+            },
+        );
+        walked.or_else(|_| {
+            p.errors += 1;
+            Ok(None)
+        })
+    }
+
     fn gather_tree(
         &self,
         _st: &mut State,

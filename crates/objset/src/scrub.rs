@@ -28,6 +28,9 @@ pub struct ScrubProgress {
     pub blocks: u64,
     /// Next object to scrub (resume point).
     pub next_object: u64,
+    /// Next block id inside `next_object` (resume point inside a large object).
+    #[serde(default)]
+    pub next_block: u64,
     /// Txg the scrub examined (the one synced as it started): error-log entries last seen
     /// up to it and not seen again by the scrub are dropped when it completes. 0 = unknown
     /// (keep them all).
@@ -69,6 +72,10 @@ pub enum ScrubEnd {
     Paused,
     Stopped,
 }
+
+/// Data blocks scrubbed per slice (and per hold of the state lock): 1024, a multiple of an
+/// indirect block's 128, so each indirect block is scrubbed by one slice.
+const SCRUB_SLICE: u64 = 1024;
 
 impl StoreCore {
     /// Scrubs the pool, from the start or on from where a paused scrub stopped. `report`
@@ -122,6 +129,7 @@ impl StoreCore {
         let mut p = ScrubProgress {
             total_bytes: self.space().alloc,
             next_object: resume_from,
+            next_block: resume.map_or(0, |r| r.next_block),
             scanned_txg: resume.map_or(synced_txg, |r| r.scanned_txg),
             ..ScrubProgress::default()
         };
@@ -140,18 +148,13 @@ impl StoreCore {
         let last = self.lock().next_object;
         while p.next_object < last {
             let id = p.next_object;
-            {
-                let mut st = self.lock();
-                let dnode = read_synced_dnode(self, &mut st, id)?;
-                // A tree damaged beyond redundancy counts as an error of its object.
-                if dnode.kind != ObjectKind::Free
-                    && self.scrub_tree(&mut st, id, &dnode, &mut p).is_err()
-                {
-                    p.errors += 1;
-                    self.mark_damaged(&mut st, dnode.dataset, id);
+            match self.scrub_slice(id, p.next_block, &mut p)? {
+                Some(next) => p.next_block = next,
+                None => {
+                    p.next_object = id + 1;
+                    p.next_block = 0;
                 }
             }
-            p.next_object = id + 1;
             p.elapsed_secs = start.elapsed().as_secs_f64();
             if last_report.elapsed() >= every {
                 last_report = Instant::now();
@@ -261,6 +264,45 @@ impl StoreCore {
 
     /// Scrubs an object's whole tree: indirect blocks as they are walked, then the data
     /// blocks in disk order.
+    /// Scrubs block ids `[from, from + SCRUB_SLICE)` of object `id` under the state lock
+    /// (a tree damaged beyond redundancy counts as an error of its object); the block id to
+    /// go on from, or `None` when the object is done.
+    fn scrub_slice(
+        &self,
+        id: u64,
+        from: u64,
+        p: &mut ScrubProgress,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut st = self.lock();
+        let dnode = read_synced_dnode(self, &mut st, id)?;
+        if dnode.kind == ObjectKind::Free {
+            return Ok(None);
+        }
+        let owner = Some((dnode.dataset, id));
+        let mut data: Vec<BlockPointer> = Vec::new();
+        let walked =
+            crate::walk::walk_range(self.pool(), &dnode, from, SCRUB_SLICE, &mut |bp, _| {
+                if bp.level == 0 {
+                    data.push(*bp);
+                    return true;
+                }
+                self.scrub_one(&mut st, bp, owner, p).is_some()
+            });
+        // In vdev-offset order: the slice's data blocks are read as one sweep.
+        data.sort_by_key(|b| b.dvas[0]);
+        for bp in &data {
+            self.scrub_one(&mut st, bp, owner, p);
+        }
+        match walked {
+            Ok(next) => Ok(next),
+            Err(_) => {
+                p.errors += 1;
+                self.mark_damaged(&mut st, dnode.dataset, id);
+                Ok(None)
+            }
+        }
+    }
+
     fn scrub_tree(
         &self,
         st: &mut State,

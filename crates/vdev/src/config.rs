@@ -116,6 +116,9 @@ pub struct ResilverCheckpoint {
     pub started: u64,
     /// Next object to walk (0: start with the pool's metadata).
     pub next_object: u64,
+    /// Next block id inside `next_object` (a resilver resumes inside a large object).
+    #[serde(default)]
+    pub next_block: u64,
     /// Bytes of blocks examined and rewritten so far.
     pub examined_bytes: u64,
     pub repaired_bytes: u64,
