@@ -365,11 +365,11 @@ impl DatasetTable {
 
     /// USED of a dataset: its own space plus all descendants'.
     pub fn used_total(&self, id: u32) -> u64 {
+        // Saturating: the figures come from disk and must not overflow (found by fuzzing).
         let own = self.by_id(id).map(|d| d.used).unwrap_or(0);
-        own + self
-            .children(id)
+        self.children(id)
             .map(|c| self.used_total(c.id))
-            .sum::<u64>()
+            .fold(own, u64::saturating_add)
     }
 
     /// (logical, physical) over a dataset and its descendants, for compressratio.
@@ -380,8 +380,8 @@ impl DatasetTable {
             .unwrap_or((0, 0));
         for c in self.children(id) {
             let (cl, cp) = self.bytes_total(c.id);
-            l += cl;
-            p += cp;
+            l = l.saturating_add(cl);
+            p = p.saturating_add(cp);
         }
         (l, p)
     }
@@ -491,6 +491,16 @@ mod tests {
         let mut twice = t.clone();
         twice.datasets[2].id = 1;
         assert!(DatasetTable::decode(&twice.encode()).is_err());
+        // Found by fuzzing: space figures near 2^64 read from disk added up with overflow.
+        let mut huge = t.clone();
+        for d in &mut huge.datasets {
+            d.used = u64::MAX - 1;
+            d.logical = u64::MAX;
+            d.physical = u64::MAX;
+        }
+        let huge = DatasetTable::decode(&huge.encode()).unwrap();
+        assert_eq!(huge.used_total(0), u64::MAX);
+        assert_eq!(huge.bytes_total(0), (u64::MAX, u64::MAX));
         let mut reserved = t.clone();
         reserved.datasets[2].id = NO_PARENT;
         assert!(DatasetTable::decode(&reserved.encode()).is_err());

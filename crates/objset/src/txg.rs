@@ -99,9 +99,9 @@ impl TxgSync<'_> {
             let dn = self.st.objects[&id].dnode;
             let after = (dn.used, dn.logical, dn.physical);
             if let Some(ds) = self.st.datasets.by_id_mut(dn.dataset) {
-                ds.used = (ds.used + after.0).saturating_sub(before.0);
-                ds.logical = (ds.logical + after.1).saturating_sub(before.1);
-                ds.physical = (ds.physical + after.2).saturating_sub(before.2);
+                ds.used = ds.used.saturating_add(after.0).saturating_sub(before.0);
+                ds.logical = ds.logical.saturating_add(after.1).saturating_sub(before.1);
+                ds.physical = ds.physical.saturating_add(after.2).saturating_sub(before.2);
                 self.st.datasets_dirty |= after != before;
             }
         }
