@@ -580,3 +580,62 @@ fn pipelined_slow_requests_run_in_parallel() {
     let most = export.most.load(std::sync::atomic::Ordering::SeqCst);
     assert!(most > 1, "{n} pipelined writes ran one at a time");
 }
+
+/// Threads of this process now.
+fn threads() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn undrained_reads_are_bounded_by_the_byte_budgets_and_idle_connections_cost_one_thread() {
+    use cairn_nbd::{NbdServer, ServerConfig};
+    let export = memory(64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nbd.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let config = ServerConfig {
+        connection_bytes: 64 << 20,
+        server_bytes: 96 << 20,
+        ..ServerConfig::default()
+    };
+    let server = NbdServer::new(table(vec![("disk", export)])).with_config(config);
+    let _running = server.spawn_unix(listener);
+    // Three clients each pipeline twelve 32 MiB reads and read no reply for a while.
+    let len: u32 = 32 << 20;
+    let mut clients: Vec<Raw> = (0..3).map(|_| Raw::open(&socket, "disk", false)).collect();
+    for c in &mut clients {
+        for i in 0..12u64 {
+            c.request(Command::Read, 0, i, 0, len);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let peak = server.peak_bytes_in_flight();
+    // The server budget, plus one request per connection (which never waits for it).
+    let bound = (96 << 20) + 3 * (len as usize + SIMPLE_REPLY_LEN);
+    assert!(peak <= bound, "held {peak} bytes, bound {bound}");
+    assert!(peak >= 64 << 20, "the reads did run: {peak}");
+    // Backpressure, not loss: every reply arrives once the clients read.
+    for c in &mut clients {
+        for _ in 0..12 {
+            let r = c.simple();
+            assert_eq!(r.error, 0);
+            assert_eq!(c.read_n(len as usize).len(), len as usize);
+        }
+    }
+    drop(clients);
+    // Idle connections: one thread each (workers start only when requests wait).
+    let before = threads();
+    let idle: Vec<Raw> = (0..50).map(|_| Raw::open(&socket, "disk", false)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = threads().saturating_sub(before);
+    assert!(
+        grown <= 50 + 2,
+        "50 idle connections started {grown} threads"
+    );
+    drop(idle);
+}
