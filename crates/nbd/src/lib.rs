@@ -7,7 +7,6 @@
 //! - [`server`]: [`NbdServer`] (TCP and unix sockets).
 //! - [`client`]: [`NbdClient`] and [`NbdLeaf`] (a `cairn_vdev::Leaf`).
 
-pub mod budget;
 pub mod client;
 pub mod export;
 pub mod server;

@@ -3,19 +3,6 @@
 //! One thread per connection reads requests in order; a small pool of workers per
 //! connection runs them against the export, so several requests are in flight and replies
 //! go out in completion order (each reply is written whole; see `Replies`).
-//!
-//! Bounds (a client may be slow, hostile or gone):
-//! - Bytes in flight — a WRITE's payload from before it is read until it has run, a READ's
-//!   reply from before it is filled until it is written — are taken from a byte budget of
-//!   the connection (`ServerConfig::connection_bytes`) and of the whole server
-//!   (`server_bytes`; a connection's first request in flight never waits for the server's,
-//!   so the bound is `server_bytes` plus one request per connection). When a budget is spent
-//!   the reader waits before reading the next request: backpressure, the client's socket
-//!   fills; the connection is not dropped (a client that takes no reply bytes for
-//!   `WRITE_LIMIT` still is).
-//! - Threads: a connection starts with its reading thread only; workers are started when
-//!   requests wait for one, up to `workers_per_connection`. At most `max_connections` are
-//!   served at once; more are closed at once after accept.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -26,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::budget::ByteBudget;
 use crate::export::{BlockExport, ExportSource};
 use crate::wire::*;
 
@@ -85,14 +71,8 @@ impl Connection for UnixStream {
 pub struct ServerConfig {
     /// Worker threads per connection (requests in flight at once).
     pub workers_per_connection: usize,
-    /// Requests read ahead and queued for the workers.
+    /// Requests read ahead and queued for the workers (bounds memory per connection).
     pub queue_depth: usize,
-    /// Bytes of payloads and replies in flight per connection (see the module docs).
-    pub connection_bytes: usize,
-    /// Bytes of payloads and replies in flight over all connections.
-    pub server_bytes: usize,
-    /// Connections served at once; more are closed right after accept.
-    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -100,9 +80,6 @@ impl Default for ServerConfig {
         ServerConfig {
             workers_per_connection: 4,
             queue_depth: 8,
-            connection_bytes: 64 << 20,
-            server_bytes: 256 << 20,
-            max_connections: 256,
         }
     }
 }
@@ -112,8 +89,6 @@ impl Default for ServerConfig {
 pub struct NbdServer {
     source: Arc<dyn ExportSource>,
     config: ServerConfig,
-    /// Bytes in flight over all connections.
-    budget: Arc<ByteBudget>,
 }
 
 /// A server running on its own thread; stops (and joins) when dropped.
@@ -145,11 +120,9 @@ impl Drop for RunningServer {
 
 impl NbdServer {
     pub fn new(source: Arc<dyn ExportSource>) -> NbdServer {
-        let config = ServerConfig::default();
         NbdServer {
             source,
-            budget: Arc::new(ByteBudget::new(config.server_bytes)),
-            config,
+            config: ServerConfig::default(),
         }
     }
 
@@ -157,17 +130,8 @@ impl NbdServer {
         self.config = ServerConfig {
             workers_per_connection: config.workers_per_connection.max(1),
             queue_depth: config.queue_depth.max(1),
-            connection_bytes: config.connection_bytes.max(1),
-            server_bytes: config.server_bytes.max(1),
-            max_connections: config.max_connections.max(1),
         };
-        self.budget = Arc::new(ByteBudget::new(self.config.server_bytes));
         self
-    }
-
-    /// The most bytes of payloads and replies this server held at once (benchmarks).
-    pub fn peak_bytes_in_flight(&self) -> usize {
-        self.budget.peak()
     }
 
     /// Serves TCP clients until `stop` is set; then closes connections and returns.
@@ -228,11 +192,6 @@ impl NbdServer {
         while !stop.load(Ordering::SeqCst) {
             match accept() {
                 Ok(Some(conn)) => {
-                    connections.retain(|(thread, _)| !thread.is_finished());
-                    if connections.len() >= self.config.max_connections {
-                        conn.shutdown_both();
-                        continue;
-                    }
                     let Ok(handle) = conn.try_clone_connection() else {
                         continue;
                     };
@@ -271,17 +230,11 @@ impl NbdServer {
         let Ok(writer) = conn.try_clone_connection() else {
             return;
         };
-        let mut input = Input::new(conn, stop.clone(), Some(Instant::now() + NEGOTIATION_LIMIT));
+        let mut input = Input::new(conn, stop, Some(Instant::now() + NEGOTIATION_LIMIT));
         let mut output = writer;
         if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
             input.deadline = None;
-            let replies = Replies::new(
-                output,
-                session.structured,
-                (self.config.connection_bytes, self.budget.clone()),
-                stop,
-            );
-            transmit(session, input, Arc::new(replies), self.config);
+            transmit(session, input, output, self.config);
         } else {
             output.shutdown_both();
         }
@@ -646,8 +599,6 @@ fn answer_meta_context(
 struct Job {
     request: Request,
     payload: Vec<u8>,
-    /// Bytes of the budgets this job holds until it has run (its WRITE payload).
-    held: usize,
 }
 
 /// Most buffers one `writev` takes.
@@ -656,9 +607,8 @@ const MAX_WRITEV: usize = 64;
 const MAX_SPARE_BUFFERS: usize = 8;
 const MAX_SPARE_BYTES: usize = 4 << 20;
 
-/// A reply, how many of its bytes to send (a reused buffer may be longer), and the budget
-/// bytes it holds until it is written.
-type Reply = (Vec<u8>, usize, usize);
+/// A reply and how many of its bytes to send (a reused buffer may be longer).
+type Reply = (Vec<u8>, usize);
 
 /// Replies waiting for the socket.
 #[derive(Default)]
@@ -684,11 +634,6 @@ struct Replies {
     queued: AtomicUsize,
     /// Moving average of how long requests take to run, in nanoseconds.
     recent_run_ns: AtomicU64,
-    /// Bytes in flight on this connection, and over the server.
-    budget: ByteBudget,
-    server_budget: Arc<ByteBudget>,
-    /// The server is stopping.
-    stop: Arc<AtomicBool>,
 }
 
 /// Requests that take less than this on average may run one by one on the reading thread.
@@ -703,7 +648,7 @@ fn write_all_vectored(out: &mut dyn Write, batch: &[Reply]) -> io::Result<()> {
     for chunk in batch.chunks(MAX_WRITEV) {
         let mut slices: Vec<IoSlice<'_>> = chunk
             .iter()
-            .map(|(buf, len, _)| IoSlice::new(buf.get(..*len).unwrap_or(buf)))
+            .map(|(buf, len)| IoSlice::new(buf.get(..*len).unwrap_or(buf)))
             .collect();
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
@@ -719,12 +664,7 @@ fn write_all_vectored(out: &mut dyn Write, batch: &[Reply]) -> io::Result<()> {
 }
 
 impl Replies {
-    fn new(
-        out: Box<dyn Connection>,
-        structured: bool,
-        budgets: (usize, Arc<ByteBudget>),
-        stop: Arc<AtomicBool>,
-    ) -> Replies {
+    fn new(out: Box<dyn Connection>, structured: bool) -> Replies {
         Replies {
             out: Mutex::new(out),
             outbox: Mutex::new(Outbox::default()),
@@ -733,38 +673,7 @@ impl Replies {
             broken: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             recent_run_ns: AtomicU64::new(0),
-            budget: ByteBudget::new(budgets.0),
-            server_budget: budgets.1,
-            stop,
         }
-    }
-
-    /// Takes `n` bytes of the connection's and the server's budget, waiting for room;
-    /// false when the connection broke or the server stops meanwhile. A connection's first
-    /// request in flight takes the server's bytes without waiting: otherwise connections
-    /// whose clients do not read could hold the whole server budget and starve one whose
-    /// client does (the server bound is then `server_bytes` plus one request per
-    /// connection).
-    fn hold(&self, n: usize) -> bool {
-        let give_up = || self.broken.load(Ordering::SeqCst) || self.stop.load(Ordering::SeqCst);
-        if !self.budget.take(n, &give_up) {
-            return false;
-        }
-        if self.budget.used() == n {
-            self.server_budget.force_take(n);
-            return true;
-        }
-        if !self.server_budget.take(n, &give_up) {
-            self.budget.give(n);
-            return false;
-        }
-        true
-    }
-
-    /// Gives back bytes taken with `hold`.
-    fn release(&self, n: usize) {
-        self.server_budget.give(n);
-        self.budget.give(n);
     }
 
     /// Whether recent requests ran in less than `FAST_REQUEST` on average.
@@ -772,18 +681,17 @@ impl Replies {
         u128::from(self.recent_run_ns.load(Ordering::Relaxed)) < FAST_REQUEST.as_nanos()
     }
 
-    /// Sends the first `len` bytes of `reply` (now, or by the worker that is sending), then
-    /// gives back the `held` budget bytes.
-    fn send(&self, reply: Vec<u8>, len: usize, held: usize) {
+    /// Sends the first `len` bytes of `reply` (now, or by the worker that is sending).
+    fn send(&self, reply: Vec<u8>, len: usize) {
         {
             let mut outbox = lock(&self.outbox);
             if outbox.sending {
-                outbox.queue.push((reply, len, held));
+                outbox.queue.push((reply, len));
                 return;
             }
             outbox.sending = true;
         }
-        let mut batch = vec![(reply, len, held)];
+        let mut batch = vec![(reply, len)];
         let mut out = lock(&self.out);
         loop {
             if !self.broken.load(Ordering::SeqCst)
@@ -792,9 +700,8 @@ impl Replies {
                 self.broken.store(true, Ordering::SeqCst);
                 out.shutdown_both();
             }
-            for (buf, _, held) in batch.drain(..) {
+            for (buf, _) in batch.drain(..) {
                 self.recycle(buf);
-                self.release(held);
             }
             let mut outbox = lock(&self.outbox);
             if outbox.queue.is_empty() {
@@ -807,7 +714,7 @@ impl Replies {
 
     fn send_all(&self, reply: Vec<u8>) {
         let len = reply.len();
-        self.send(reply, len, 0);
+        self.send(reply, len);
     }
 
     /// A buffer of at least `len` bytes for a READ reply (contents arbitrary).
@@ -903,12 +810,17 @@ pub fn check_request(
     None
 }
 
-fn transmit(session: Session, mut input: Input, replies: Arc<Replies>, config: ServerConfig) {
+fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, config: ServerConfig) {
+    let replies = Arc::new(Replies::new(output, session.structured));
     let export = session.export.clone();
     let (queue, jobs) = sync_channel::<Job>(config.queue_depth);
     let jobs = Arc::new(Mutex::new(jobs));
-    // Workers start when requests wait for one (an idle connection costs one thread).
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let workers: Vec<JoinHandle<()>> = (0..config.workers_per_connection)
+        .map(|_| {
+            let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
+            thread::spawn(move || work(&jobs, &replies, &*export))
+        })
+        .collect();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session) {
             // Nothing else in flight: run a quick request here and save the thread
@@ -924,11 +836,7 @@ fn transmit(session: Session, mut input: Input, replies: Arc<Replies>, config: S
                 timed_run(job, &replies, &*export)
             }
             Ok(Some(job)) => {
-                let waiting = replies.queued.fetch_add(1, Ordering::SeqCst) + 1;
-                if waiting > workers.len() && workers.len() < config.workers_per_connection {
-                    let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
-                    workers.push(thread::spawn(move || work(&jobs, &replies, &*export)));
-                }
+                replies.queued.fetch_add(1, Ordering::SeqCst);
                 if queue.send(job).is_err() {
                     break;
                 }
@@ -958,7 +866,6 @@ fn next_job(
     }
     let error = check_request(&request, &*session.export, session.base_allocation);
     let mut payload = Vec::new();
-    let mut held = 0;
     if request.command == Command::Write {
         if request.length > MAX_PAYLOAD {
             if request.length > MAX_DRAINED_PAYLOAD {
@@ -966,22 +873,8 @@ fn next_job(
             }
             input.discard(u64::from(request.length))?;
         } else {
-            // The payload is read only when it fits the budgets (backpressure).
-            held = request.length as usize;
-            if !replies.hold(held) {
-                return Err(Closed::Eof);
-            }
-            payload = match input.read_vec(held) {
-                Ok(p) => p,
-                Err(e) => {
-                    replies.release(held);
-                    return Err(e);
-                }
-            };
+            payload = input.read_vec(request.length as usize)?;
         }
-    }
-    if error.is_some() {
-        replies.release(held);
     }
     match error {
         Some(e) if matches!(request.command, Command::Read | Command::BlockStatus) => {
@@ -992,11 +885,7 @@ fn next_job(
             replies.status(request.cookie, e);
             Ok(None)
         }
-        None => Ok(Some(Job {
-            request,
-            payload,
-            held,
-        })),
+        None => Ok(Some(Job { request, payload })),
     }
 }
 
@@ -1017,9 +906,7 @@ fn work(jobs: &Mutex<Receiver<Job>>, replies: &Replies, export: &dyn BlockExport
 /// Runs a request and folds its duration into the connection's recent average.
 fn timed_run(job: Job, replies: &Replies, export: &dyn BlockExport) {
     let started = Instant::now();
-    let held = job.held;
     run(job, replies, export);
-    replies.release(held);
     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     // A racy average (concurrent updates may lose a sample) is good enough here.
     let avg = replies.recent_run_ns.load(Ordering::Relaxed);
@@ -1068,9 +955,6 @@ fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
         SIMPLE_REPLY_LEN
     };
     let total = head + len;
-    if !replies.hold(total) {
-        return; // the connection broke or the server stops: nobody takes the reply
-    }
     let mut reply = replies.buffer(total);
     let result = match reply.get_mut(head..total) {
         Some(data) => export.read_at(data, req.offset),
@@ -1078,7 +962,6 @@ fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
     };
     if let Err(e) = result {
         replies.recycle(reply);
-        replies.release(total);
         replies.failure(req.cookie, nbd_errno(&e), &e.to_string());
         return;
     }
@@ -1101,7 +984,7 @@ fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
             cookie: req.cookie,
         }));
     }
-    replies.send(reply, total, total);
+    replies.send(reply, total);
 }
 
 /// Trims extents to the request (and to one extent with REQ_ONE); never returns zero lengths.
