@@ -84,7 +84,7 @@ fn main() -> std::io::Result<()> {
     }
     let hwm = status_kib("VmHWM:");
     let threads = status_kib("Threads:");
-    let asked = connections * reads * u64::from(READ_LEN) >> 20;
+    let asked = (connections * reads * u64::from(READ_LEN)) >> 20;
     println!("connections  reads/conn  asked_MiB  rss_before_MiB  peak_rss_MiB  threads");
     println!(
         "{connections:>11}  {reads:>10}  {asked:>9}  {:>14}  {:>12}  {threads:>7}",
