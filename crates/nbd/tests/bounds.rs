@@ -50,7 +50,10 @@ fn start(
 
 /// Connects and negotiates the old-style way (EXPORT_NAME): transmission starts at once.
 fn connect(socket: &Path) -> UnixStream {
-    let mut s = UnixStream::connect(socket).unwrap();
+    negotiate(UnixStream::connect(socket).unwrap())
+}
+
+fn negotiate(mut s: UnixStream) -> UnixStream {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting).unwrap();
@@ -214,7 +217,14 @@ fn idle_connections_cost_one_thread_each() {
     let _serial = serial();
     let (_dir, socket, server, _running) = start(patterned(), ServerConfig::default());
     let before = threads();
-    let clients: Vec<UnixStream> = (0..200).map(|_| connect(&socket)).collect();
+    // Connected 50 at a time before negotiating, so one accept poll takes in many.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let opened: Vec<UnixStream> = (0..50)
+            .map(|_| UnixStream::connect(&socket).unwrap())
+            .collect();
+        clients.extend(opened.into_iter().map(negotiate));
+    }
     assert!(wait_until(Duration::from_secs(5), || server
         .stats()
         .connections
