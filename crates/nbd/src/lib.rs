@@ -7,6 +7,7 @@
 //! - [`server`]: [`NbdServer`] (TCP and unix sockets).
 //! - [`client`]: [`NbdClient`] and [`NbdLeaf`] (a `cairn_vdev::Leaf`).
 
+pub mod budget;
 pub mod client;
 pub mod export;
 pub mod server;
@@ -17,7 +18,7 @@ use cairn_vdev::{Leaf, VdevError};
 
 pub use client::{NbdClient, NbdLeaf, NbdLeafOptions};
 pub use export::{BlockExport, ExportSource, ExportTable, FileExport, MemoryExport};
-pub use server::{NbdServer, RunningServer, ServerConfig};
+pub use server::{NbdServer, RunningServer, ServerConfig, ServerStats};
 pub use url::{parse_nbd_url, NbdAddress, NbdUrl};
 
 /// Whether a device spec is an NBD URL (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`).

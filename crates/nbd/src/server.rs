@@ -3,6 +3,26 @@
 //! One thread per connection reads requests in order; a small pool of workers per
 //! connection runs them against the export, so several requests are in flight and replies
 //! go out in completion order (each reply is written whole; see `Replies`).
+//!
+//! Resource bounds (a client that pipelines requests and never reads the replies must not
+//! be able to grow the server without limit):
+//! - Memory: before a READ or WRITE is taken in, the reading thread charges its bytes
+//!   (READ: the reply it will produce; WRITE: the payload it is about to read) to the
+//!   connection's budget (`ServerConfig::connection_reply_budget`) and then to the server's
+//!   (`server_reply_budget`). The charge travels with the request and then with its reply
+//!   and is given back only once the reply is written to the socket (or dropped because
+//!   the connection broke). While a budget is spent the reading thread stops reading
+//!   requests: backpressure through the socket, the connection stays open. So the bytes of
+//!   requests and replies held are at most `server_reply_budget` in total and
+//!   `connection_reply_budget` per connection, except that one request larger than a
+//!   budget is let through alone (see `budget`), so nothing deadlocks.
+//!   Not charged: 64 KiB read-ahead per connection, up to `MAX_SPARE_BUFFERS` reusable
+//!   buffers of at most `MAX_SPARE_BYTES` per connection, and small status replies.
+//! - Threads: a connection costs one thread while idle; workers are started only when
+//!   requests wait for one, up to `workers_per_connection`. At most `max_connections`
+//!   connections are served at once; more are closed at accept (the client sees the
+//!   connection end before the greeting) and counted in `ServerStats::refused_connections`.
+//!   So threads ≤ 1 + max_connections × (1 + workers_per_connection).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -13,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::budget::{BudgetStats, ByteBudget, Permit};
 use crate::export::{BlockExport, ExportSource};
 use crate::wire::*;
 
@@ -71,16 +92,65 @@ impl Connection for UnixStream {
 pub struct ServerConfig {
     /// Worker threads per connection (requests in flight at once).
     pub workers_per_connection: usize,
-    /// Requests read ahead and queued for the workers (bounds memory per connection).
+    /// Requests read ahead and queued for the workers.
     pub queue_depth: usize,
+    /// Bytes of READ replies and WRITE payloads one connection may hold before its
+    /// requests stop being read (one larger request still runs, alone).
+    pub connection_reply_budget: u64,
+    /// The same bound over all connections together.
+    pub server_reply_budget: u64,
+    /// Connections served at once; more are closed at accept.
+    pub max_connections: usize,
 }
+
+/// Default of `ServerConfig::connection_reply_budget`: two maximum-size READs.
+pub const DEFAULT_CONNECTION_REPLY_BUDGET: u64 = 64 << 20;
+/// Default of `ServerConfig::server_reply_budget`.
+pub const DEFAULT_SERVER_REPLY_BUDGET: u64 = 256 << 20;
+/// Default of `ServerConfig::max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             workers_per_connection: 4,
             queue_depth: 8,
+            connection_reply_budget: DEFAULT_CONNECTION_REPLY_BUDGET,
+            server_reply_budget: DEFAULT_SERVER_REPLY_BUDGET,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
+    }
+}
+
+/// What a server holds now and has held at most (for tests and benchmarks).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerStats {
+    /// Request and reply bytes charged over all connections.
+    pub reply_bytes: BudgetStats,
+    /// The most bytes one connection held at once.
+    pub peak_connection_bytes: u64,
+    /// Connections being served now.
+    pub connections: usize,
+    /// Connections closed at accept because `max_connections` were being served.
+    pub refused_connections: u64,
+}
+
+/// State shared by every connection of one server.
+struct Shared {
+    budget: Arc<ByteBudget>,
+    peak_connection_bytes: AtomicU64,
+    connections: AtomicUsize,
+    refused_connections: AtomicU64,
+}
+
+impl Shared {
+    fn new(config: &ServerConfig) -> Arc<Shared> {
+        Arc::new(Shared {
+            budget: ByteBudget::new(config.server_reply_budget),
+            peak_connection_bytes: AtomicU64::new(0),
+            connections: AtomicUsize::new(0),
+            refused_connections: AtomicU64::new(0),
+        })
     }
 }
 
@@ -89,6 +159,7 @@ impl Default for ServerConfig {
 pub struct NbdServer {
     source: Arc<dyn ExportSource>,
     config: ServerConfig,
+    shared: Arc<Shared>,
 }
 
 /// A server running on its own thread; stops (and joins) when dropped.
@@ -120,18 +191,35 @@ impl Drop for RunningServer {
 
 impl NbdServer {
     pub fn new(source: Arc<dyn ExportSource>) -> NbdServer {
+        let config = ServerConfig::default();
         NbdServer {
             source,
-            config: ServerConfig::default(),
+            shared: Shared::new(&config),
+            config,
         }
     }
 
+    /// Sets the tuning (before serving: it starts a new budget and new counters).
     pub fn with_config(mut self, config: ServerConfig) -> NbdServer {
         self.config = ServerConfig {
             workers_per_connection: config.workers_per_connection.max(1),
             queue_depth: config.queue_depth.max(1),
+            connection_reply_budget: config.connection_reply_budget.max(1),
+            server_reply_budget: config.server_reply_budget.max(1),
+            max_connections: config.max_connections.max(1),
         };
+        self.shared = Shared::new(&self.config);
         self
+    }
+
+    /// Bytes held, connections served and refused.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            reply_bytes: self.shared.budget.stats(),
+            peak_connection_bytes: self.shared.peak_connection_bytes.load(Ordering::SeqCst),
+            connections: self.shared.connections.load(Ordering::SeqCst),
+            refused_connections: self.shared.refused_connections.load(Ordering::SeqCst),
+        }
     }
 
     /// Serves TCP clients until `stop` is set; then closes connections and returns.
@@ -190,7 +278,17 @@ impl NbdServer {
         // (that unblocks workers stuck writing to a client that stopped reading).
         let mut connections: Vec<(JoinHandle<()>, Box<dyn Connection>)> = Vec::new();
         while !stop.load(Ordering::SeqCst) {
+            connections.retain(|(thread, _)| !thread.is_finished());
+            self.shared
+                .connections
+                .store(connections.len(), Ordering::SeqCst);
             match accept() {
+                Ok(Some(conn)) if connections.len() >= self.config.max_connections => {
+                    conn.shutdown_both();
+                    self.shared
+                        .refused_connections
+                        .fetch_add(1, Ordering::SeqCst);
+                }
                 Ok(Some(conn)) => {
                     let Ok(handle) = conn.try_clone_connection() else {
                         continue;
@@ -204,7 +302,6 @@ impl NbdServer {
                 // Transient accept failures (aborted handshakes, fd exhaustion): back off.
                 Err(_) => thread::sleep(POLL_INTERVAL),
             }
-            connections.retain(|(thread, _)| !thread.is_finished());
         }
         for (_, socket) in &connections {
             socket.shutdown_both();
@@ -234,7 +331,7 @@ impl NbdServer {
         let mut output = writer;
         if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
             input.deadline = None;
-            transmit(session, input, output, self.config);
+            transmit(session, input, output, self.config, &self.shared);
         } else {
             output.shutdown_both();
         }
@@ -599,6 +696,14 @@ fn answer_meta_context(
 struct Job {
     request: Request,
     payload: Vec<u8>,
+    /// The bytes this request and its reply are charged (given back once it is answered).
+    charge: Option<Charge>,
+}
+
+/// Bytes charged to the connection's budget and to the server's.
+struct Charge {
+    _connection: Permit,
+    _server: Permit,
 }
 
 /// Most buffers one `writev` takes.
@@ -607,8 +712,9 @@ const MAX_WRITEV: usize = 64;
 const MAX_SPARE_BUFFERS: usize = 8;
 const MAX_SPARE_BYTES: usize = 4 << 20;
 
-/// A reply and how many of its bytes to send (a reused buffer may be longer).
-type Reply = (Vec<u8>, usize);
+/// A reply, how many of its bytes to send (a reused buffer may be longer), and what it is
+/// charged (given back once it is written).
+type Reply = (Vec<u8>, usize, Option<Charge>);
 
 /// Replies waiting for the socket.
 #[derive(Default)]
@@ -648,7 +754,7 @@ fn write_all_vectored(out: &mut dyn Write, batch: &[Reply]) -> io::Result<()> {
     for chunk in batch.chunks(MAX_WRITEV) {
         let mut slices: Vec<IoSlice<'_>> = chunk
             .iter()
-            .map(|(buf, len)| IoSlice::new(buf.get(..*len).unwrap_or(buf)))
+            .map(|(buf, len, _)| IoSlice::new(buf.get(..*len).unwrap_or(buf)))
             .collect();
         let mut rest = &mut slices[..];
         while !rest.is_empty() {
@@ -682,16 +788,16 @@ impl Replies {
     }
 
     /// Sends the first `len` bytes of `reply` (now, or by the worker that is sending).
-    fn send(&self, reply: Vec<u8>, len: usize) {
+    fn send(&self, reply: Vec<u8>, len: usize, charge: Option<Charge>) {
         {
             let mut outbox = lock(&self.outbox);
             if outbox.sending {
-                outbox.queue.push((reply, len));
+                outbox.queue.push((reply, len, charge));
                 return;
             }
             outbox.sending = true;
         }
-        let mut batch = vec![(reply, len)];
+        let mut batch = vec![(reply, len, charge)];
         let mut out = lock(&self.out);
         loop {
             if !self.broken.load(Ordering::SeqCst)
@@ -700,7 +806,7 @@ impl Replies {
                 self.broken.store(true, Ordering::SeqCst);
                 out.shutdown_both();
             }
-            for (buf, _) in batch.drain(..) {
+            for (buf, _, _charge) in batch.drain(..) {
                 self.recycle(buf);
             }
             let mut outbox = lock(&self.outbox);
@@ -714,7 +820,7 @@ impl Replies {
 
     fn send_all(&self, reply: Vec<u8>) {
         let len = reply.len();
-        self.send(reply, len);
+        self.send(reply, len, None);
     }
 
     /// A buffer of at least `len` bytes for a READ reply (contents arbitrary).
@@ -810,19 +916,63 @@ pub fn check_request(
     None
 }
 
-fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, config: ServerConfig) {
+/// The budgets a connection's reading thread charges before taking a request in.
+struct Budgets<'a> {
+    connection: Arc<ByteBudget>,
+    shared: &'a Shared,
+}
+
+impl Budgets<'_> {
+    /// Charges `bytes` to the connection, then to the server, waiting while either is
+    /// spent. `None` when the server stops or the connection breaks meanwhile.
+    fn charge(&self, bytes: u64, input: &Input, replies: &Replies) -> Option<Charge> {
+        let give_up = || input.stop.load(Ordering::SeqCst) || replies.broken.load(Ordering::SeqCst);
+        let connection = self.connection.acquire(bytes, POLL_INTERVAL, give_up)?;
+        let server = self.shared.budget.acquire(bytes, POLL_INTERVAL, give_up)?;
+        self.shared
+            .peak_connection_bytes
+            .fetch_max(self.connection.stats().used, Ordering::SeqCst);
+        Some(Charge {
+            _connection: connection,
+            _server: server,
+        })
+    }
+}
+
+/// Bytes a request holds until it is answered: its WRITE payload or READ reply.
+fn request_cost(req: &Request, structured: bool) -> u64 {
+    let head = if structured {
+        STRUCTURED_HEADER_LEN + 8
+    } else {
+        SIMPLE_REPLY_LEN
+    };
+    match req.command {
+        Command::Read if req.length <= MAX_PAYLOAD => u64::from(req.length) + head as u64,
+        Command::Write if req.length <= MAX_PAYLOAD => u64::from(req.length),
+        _ => 0,
+    }
+}
+
+fn transmit(
+    session: Session,
+    mut input: Input,
+    output: Box<dyn Connection>,
+    config: ServerConfig,
+    shared: &Shared,
+) {
     let replies = Arc::new(Replies::new(output, session.structured));
     let export = session.export.clone();
+    let budgets = Budgets {
+        connection: ByteBudget::new(config.connection_reply_budget),
+        shared,
+    };
     let (queue, jobs) = sync_channel::<Job>(config.queue_depth);
     let jobs = Arc::new(Mutex::new(jobs));
-    let workers: Vec<JoinHandle<()>> = (0..config.workers_per_connection)
-        .map(|_| {
-            let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
-            thread::spawn(move || work(&jobs, &replies, &*export))
-        })
-        .collect();
+    // Started when requests wait for one (an idle connection costs only this thread);
+    // they run until the queue closes, so a queued job always has a worker.
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
     while !replies.broken.load(Ordering::SeqCst) {
-        match next_job(&mut input, &replies, &session) {
+        match next_job(&mut input, &replies, &session, &budgets) {
             // Nothing else in flight: run a quick request here and save the thread
             // hand-off, if no further request has arrived (queue depth 1) or requests take
             // only microseconds (running a burst one by one here costs less than handing
@@ -836,7 +986,11 @@ fn transmit(session: Session, mut input: Input, output: Box<dyn Connection>, con
                 timed_run(job, &replies, &*export)
             }
             Ok(Some(job)) => {
-                replies.queued.fetch_add(1, Ordering::SeqCst);
+                let in_flight = replies.queued.fetch_add(1, Ordering::SeqCst) + 1;
+                if in_flight > workers.len() && workers.len() < config.workers_per_connection {
+                    let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
+                    workers.push(thread::spawn(move || work(&jobs, &replies, &*export)));
+                }
                 if queue.send(job).is_err() {
                     break;
                 }
@@ -857,6 +1011,7 @@ fn next_job(
     input: &mut Input,
     replies: &Replies,
     session: &Session,
+    budgets: &Budgets<'_>,
 ) -> Result<Option<Job>, Closed> {
     let mut header = [0u8; REQUEST_LEN];
     input.read_full(&mut header)?;
@@ -865,6 +1020,21 @@ fn next_job(
         return Err(Closed::Eof);
     }
     let error = check_request(&request, &*session.export, session.base_allocation);
+    // Charged before the payload is read: backpressure stops here while budgets are spent.
+    let cost = if error.is_none() || request.command == Command::Write {
+        request_cost(&request, session.structured)
+    } else {
+        0
+    };
+    let charge = if cost > 0 {
+        Some(
+            budgets
+                .charge(cost, input, replies)
+                .ok_or(Closed::Stopped)?,
+        )
+    } else {
+        None
+    };
     let mut payload = Vec::new();
     if request.command == Command::Write {
         if request.length > MAX_PAYLOAD {
@@ -885,7 +1055,11 @@ fn next_job(
             replies.status(request.cookie, e);
             Ok(None)
         }
-        None => Ok(Some(Job { request, payload })),
+        None => Ok(Some(Job {
+            request,
+            payload,
+            charge,
+        })),
     }
 }
 
@@ -928,7 +1102,7 @@ fn run(job: Job, replies: &Replies, export: &dyn BlockExport) {
     let len = u64::from(req.length);
     let then_flush = |r: io::Result<()>| r.and_then(|()| if fua { export.flush() } else { Ok(()) });
     let result = match req.command {
-        Command::Read => return run_read(&req, replies, export),
+        Command::Read => return run_read(&req, job.charge, replies, export),
         Command::BlockStatus => return run_block_status(&req, replies, export),
         Command::Write => then_flush(export.write_at(&job.payload, req.offset)),
         Command::Flush => export.flush(),
@@ -946,7 +1120,7 @@ fn run(job: Job, replies: &Replies, export: &dyn BlockExport) {
     replies.status(req.cookie, result.as_ref().err().map_or(0, nbd_errno));
 }
 
-fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
+fn run_read(req: &Request, charge: Option<Charge>, replies: &Replies, export: &dyn BlockExport) {
     let len = req.length as usize;
     // The reply header goes in front of the data so the reply is written in one call.
     let head = if replies.structured {
@@ -984,7 +1158,7 @@ fn run_read(req: &Request, replies: &Replies, export: &dyn BlockExport) {
             cookie: req.cookie,
         }));
     }
-    replies.send(reply, total);
+    replies.send(reply, total, charge);
 }
 
 /// Trims extents to the request (and to one extent with REQ_ONE); never returns zero lengths.

@@ -1,0 +1,137 @@
+//! A byte budget: a counting semaphore over bytes that bounds the memory a server holds
+//! for requests and replies it has taken in but not yet written back.
+//!
+//! Invariants (checked by `debug_assert!` and by the tests through [`BudgetStats`]):
+//! - `used <= limit`, except while exactly one grant is outstanding: a single request
+//!   larger than the whole budget is granted alone when nothing else holds bytes, so an
+//!   oversized request waits but never deadlocks. Hence `used <= max(limit, largest grant)`.
+//! - Every grant is a [`Permit`]; dropping it gives its bytes back and wakes waiters, so
+//!   bytes cannot leak on an error path (a panicking worker drops its permits too).
+//! - A waiter gives up when its `give_up` check says so (server stopping, connection
+//!   broken); it re-checks at least every `poll`, so stop stays bounded in time.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Bytes in use and the most ever in use at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetStats {
+    pub used: u64,
+    pub peak: u64,
+    pub limit: u64,
+}
+
+/// A byte budget shared by the holders of its permits.
+pub struct ByteBudget {
+    state: Mutex<BudgetStats>,
+    freed: Condvar,
+}
+
+impl ByteBudget {
+    pub fn new(limit: u64) -> Arc<ByteBudget> {
+        Arc::new(ByteBudget {
+            state: Mutex::new(BudgetStats {
+                used: 0,
+                peak: 0,
+                limit: limit.max(1),
+            }),
+            freed: Condvar::new(),
+        })
+    }
+
+    pub fn stats(&self) -> BudgetStats {
+        *lock(&self.state)
+    }
+
+    /// Waits until `bytes` fit (or the budget is empty), then takes them. `None` when
+    /// `give_up` turned true while waiting.
+    pub fn acquire(
+        self: &Arc<Self>,
+        bytes: u64,
+        poll: Duration,
+        give_up: impl Fn() -> bool,
+    ) -> Option<Permit> {
+        let mut state = lock(&self.state);
+        while state.used > 0 && state.used.saturating_add(bytes) > state.limit {
+            if give_up() {
+                return None;
+            }
+            state = self
+                .freed
+                .wait_timeout(state, poll)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        state.used += bytes;
+        state.peak = state.peak.max(state.used);
+        debug_assert!(state.used <= state.limit || state.used == bytes);
+        Some(Permit {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut state = lock(&self.state);
+        debug_assert!(state.used >= bytes, "budget released more than it granted");
+        state.used = state.used.saturating_sub(bytes);
+        drop(state);
+        self.freed.notify_all();
+    }
+}
+
+/// Bytes held from a [`ByteBudget`]; given back on drop.
+pub struct Permit {
+    budget: Arc<ByteBudget>,
+    bytes: u64,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLL: Duration = Duration::from_millis(10);
+
+    #[test]
+    fn grants_within_the_limit_and_one_oversized_alone() {
+        let b = ByteBudget::new(100);
+        let a = b.acquire(60, POLL, || false).unwrap();
+        // 60 + 60 > 100: waits, and gives up when told.
+        assert!(b.acquire(60, POLL, || true).is_none());
+        drop(a);
+        // Larger than the whole budget, but nothing else is held: granted alone.
+        let big = b.acquire(500, POLL, || false).unwrap();
+        assert!(b.acquire(1, POLL, || true).is_none());
+        drop(big);
+        assert_eq!(
+            b.stats(),
+            BudgetStats {
+                used: 0,
+                peak: 500,
+                limit: 100
+            }
+        );
+    }
+
+    #[test]
+    fn a_waiter_proceeds_when_bytes_come_back() {
+        let b = ByteBudget::new(100);
+        let held = b.acquire(80, POLL, || false).unwrap();
+        let b2 = b.clone();
+        let waiter = std::thread::spawn(move || b2.acquire(50, POLL, || false).is_some());
+        std::thread::sleep(Duration::from_millis(50));
+        drop(held);
+        assert!(waiter.join().unwrap());
+        assert!(b.stats().peak <= 100);
+    }
+}
