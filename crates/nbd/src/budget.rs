@@ -4,7 +4,9 @@
 //! Invariants (checked by `debug_assert!` and by the tests through [`BudgetStats`]):
 //! - `used <= limit`, except while exactly one grant is outstanding: a single request
 //!   larger than the whole budget is granted alone when nothing else holds bytes, so an
-//!   oversized request waits but never deadlocks. Hence `used <= max(limit, largest grant)`.
+//!   oversized request waits but never deadlocks. Hence `used <= max(limit, largest grant)`
+//!   for grants by `acquire`; `acquire_now` (a connection's first request, see the server)
+//!   may go past the limit by one request per connection.
 //! - Every grant is a [`Permit`]; dropping it gives its bytes back and wakes waiters, so
 //!   bytes cannot leak on an error path (a panicking worker drops its permits too).
 //! - A waiter gives up when its `give_up` check says so (server stopping, connection
@@ -69,6 +71,19 @@ impl ByteBudget {
             budget: self.clone(),
             bytes,
         })
+    }
+
+    /// Takes `bytes` without waiting, over the limit if need be: for a connection's first
+    /// request in flight, so that connections whose clients never read cannot starve one
+    /// whose client does (see `server::Budgets::charge`).
+    pub fn acquire_now(self: &Arc<Self>, bytes: u64) -> Permit {
+        let mut state = lock(&self.state);
+        state.used += bytes;
+        state.peak = state.peak.max(state.used);
+        Permit {
+            budget: self.clone(),
+            bytes,
+        }
     }
 
     fn release(&self, bytes: u64) {

@@ -924,11 +924,26 @@ struct Budgets<'a> {
 
 impl Budgets<'_> {
     /// Charges `bytes` to the connection, then to the server, waiting while either is
-    /// spent. `None` when the server stops or the connection breaks meanwhile.
+    /// spent. `None` when the server stops or the connection breaks meanwhile. A
+    /// connection's only request in flight does not wait for the server's budget:
+    /// otherwise a few connections whose clients never read could hold all of it and
+    /// starve one whose client does (the server bound is then its budget plus one request
+    /// per connection).
     fn charge(&self, bytes: u64, input: &Input, replies: &Replies) -> Option<Charge> {
         let give_up = || input.stop.load(Ordering::SeqCst) || replies.broken.load(Ordering::SeqCst);
         let connection = self.connection.acquire(bytes, POLL_INTERVAL, give_up)?;
-        let server = self.shared.budget.acquire(bytes, POLL_INTERVAL, give_up)?;
+        let alone = || self.connection.stats().used == bytes;
+        let server = match self
+            .shared
+            .budget
+            .acquire(bytes, POLL_INTERVAL, || give_up() || alone())
+        {
+            Some(permit) => permit,
+            // Everything else this connection held was written meanwhile (or it never
+            // held anything): its one request goes ahead.
+            None if alone() && !give_up() => self.shared.budget.acquire_now(bytes),
+            None => return None,
+        };
         self.shared
             .peak_connection_bytes
             .fetch_max(self.connection.stats().used, Ordering::SeqCst);

@@ -133,9 +133,11 @@ fn undrained_pipelined_reads_are_held_to_the_budgets_then_all_answered() {
     std::thread::sleep(Duration::from_millis(500));
     let held = stats();
     let per_reply = u64::from(LEN) + SIMPLE_REPLY_LEN as u64;
+    // The server budget, plus one request per connection (which never waits for it).
+    let bound = 6 * MIB + CONNECTIONS as u64 * per_reply;
     assert!(
-        held.reply_bytes.peak <= 6 * MIB,
-        "server held {} bytes, budget 6 MiB",
+        held.reply_bytes.peak <= bound,
+        "server held {} bytes, bound {bound}",
         held.reply_bytes.peak
     );
     assert!(
@@ -144,14 +146,15 @@ fn undrained_pipelined_reads_are_held_to_the_budgets_then_all_answered() {
         held.peak_connection_bytes
     );
     assert!(held.reply_bytes.used >= 4 * per_reply, "{held:?}");
-    // Drain (all clients at once: the server budget is shared, so one client left
-    // undrained holds it for the others): every reply arrives whole and right.
+    // Drain one client after the other: the others, still not reading, hold the whole
+    // server budget, yet each connection's next request gets its bytes (no starvation);
+    // every reply arrives whole and right.
     let expected = Arc::new(expected);
     let drains: Vec<_> = clients
         .into_iter()
         .map(|mut s| {
             let expected = expected.clone();
-            std::thread::spawn(move || {
+            std::thread::scope(|_| {
                 let mut seen = HashMap::new();
                 for _ in 0..READS {
                     let mut head = [0u8; SIMPLE_REPLY_LEN];
@@ -170,14 +173,12 @@ fn undrained_pipelined_reads_are_held_to_the_budgets_then_all_answered() {
             })
         })
         .collect();
-    for d in drains {
-        d.join().unwrap();
-    }
+    assert_eq!(drains.len(), CONNECTIONS);
     assert!(wait_until(Duration::from_secs(5), || stats()
         .reply_bytes
         .used
         == 0));
-    assert!(stats().reply_bytes.peak <= 6 * MIB);
+    assert!(stats().reply_bytes.peak <= bound);
 }
 
 #[test]
@@ -258,7 +259,11 @@ fn connections_beyond_the_cap_are_closed_at_accept() {
         .unwrap();
     let mut byte = [0u8; 1];
     assert_eq!(extra.read(&mut byte).unwrap(), 0, "refused with EOF");
-    assert_eq!(server.stats().refused_connections, 1);
+    // (The count may land just after the close.)
+    assert!(wait_until(Duration::from_secs(5), || server
+        .stats()
+        .refused_connections
+        == 1));
     // Once one leaves, a new client is served.
     drop(served);
     assert!(wait_until(Duration::from_secs(5), || server
