@@ -1,49 +1,10 @@
 //! The `cairn` binary end to end: create (-n), list (--json, -Hp), status, labels, export,
 //! import (-d, refused for a second owner), destroy, and error exits.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
 
 use cairn_geometry::{leaf_asize, pool_space, VdevShape, VdevSpaceInput, ZfsEra};
-
-const MIB: u64 = 1 << 20;
-
-fn cairn(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .env("CAIRN_HOME", home)
-        .output()
-        .expect("run cairn")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "cairn failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn fails(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "expected failure, got: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr.clone()).unwrap()
-}
-
-fn files(dir: &Path, n: usize, size: u64) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let p: PathBuf = dir.join(format!("d{i}"));
-            std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-            p.display().to_string()
-        })
-        .collect()
-}
+use support::{cairn, fails, files, ok, MIB};
 
 #[test]
 fn create_dry_run_list_and_geometry_agree_to_the_byte() {

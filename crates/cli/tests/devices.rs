@@ -2,37 +2,11 @@
 //! replaced at the same path, attach (disk → mirror → 3-way), detach, add (refused on a
 //! redundancy mismatch without -f), clear, and status's states, reasons and action lines.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-const MIB: u64 = 1 << 20;
-
-fn cairn(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .env("CAIRN_HOME", home)
-        .output()
-        .expect("run cairn")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "cairn failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn fails(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "expected failure, got: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stderr.clone()).unwrap()
-}
+use support::{cairn, fails, ok, MIB};
 
 fn file(dir: &Path, name: &str, size: u64) -> String {
     let p: PathBuf = dir.join(name);
