@@ -1,5 +1,5 @@
 //! The control socket of a pool held by `cairn serve`: other `cairn` commands (status, list,
-//! scrub) ask the process that owns the pool instead of opening it themselves (DESIGN.md §6).
+//! scrub) ask the process that owns the pool instead of opening it themselves (docs/design.md).
 //!
 //! ```text
 //!  $CAIRN_HOME/run/POOL.sock   one request line → the answer as text, then close

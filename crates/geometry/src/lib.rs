@@ -2,7 +2,7 @@
 //!
 //! This crate is the one copy of every space formula. The engine (vdev, pool) and the
 //! planner both call it, so `cairn create -n`, `cairn list` and `cairn plan` cannot
-//! disagree. It implements DESIGN.md §3:
+//! disagree. It implements docs/design.md:
 //!
 //! - [`leaf`]: labels and the usable size of a leaf device;
 //! - [`shape`]: top-level vdev shapes (disk, mirror, raidz), their size, block allocation

@@ -12,7 +12,7 @@ use crate::shape::VdevShape;
 /// Which release's space rules to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum ZfsEra {
-    /// cairn's own rules (DESIGN.md §3): modern metaslabs, slop
+    /// cairn's own rules (docs/design.md): modern metaslabs, slop
     /// `max(min(d/32, 128 GiB), min(d/2, 128 MiB))`, no embedded log metaslab.
     #[default]
     Cairn,

@@ -1,4 +1,4 @@
-//! The copy-on-write object store (DESIGN.md §2 "objset", and the txg sync of "pool").
+//! The copy-on-write object store (docs/design.md, and the txg sync of "pool").
 //!
 //! A pool holds objects (files, directories, volumes, tables), each a tree of checksummed
 //! blocks under a dnode; dnodes live in the object table, whose root is in the root block

@@ -1,5 +1,5 @@
 //! Resilver: copy to stale leaves (replaced, attached, back from offline or a fault) the
-//! blocks they miss, found by walking the block tree from the root (DESIGN.md §7).
+//! blocks they miss, found by walking the block tree from the root (docs/design.md).
 //!
 //! Each stale leaf has a dirty time log: the txg ranges it missed. A block needs copying
 //! when its birth txg is in the DTL of a stale leaf of its vdev; a subtree whose pointer

@@ -1,5 +1,5 @@
 //! Scrub: walk every block reachable from the current root and check every copy and every
-//! parity column, rewriting whatever is wrong (DESIGN.md §7).
+//! parity column, rewriting whatever is wrong (docs/design.md).
 //!
 //! Order: the root block and space map, then the object table; then object by object, each
 //! object's blocks sorted by disk offset so the leaves are read mostly sequentially. The

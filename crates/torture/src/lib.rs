@@ -1,4 +1,4 @@
-//! Torture and crash testing of the whole engine (DESIGN.md §7–§8).
+//! Torture and crash testing of the whole engine (docs/design.md).
 //!
 //! - [`torture`]: a ztest-like, seeded, randomized run: random layouts, a random workload
 //!   checked against an in-memory model, and random faults kept within redundancy.

@@ -5,7 +5,7 @@
 //!                                                     ─► one pwritev/preadv per run
 //! ```
 //! A txg sync writes its blocks contiguously, so the columns each leaf receives are mostly
-//! adjacent: they become a few large sequential requests (DESIGN.md §4 "large sequential
+//! adjacent: they become a few large sequential requests (docs/design.md "large sequential
 //! runs aggregated per leaf"). Reads take the fast path only — data columns, no parity —
 //! and report per block whether it arrived; the caller verifies checksums and sends any
 //! block that failed through `read_block`, which reconstructs and self-heals.

@@ -1,7 +1,7 @@
 //! The vdev layer: leaf devices, labels, and top-level vdevs (disk, mirror, raidz) with
 //! block I/O that generates parity, reads only data columns, and rebuilds around failures.
 //!
-//! Layering (DESIGN.md §2): the pool crate builds a `TopVdev` per top-level vdev from the
+//! Layering (docs/design.md): the pool crate builds a `TopVdev` per top-level vdev from the
 //! config in the labels and calls `write_block` / `read_block`; this crate calls the
 //! `cairn-parity` kernels and the `cairn-geometry` map, and nothing above it.
 

@@ -12,7 +12,7 @@
 //! ```
 //! A DVA with asize 0 is unused; a pointer whose birth txg is 0 is a hole (no block: reads
 //! as zeros). Parents hold their children's checksums, so the tree under an uberblock is a
-//! Merkle tree (DESIGN.md §5).
+//! Merkle tree (docs/design.md).
 
 use crate::io::checksum::ChecksumKind;
 use crate::io::compress::Compression;

@@ -1,4 +1,4 @@
-//! The I/O pipeline (DESIGN.md §4): checksum → compress → allocate → map → issue on
+//! The I/O pipeline (docs/design.md): checksum → compress → allocate → map → issue on
 //! writes; issue → verify → reconstruct → self-heal on reads.
 //!
 //! `prepare` is pure CPU work (compression, padding, checksum) so callers can run it on
