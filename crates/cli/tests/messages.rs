@@ -49,18 +49,7 @@ fn bad_input_gets_a_message_that_fits_it() {
 fn damage_beyond_parity_found_by_a_read_shows_in_status_without_a_scrub() {
     use support::pseudo_random;
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let d = files(dir.path(), 3, 128 * MIB);
-    ok(&cairn(
-        &home,
-        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
-    ));
-    let data = dir.path().join("data");
-    std::fs::write(&data, pseudo_random(16 * MIB as usize, 8)).unwrap();
-    ok(&cairn(
-        &home,
-        &["put", &data.display().to_string(), "tank/data"],
-    ));
+    let (home, d, _) = support::raidz1_with_data(dir.path(), 128 * MIB, 16 * MIB as usize, 8);
     // The same rows on two of the three leaves: beyond raidz1's parity.
     for leaf in &d[..2] {
         use std::os::unix::fs::FileExt;

@@ -157,18 +157,7 @@ fn smash_uberblock_rings(paths: &[String]) {
 #[test]
 fn import_with_every_uberblock_ring_unreadable_refuses_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let d = files(dir.path(), 3, 256 * MIB);
-    ok(&cairn(
-        &home,
-        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
-    ));
-    let data = dir.path().join("data");
-    std::fs::write(&data, pseudo_random(8 * MIB as usize, 3)).unwrap();
-    ok(&cairn(
-        &home,
-        &["put", &data.display().to_string(), "tank/data"],
-    ));
+    let (home, d, _) = support::raidz1_with_data(dir.path(), 256 * MIB, 8 * MIB as usize, 3);
     ok(&cairn(&home, &["export", "tank"]));
     smash_uberblock_rings(&d);
     let before = hash_files(&d);

@@ -208,18 +208,7 @@ fn event_classes(home: &std::path::Path, pool: &str) -> Vec<String> {
 fn events_report_scrubs_state_changes_and_errors() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let d = files(dir.path(), 3, 128 * MIB);
-    ok(&cairn(
-        &home,
-        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
-    ));
-    let data = dir.path().join("data");
-    std::fs::write(&data, pseudo_random(8 * MIB as usize, 3)).unwrap();
-    ok(&cairn(
-        &home,
-        &["put", &data.display().to_string(), "tank/data"],
-    ));
+    let (home, d, _) = support::raidz1_with_data(dir.path(), 128 * MIB, 8 * MIB as usize, 3);
     ok(&cairn(&home, &["scrub", "tank"]));
     assert_eq!(
         event_classes(&home, "tank"),

@@ -70,3 +70,28 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// A pool `tank` (raidz1 over three `leaf_size` files in `dir`, state in `dir/home`)
+/// holding `tank/data`: `data_len` reproducible bytes from `seed`. Returns the state
+/// directory, the leaves and the data.
+pub fn raidz1_with_data(
+    dir: &Path,
+    leaf_size: u64,
+    data_len: usize,
+    seed: u64,
+) -> (PathBuf, Vec<String>, Vec<u8>) {
+    let home = dir.join("home");
+    let d = files(dir, 3, leaf_size);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let data = pseudo_random(data_len, seed);
+    let src = dir.join("data");
+    std::fs::write(&src, &data).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", &src.display().to_string(), "tank/data"],
+    ));
+    (home, d, data)
+}
