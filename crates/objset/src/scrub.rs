@@ -12,9 +12,9 @@ use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::io::pipeline::BlockHealth;
 
 use crate::core::{State, StoreCore};
-use crate::dnode::{Dnode, ObjectKind, DNODE_SIZE};
+use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::object::{decode_indirect, read_object};
+use crate::object::decode_indirect;
 
 /// Where a scrub is.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -368,17 +368,5 @@ pub(crate) fn read_synced_dnode(
     st: &mut State,
     id: u64,
 ) -> Result<Dnode, StoreError> {
-    let mut buf = [0u8; DNODE_SIZE];
-    let n = read_object(
-        store.pool(),
-        &mut st.cache,
-        0,
-        &st.meta,
-        id * DNODE_SIZE as u64,
-        &mut buf,
-    )?;
-    if n < DNODE_SIZE {
-        return Ok(Dnode::FREE);
-    }
-    Dnode::decode(&buf).map_err(|e| StoreError::Corrupt(e.to_string()))
+    crate::object_io::read_dnode(store.pool(), st, id)
 }
