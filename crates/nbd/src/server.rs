@@ -702,8 +702,11 @@ struct Job {
 
 /// Bytes charged to the connection's budget and to the server's.
 struct Charge {
-    _connection: Permit,
+    // Fields drop in this order: the server's bytes go back before the connection's, so a
+    // connection's next request (which may skip the server budget when the connection
+    // holds nothing) never sees its connection empty while the server still counts it.
     _server: Permit,
+    _connection: Permit,
 }
 
 /// Most buffers one `writev` takes.
@@ -948,8 +951,8 @@ impl Budgets<'_> {
             .peak_connection_bytes
             .fetch_max(self.connection.stats().used, Ordering::SeqCst);
         Some(Charge {
-            _connection: connection,
             _server: server,
+            _connection: connection,
         })
     }
 }
