@@ -49,6 +49,8 @@ pub(crate) struct State {
     pub damaged_dirty: bool,
     /// The background writer's progress in the open txg.
     pub presync: Presync,
+    /// Directories decoded once and changed in memory (`crate::dircache`).
+    pub dirs: crate::dircache::DirCache,
 }
 
 /// What the background writer is doing (see `crate::writer`).

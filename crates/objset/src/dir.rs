@@ -48,6 +48,8 @@ impl Directory {
             let kind = match r.u8()? {
                 1 => ObjectKind::File,
                 2 => ObjectKind::Directory,
+                5 => ObjectKind::Symlink,
+                6 => ObjectKind::Special,
                 k => return Err(r.err(format!("entry kind {k}"))),
             };
             if name.is_empty() || name.contains('/') {

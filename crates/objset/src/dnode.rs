@@ -10,7 +10,10 @@
 //!  40  physical u64      Σ psize of its blocks
 //!  48  mtime_ns u64 | 56 ctime_ns u64
 //!  64  mode u32 | uid u32 | gid u32 | nlink u32
-//!  80  48 B reserved
+//!  80  atime_ns u64      (0 in pools written before file systems were mounted)
+//!  88  rdev u64          device number of a block or character device node
+//!  96  xattr u64         object holding the extended attributes (0: none)
+//!  104 24 B reserved (zero)
 //!  128 root block pointer (128 B)
 //! ```
 //! `levels` counts the data level: 1 = the root pointer is the (only) data block; each
@@ -40,6 +43,12 @@ pub enum ObjectKind {
     Volume = 3,
     /// Pool-internal tables (dataset table, object table).
     Table = 4,
+    /// A symbolic link: its data is the target.
+    Symlink = 5,
+    /// A FIFO, socket or device node: what it is, is in `mode`'s file-type bits.
+    Special = 6,
+    /// The extended attributes of one object (`crate::xattr`).
+    Xattrs = 7,
 }
 
 impl ObjectKind {
@@ -50,6 +59,9 @@ impl ObjectKind {
             2 => ObjectKind::Directory,
             3 => ObjectKind::Volume,
             4 => ObjectKind::Table,
+            5 => ObjectKind::Symlink,
+            6 => ObjectKind::Special,
+            7 => ObjectKind::Xattrs,
             _ => return None,
         })
     }
@@ -71,6 +83,9 @@ pub struct Dnode {
     pub uid: u32,
     pub gid: u32,
     pub nlink: u32,
+    pub atime_ns: u64,
+    pub rdev: u64,
+    pub xattr: u64,
     pub root: BlockPointer,
 }
 
@@ -91,6 +106,9 @@ impl Dnode {
             uid: 0,
             gid: 0,
             nlink: 1,
+            atime_ns: now_ns,
+            rdev: 0,
+            xattr: 0,
             root: BlockPointer::HOLE,
         }
     }
@@ -110,6 +128,9 @@ impl Dnode {
         uid: 0,
         gid: 0,
         nlink: 0,
+        atime_ns: 0,
+        rdev: 0,
+        xattr: 0,
         root: BlockPointer::HOLE,
     };
 
@@ -136,6 +157,9 @@ impl Dnode {
         out[68..72].copy_from_slice(&self.uid.to_le_bytes());
         out[72..76].copy_from_slice(&self.gid.to_le_bytes());
         out[76..80].copy_from_slice(&self.nlink.to_le_bytes());
+        put(out, 80, self.atime_ns);
+        put(out, 88, self.rdev);
+        put(out, 96, self.xattr);
         self.root.encode(&mut out[128..256]);
     }
 
@@ -178,6 +202,9 @@ impl Dnode {
             uid: u32_at(68),
             gid: u32_at(72),
             nlink: u32_at(76),
+            atime_ns: u64_at(80),
+            rdev: u64_at(88),
+            xattr: u64_at(96),
             root,
         })
     }
@@ -208,6 +235,9 @@ mod tests {
         let mut d = Dnode::new(ObjectKind::File, 3, 131072, 99);
         d.size = 12345;
         d.mode = 0o100644;
+        d.atime_ns = 7;
+        d.rdev = 0x0801;
+        d.xattr = 42;
         let mut b = [0u8; DNODE_SIZE];
         d.encode(&mut b);
         assert_eq!(Dnode::decode(&b).unwrap(), d);

@@ -10,10 +10,10 @@ use crate::dataset::{
     validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
 };
 use crate::dir::{DirEntry, Directory};
+use crate::dircache::dir_ref;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::read_for_update;
-use crate::object_io::load_object_bytes;
 use crate::props::size_property;
 
 /// What a path names.
@@ -338,14 +338,12 @@ impl StoreCore {
     // ---- directories and files -------------------------------------------------------------
 
     fn read_dir_locked(&self, st: &mut State, dir: u64) -> Result<Directory, StoreError> {
-        let bytes = load_object_bytes(self.pool(), st, dir)?;
-        Directory::decode(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+        Ok(dir_ref(self.pool(), st, dir)?.clone())
     }
 
     fn write_dir_locked(&self, st: &mut State, dir: u64, d: &Directory) -> Result<(), StoreError> {
-        let bytes = d.encode();
-        self.truncate_locked(st, dir, 0)?;
-        self.write_locked(st, dir, 0, &bytes)
+        *self.dir_mut(st, dir)? = d.clone();
+        self.touch_changed(st, dir)
     }
 
     /// Resolves `POOL/DS/PATH` (PATH may be empty: the dataset's root or the volume).
@@ -751,7 +749,10 @@ impl StoreCore {
     /// Whether the open txg holds any change (an idle pool need not sync).
     pub fn is_dirty(&self) -> bool {
         let st = self.lock();
-        st.datasets_dirty || st.damaged_dirty || st.objects.values().any(|o| o.is_dirty())
+        st.datasets_dirty
+            || st.damaged_dirty
+            || st.dirs.any_dirty()
+            || st.objects.values().any(|o| o.is_dirty())
     }
 
     /// Syncs when the open txg holds more dirty data than allowed.
@@ -842,8 +843,7 @@ fn path_in(pool: &Pool, st: &mut State, dataset: &str, object: u64) -> Option<St
     }
     let mut stack = vec![(ds.object, ds.name.clone())];
     while let Some((dir, prefix)) = stack.pop() {
-        let bytes = load_object_bytes(pool, st, dir).ok()?;
-        let d = Directory::decode(&bytes).ok()?;
+        let d = dir_ref(pool, st, dir).ok()?.clone();
         for (name, e) in &d.entries {
             let p = format!("{prefix}/{name}");
             if e.object == object {
@@ -882,5 +882,8 @@ pub fn kind_name(k: ObjectKind) -> &'static str {
         ObjectKind::Volume => "volume",
         ObjectKind::Table => "table",
         ObjectKind::Free => "free",
+        ObjectKind::Symlink => "symlink",
+        ObjectKind::Special => "special",
+        ObjectKind::Xattrs => "xattrs",
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod core;
 pub mod dataset;
 pub mod dir;
+pub(crate) mod dircache;
 pub mod dnode;
 pub mod error;
 pub mod fs;

@@ -268,6 +268,7 @@ impl StoreCore {
     pub(crate) fn free_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         self.object_mut(st, id)?;
         forget_presynced(st, id, ..);
+        st.dirs.forget(id);
         let obj = st.objects.get_mut(&id).expect("loaded");
         let held = obj.dirty_bytes();
         obj.freeing = true;
@@ -278,6 +279,16 @@ impl StoreCore {
         let logged = st.damaged.len();
         st.damaged.retain(|&(_, object), _| object != id);
         st.damaged_dirty |= st.damaged.len() != logged;
+        Ok(())
+    }
+
+    /// Sets an object's mtime and ctime to now (its data or entries changed).
+    pub(crate) fn touch_changed(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let obj = self.object_mut(st, id)?;
+        let now = now_ns();
+        obj.dnode.mtime_ns = now;
+        obj.dnode.ctime_ns = now;
+        obj.dnode_dirty = true;
         Ok(())
     }
 

@@ -215,6 +215,7 @@ impl StoreCore {
             damaged_unlisted: root.damaged_unlisted,
             damaged_dirty: false,
             presync: Presync::default(),
+            dirs: Default::default(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets =
@@ -245,6 +246,7 @@ impl StoreCore {
             damaged_unlisted: 0,
             damaged_dirty: false,
             presync: Presync::default(),
+            dirs: Default::default(),
         };
         let store = StoreCore::new(pool, state, config);
         {

@@ -21,6 +21,7 @@ const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
 ///
 /// ```text
 ///  release_deferred_frees    frees of txg−2 go back to the allocator
+///  flush_dirty_dirs          directories changed in memory are encoded into their objects
 ///  write_dirty_objects       every dirty object but the tables (new blocks only), and the
 ///                            datasets' space accounting
 ///  write_dataset_table       the dataset table (object 1), if it changed
@@ -215,6 +216,7 @@ impl TxgSync<'_> {
         st.dirty_bytes = 0;
         st.presync.taken_bytes = 0;
         st.objects.retain(|_, o| o.is_dirty());
+        st.dirs.trim();
         Ok(txg)
     }
 }
@@ -242,6 +244,7 @@ impl StoreCore {
             st,
         };
         sync.release_deferred_frees();
+        self.flush_dirty_dirs(sync.st)?;
         sync.write_dirty_objects()?;
         sync.write_dataset_table()?;
         sync.write_object_table()?;
