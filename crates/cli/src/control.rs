@@ -7,6 +7,8 @@
 //!    list          one `list` row as JSON
 //!    iostat        the pool's I/O since import (`cairn_pool::iostat::PoolIo`) as JSON
 //!    scrub         runs a scrub in the serving process, answers its summary line
+//!    mode          `service`, or `until-unmounted PID` for a process that serves mounts
+//!                  only and exits when the last is unmounted
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -36,9 +38,11 @@ pub fn ask(home: &Home, pool: &str, request: &str) -> Option<String> {
     Some(answer)
 }
 
-fn answer(home: &Home, store: &Store, request: &str) -> String {
+fn answer(home: &Home, store: &Store, until_unmounted: bool, request: &str) -> String {
     let pool = store.pool().name().to_string();
     match request.trim() {
+        "mode" if until_unmounted => format!("until-unmounted {}\n", std::process::id()),
+        "mode" => "service\n".into(),
         r if r == "status" || r == "status -v" => {
             let scan = crate::data_cmds::scan_line(home, &pool);
             let errors = crate::data_cmds::data_errors(store.error_log());
@@ -65,6 +69,7 @@ fn answer(home: &Home, store: &Store, request: &str) -> String {
 pub fn spawn(
     home: Home,
     store: Arc<Store>,
+    until_unmounted: bool,
     stop: &'static AtomicBool,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let path = socket_path(&home, store.pool().name());
@@ -82,7 +87,7 @@ pub fn spawn(
                     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                     let mut line = String::new();
                     if BufReader::new(&mut conn).read_line(&mut line).is_ok() {
-                        let reply = answer(&home, &store, &line);
+                        let reply = answer(&home, &store, until_unmounted, &line);
                         let _ = conn.write_all(reply.as_bytes());
                     }
                 }

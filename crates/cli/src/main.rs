@@ -8,6 +8,7 @@ mod device_cmds;
 mod events_cmd;
 mod history_cmd;
 mod iostat_cmd;
+mod mount_cmds;
 mod pool_cmds;
 mod serve;
 mod tunables;
@@ -85,6 +86,12 @@ enum Command {
     Set(data_cmds::SetArgs),
     /// Scrub a pool: read and verify every copy and parity column, repair what is wrong.
     Scrub(data_cmds::ScrubArgs),
+    /// Mount a file system over FUSE: `cairn mount [-o ro] POOL/DS [DIR]`; without
+    /// arguments, list the mounted ones.
+    Mount(mount_cmds::MountArgs),
+    /// Unmount a file system: `cairn umount [-f] DIR|POOL/DS`.
+    #[command(alias = "unmount")]
+    Umount(mount_cmds::UmountArgs),
     /// Hold a pool and export its volumes over NBD (`--nbd ADDR:PORT`, `--nbd-socket PATH`).
     Serve(serve::ServeArgs),
     /// Run the embedded demo: a raidz2 pool over six files in a temp folder, data written,
@@ -291,6 +298,8 @@ fn main() {
         Command::Set(a) => data_cmds::set(a),
         Command::Scrub(a) => data_cmds::scrub(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Mount(a) => mount_cmds::mount(a),
+        Command::Umount(a) => mount_cmds::umount(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
         Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),

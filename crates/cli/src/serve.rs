@@ -42,7 +42,120 @@ pub struct ServeArgs {
     /// Stop after this many seconds (for scripts and tests); default: until SIGINT/SIGTERM.
     #[arg(long)]
     duration: Option<f64>,
+    /// Mount a file system over FUSE: DATASET[=DIR][:ro] (DIR default: its mountpoint;
+    /// repeatable).
+    #[arg(long = "mount", value_name = "DS[=DIR][:ro]")]
+    mounts: Vec<String>,
+    /// Mount every file system of the pool with canmount=on at its mountpoint, as
+    /// `zfs mount -a`.
+    #[arg(long = "mount-all")]
+    mount_all: bool,
+    /// Exit once every mount is gone (what `cairn mount` starts).
+    #[arg(long, hide = true)]
+    until_unmounted: bool,
     pool: String,
+}
+
+/// A file system this process serves.
+struct ServedMount {
+    dataset: String,
+    mounted: Option<cairn_fuse::Mounted>,
+}
+
+/// The mounts `--mount` / `--mount-all` ask for: (dataset, dir, read-only).
+fn mount_requests(a: &ServeArgs, store: &Store) -> Result<Vec<(String, PathBuf, bool)>, String> {
+    let mut out = Vec::new();
+    let mut specs: Vec<String> = a.mounts.clone();
+    if a.mount_all {
+        for ds in store.datasets().datasets {
+            let on = store
+                .get_property(&ds.name, "canmount")
+                .map(|v| v.0 == "on")
+                .unwrap_or(false);
+            if ds.kind == DatasetKind::Filesystem && on && !specs.contains(&ds.name) {
+                specs.push(ds.name.clone());
+            }
+        }
+    }
+    for spec in specs {
+        let (spec, ro) = match spec.strip_suffix(":ro") {
+            Some(s) => (s.to_string(), true),
+            None => (spec, false),
+        };
+        let (ds, dir) = match spec.split_once('=') {
+            Some((ds, dir)) => (ds.to_string(), PathBuf::from(dir)),
+            None => {
+                let (mp, _) = store
+                    .get_property(&spec, "mountpoint")
+                    .map_err(|e| e.to_string())?;
+                if !mp.starts_with('/') {
+                    if a.mount_all {
+                        continue; // mountpoint=none/legacy: not mounted by -a
+                    }
+                    return Err(format!(
+                        "'{spec}' has mountpoint={mp}; give a directory: --mount {spec}=DIR"
+                    ));
+                }
+                (spec, PathBuf::from(mp))
+            }
+        };
+        out.push((ds, dir, ro));
+    }
+    // Parents before children, so a child's mount point is inside its parent's mount.
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+fn fs_options(
+    store: &Store,
+    dataset: &str,
+    read_only: bool,
+) -> Result<cairn_fuse::FsOptions, String> {
+    let prop = |k: &str| {
+        store
+            .get_property(dataset, k)
+            .map(|v| v.0)
+            .map_err(|e| e.to_string())
+    };
+    Ok(cairn_fuse::FsOptions {
+        atime: cairn_fuse::AtimeMode::parse(&prop("atime")?)
+            .unwrap_or(cairn_fuse::AtimeMode::Relatime),
+        readonly: read_only || prop("readonly")? == "on",
+        xattr: prop("xattr")? == "on",
+        ..cairn_fuse::FsOptions::default()
+    })
+}
+
+fn start_mounts(a: &ServeArgs, store: &Arc<Store>) -> Result<Vec<ServedMount>, String> {
+    let mut served = Vec::new();
+    for (ds, dir, ro) in mount_requests(a, store)? {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot make mount point {}: {e}", dir.display()))?;
+        let opts = fs_options(store, &ds, ro)?;
+        let m = cairn_fuse::mount(store.clone(), &ds, &dir, opts).map_err(|e| e.to_string())?;
+        eprintln!("cairn: mounted {ds} at {}", dir.display());
+        served.push(ServedMount {
+            dataset: ds,
+            mounted: Some(m),
+        });
+    }
+    Ok(served)
+}
+
+/// Unmounts what is still mounted (last mounted first) and waits for every session.
+fn stop_mounts(mounts: &mut [ServedMount]) {
+    for m in mounts.iter_mut().rev() {
+        if let Some(mounted) = m.mounted.take() {
+            let r = if mounted.is_finished() {
+                mounted.join()
+            } else {
+                mounted.unmount()
+            };
+            if let Err(e) = r {
+                eprintln!("cairn: unmounting {}: {e}", m.dataset);
+            }
+        }
+    }
 }
 
 /// A volume as an NBD export.
@@ -260,8 +373,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn serve(a: ServeArgs) -> Result<(), String> {
-    if a.tcp.is_empty() && a.sockets.is_empty() {
-        return Err("give --nbd ADDR:PORT and/or --nbd-socket PATH".into());
+    if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
+        return Err(
+            "give --nbd ADDR:PORT, --nbd-socket PATH, --mount DS[=DIR] or --mount-all".into(),
+        );
     }
     let home = crate::home();
     let store = open(&a.pool)?;
@@ -288,8 +403,24 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         eprintln!("cairn: serving NBD on unix socket {}", path.display());
         running.push(server.spawn_unix(l));
     }
-    eprintln!("cairn: exports: {}", source.list().join(", "));
-    let control = crate::control::spawn(home.clone(), store.clone(), &STOP)
+    if !running.is_empty() {
+        eprintln!("cairn: exports: {}", source.list().join(", "));
+    }
+    let mut mounts = match start_mounts(&a, &store) {
+        Ok(m) => m,
+        Err(e) => {
+            for r in running {
+                let _ = r.stop();
+            }
+            drop(server);
+            drop(source);
+            if let Ok(store) = Arc::try_unwrap(store) {
+                finish(store)?;
+            }
+            return Err(e);
+        }
+    };
+    let control = crate::control::spawn(home.clone(), store.clone(), a.until_unmounted, &STOP)
         .map_err(|e| format!("cannot open the control socket: {e}"))?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
@@ -308,6 +439,10 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     let mut last_heal = Instant::now();
     while !STOP.load(Ordering::SeqCst)
         && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
+        && !(a.until_unmounted
+            && mounts
+                .iter()
+                .all(|m| m.mounted.as_ref().is_none_or(|m| m.is_finished())))
     {
         std::thread::sleep(Duration::from_millis(50));
         if last_heal.elapsed() >= Duration::from_secs(1) {
@@ -327,6 +462,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     for r in running {
         let _ = r.stop();
     }
+    stop_mounts(&mut mounts);
     STOP.store(true, Ordering::SeqCst);
     healer.join(&home, &store);
     let _ = control.join();

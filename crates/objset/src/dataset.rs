@@ -52,6 +52,11 @@ pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("readonly", "off", true),
     ("volsize", "-", false),
     ("volblocksize", "16K", false),
+    // File systems (mounted over FUSE): where, whether, and how.
+    ("mountpoint", "-", true),
+    ("canmount", "on", false),
+    ("atime", "relatime", true),
+    ("xattr", "on", true),
 ];
 
 /// Parses a size like `128K`, `1M`, `512`, `10G`.
@@ -124,9 +129,29 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
             "1" | "2" | "3" => Ok(value.into()),
             _ => bad("1, 2 or 3"),
         },
-        "readonly" => match value {
+        "readonly" | "xattr" => match value {
             "on" | "off" => Ok(value.into()),
             _ => bad("on or off"),
+        },
+        "atime" => match value {
+            "on" | "off" | "relatime" => Ok(value.into()),
+            _ => bad("on, off or relatime"),
+        },
+        "canmount" => match value {
+            "on" | "off" | "noauto" => Ok(value.into()),
+            _ => bad("on, off or noauto"),
+        },
+        "mountpoint" => match value {
+            "none" | "legacy" => Ok(value.into()),
+            v if v.starts_with('/') && !v.contains("//") && !v.contains('\0') => {
+                Ok(if v.len() > 1 {
+                    v.trim_end_matches('/')
+                } else {
+                    v
+                }
+                .into())
+            }
+            _ => bad("an absolute path, none or legacy"),
         },
         "volsize" => match parse_size(value) {
             Some(n) if n > 0 => Ok(n.to_string()),
@@ -361,6 +386,26 @@ impl DatasetTable {
             };
         }
         (default.to_string(), "default".to_string())
+    }
+
+    /// Where a file system mounts: its `mountpoint`, or the nearest ancestor's with the rest
+    /// of the name appended (as ZFS inherits it), or `/NAME`. `None` for `none`/`legacy`.
+    pub fn mountpoint(&self, id: u32) -> Option<String> {
+        let mut cur = self.by_id(id)?;
+        let name = cur.name.clone();
+        loop {
+            if let Some(v) = cur.props.get("mountpoint") {
+                if v == "none" || v == "legacy" {
+                    return None;
+                }
+                let rest = &name[cur.name.len()..];
+                return Some(format!("{}{rest}", v.trim_end_matches('/')).replace("//", "/"));
+            }
+            if cur.parent == NO_PARENT {
+                return Some(format!("/{name}"));
+            }
+            cur = self.by_id(cur.parent)?;
+        }
     }
 
     /// USED of a dataset: its own space plus all descendants'.

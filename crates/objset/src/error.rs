@@ -32,6 +32,14 @@ pub enum StoreError {
     BadProperty(String),
     #[error("'{0}' is a {1}; {2}")]
     WrongKind(String, &'static str, &'static str),
+    #[error("name '{0}' is longer than 255 bytes")]
+    NameTooLong(String),
+    #[error("not permitted: {0}")]
+    NotPermitted(String),
+    #[error("no extended attribute '{0}'")]
+    NoAttribute(String),
+    #[error("extended attributes of one file are limited to {0} bytes in all")]
+    AttributesFull(usize),
     #[error("invalid name '{0}': {1}")]
     BadName(String, String),
     #[error("{path}: {source}")]

@@ -300,6 +300,14 @@ impl StoreCore {
                 .into(),
                 "-".into(),
             ),
+            "mountpoint" if ds.kind == DatasetKind::Filesystem => {
+                let (raw, source) = st.datasets.property(ds.id, key);
+                let value = match raw.as_str() {
+                    "none" | "legacy" => raw,
+                    _ => st.datasets.mountpoint(ds.id).unwrap_or(raw),
+                };
+                (value, source)
+            }
             _ => {
                 validate_known(key)?;
                 st.datasets.property(ds.id, key)
@@ -390,23 +398,11 @@ impl StoreCore {
         Ok(cur)
     }
 
-    fn check_writable(&self, st: &State, dataset: u32) -> Result<(), StoreError> {
-        if st.datasets.property(dataset, "readonly").0 == "on" {
-            let name = st
-                .datasets
-                .by_id(dataset)
-                .map(|d| d.name.clone())
-                .unwrap_or_default();
-            return Err(StoreError::ReadOnly(name));
-        }
-        Ok(())
-    }
-
     /// Creates (or truncates, with `overwrite`) a file at `path`, making parent directories.
     pub fn create_file(&self, path: &str, overwrite: bool) -> Result<u64, StoreError> {
         let mut st = self.lock();
         let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, true)?;
-        self.check_writable(&st, dataset)?;
+        self.check_writable_dataset(&st, dataset)?;
         let mut d = self.read_dir_locked(&mut st, dir)?;
         if let Some(e) = d.entries.get(&name) {
             if e.kind == ObjectKind::Directory {
@@ -442,7 +438,7 @@ impl StoreCore {
         let (dir, from_name, dataset) = self.parent_dir_locked(&mut st, from, false)?;
         let (to_dir, to_name, _) = self.parent_dir_locked(&mut st, to, false)?;
         assert_eq!(dir, to_dir, "replace_with stays in one directory");
-        self.check_writable(&st, dataset)?;
+        self.check_writable_dataset(&st, dataset)?;
         let mut d = self.read_dir_locked(&mut st, dir)?;
         let entry = *d
             .entries
@@ -473,7 +469,7 @@ impl StoreCore {
             };
         }
         let (dir, name, dataset) = self.parent_dir_locked(st, path, true)?;
-        self.check_writable(st, dataset)?;
+        self.check_writable_dataset(st, dataset)?;
         let id = self.create_object_locked(st, ObjectKind::Directory, dataset, 16 << 10)?;
         st.objects.get_mut(&id).expect("created").dnode.mode = 0o40755;
         let mut d = self.read_dir_locked(st, dir)?;
@@ -543,7 +539,7 @@ impl StoreCore {
         // the lock after a few rounds.
         for round in 0.. {
             let mut st = self.throttle(self.lock());
-            self.check_writable(&st, r.dataset)?;
+            self.check_writable_dataset(&st, r.dataset)?;
             if r.kind == ObjectKind::Volume {
                 let size = self.object_mut(&mut st, r.object)?.dnode.size;
                 if offset
@@ -614,14 +610,14 @@ impl StoreCore {
     /// Zeroes a range of a volume or file, freeing whole blocks (TRIM, hole punching).
     pub fn punch(&self, r: &Resolved, offset: u64, len: u64) -> Result<(), StoreError> {
         let mut st = self.lock();
-        self.check_writable(&st, r.dataset)?;
+        self.check_writable_dataset(&st, r.dataset)?;
         self.punch_locked(&mut st, r.object, offset, len)?;
         self.maybe_sync(&mut st)
     }
 
     pub fn truncate(&self, r: &Resolved, size: u64) -> Result<(), StoreError> {
         let mut st = self.lock();
-        self.check_writable(&st, r.dataset)?;
+        self.check_writable_dataset(&st, r.dataset)?;
         if r.kind == ObjectKind::Volume {
             return Err(StoreError::WrongKind(
                 "volume".into(),
@@ -685,7 +681,7 @@ impl StoreCore {
     pub fn remove(&self, path: &str, recursive: bool) -> Result<(), StoreError> {
         let mut st = self.lock();
         let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, false)?;
-        self.check_writable(&st, dataset)?;
+        self.check_writable_dataset(&st, dataset)?;
         let mut d = self.read_dir_locked(&mut st, dir)?;
         let e = *d
             .entries

@@ -16,6 +16,7 @@ pub mod fs;
 pub mod history;
 pub mod object;
 pub mod object_io;
+pub mod posix;
 pub mod props;
 pub mod resilver;
 pub mod root;
@@ -25,6 +26,7 @@ pub mod store;
 pub mod txg;
 pub mod walk;
 pub mod writer;
+pub mod xattr;
 
 pub use config::StoreConfig;
 pub use core::StoreCore;

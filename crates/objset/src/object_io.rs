@@ -185,6 +185,7 @@ impl StoreCore {
             obj.dnode.size = end;
         }
         obj.dnode.mtime_ns = now_ns();
+        obj.dnode.ctime_ns = obj.dnode.mtime_ns;
         obj.dnode_dirty = true;
         st.dirty_bytes += added;
         Ok(())
@@ -264,8 +265,20 @@ impl StoreCore {
         Ok(())
     }
 
-    /// Deletes an object: its blocks are freed at sync and its id reused afterwards.
+    /// Deletes an object (and the object holding its extended attributes): its blocks are
+    /// freed at sync and its id reused afterwards.
     pub(crate) fn free_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let xattr = self.object_mut(st, id)?.dnode.xattr;
+        if xattr != 0 && xattr != id {
+            // (Only an Xattrs object, and not its own attributes: damage cannot make a loop.)
+            if self.object_mut(st, xattr)?.dnode.kind == ObjectKind::Xattrs {
+                self.free_one_object_locked(st, xattr)?;
+            }
+        }
+        self.free_one_object_locked(st, id)
+    }
+
+    fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         self.object_mut(st, id)?;
         forget_presynced(st, id, ..);
         st.dirs.forget(id);
