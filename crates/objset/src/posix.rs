@@ -105,6 +105,9 @@ impl StoreCore {
 
     /// The object named `name` in directory `dir`, and its dnode.
     pub fn lookup(&self, dir: u64, name: &str) -> Result<(u64, Dnode), StoreError> {
+        if name.len() > NAME_MAX {
+            return Err(StoreError::NameTooLong(name.into()));
+        }
         let mut st = self.lock();
         let e = self.entry_locked(&mut st, dir, name)?;
         Ok((e.object, self.object_mut(&mut st, e.object)?.dnode))
@@ -226,6 +229,9 @@ impl StoreCore {
     /// Removes the name `name` from `dir`: a non-directory (`rmdir` false) or an empty
     /// directory (`rmdir` true).
     pub fn remove_name(&self, dir: u64, name: &str, rmdir: bool) -> Result<Unlinked, StoreError> {
+        if name.len() > NAME_MAX {
+            return Err(StoreError::NameTooLong(name.into()));
+        }
         let mut st = self.lock();
         self.writable_dir(&mut st, dir)?;
         let e = self.entry_locked(&mut st, dir, name)?;
@@ -288,6 +294,7 @@ impl StoreCore {
         to: &str,
         mode: RenameMode,
     ) -> Result<Option<Unlinked>, StoreError> {
+        check_name(from)?;
         check_name(to)?;
         let mut st = self.lock();
         self.writable_dir(&mut st, from_dir)?;
