@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 # qemu-utils, libnbd-bin, fio: real NBD clients for the serve tests; nbdkit: remote leaves;
-# fuse3: nbdfuse; libisal2: the parity bench peer.
-for pkg in libisal2 qemu-utils libnbd-bin fio nbdkit fuse3; do
+# fuse3: nbdfuse and fusermount3; libisal2: the parity bench peer; autoconf, automake,
+# gcc, make: to build pjdfstest (scripts/pjdfstest.sh).
+for pkg in libisal2 qemu-utils libnbd-bin fio nbdkit fuse3 autoconf automake gcc make; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -29,6 +30,9 @@ echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== file systems: pjdfstest and fsx in a cairn mount (scripts/fs-check.sh)"
+cargo build --locked -q -p cairn
+FSX_OPS=${FSX_OPS:-20000} scripts/fs-check.sh target/debug/cairn
 echo "== smoke: cairn demo"
 cargo run --locked -q -p cairn -- demo --leaf-mib 96 --data-mib 64 >/dev/null
 echo "== smoke: cairn bench parity --quick"

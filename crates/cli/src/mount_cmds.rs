@@ -37,25 +37,43 @@ pub struct UmountArgs {
     target: String,
 }
 
-/// The cairn mounts the kernel knows: (source POOL/DS, mount point). A cairn mount is a
-/// FUSE mount whose source names a dataset of a pool known here (fuser mounts as type
-/// `fuse` with the dataset as its source, as `df` shows it).
+/// Where this home records the mounts its processes serve: one file per dataset
+/// (`/` as `%`) holding the mount point. mountinfo alone cannot tell two homes' pools of
+/// one name apart (fuser mounts as type `fuse` with the dataset as source, as `df` shows).
+pub fn records_dir() -> PathBuf {
+    crate::home().root().join("run").join("mounts")
+}
+
+fn record_path(dataset: &str) -> PathBuf {
+    records_dir().join(dataset.replace('/', "%"))
+}
+
+/// Notes that this home serves `dataset` at `dir` (by `cairn serve --mount`).
+pub fn record_mount(dataset: &str, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(records_dir())?;
+    std::fs::write(record_path(dataset), dir.as_os_str().as_encoded_bytes())
+}
+
+pub fn forget_mount(dataset: &str) {
+    let _ = std::fs::remove_file(record_path(dataset));
+}
+
+/// The cairn mounts of this home the kernel knows: (POOL/DS, mount point). A stale mount
+/// (its serving process died) is still listed, so `umount -f` can clean it up.
 pub fn cairn_mounts() -> Vec<(String, PathBuf)> {
-    let pools = crate::home().root().join("pools");
-    let known = |source: &str| pools.join(format!("{}.json", pool_of(source))).exists();
+    let recorded = |source: &str, dir: &Path| {
+        std::fs::read(record_path(source)).is_ok_and(|d| d == dir.as_os_str().as_encoded_bytes())
+    };
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
         .filter_map(|line| {
             // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL…] - FSTYPE SOURCE SUPER"
             let (left, right) = line.split_once(" - ")?;
             let mut r = right.split(' ');
-            let (fstype, source) = (r.next()?, r.next()?);
-            let source = unescape(source);
-            if !matches!(fstype, "fuse" | "fuse.cairn") || !known(&source) {
-                return None;
-            }
-            let dir = left.split(' ').nth(4)?;
-            Some((source, PathBuf::from(unescape(dir))))
+            let (fstype, source) = (r.next()?, unescape(r.next()?));
+            let dir = PathBuf::from(unescape(left.split(' ').nth(4)?));
+            (matches!(fstype, "fuse" | "fuse.cairn") && recorded(&source, &dir))
+                .then_some((source, dir))
         })
         .collect()
 }
@@ -183,6 +201,8 @@ pub fn umount(a: UmountArgs) -> Result<(), String> {
             a.target
         ));
     };
+    // Asked before unmounting: the server stops answering as soon as its last mount is gone.
+    let server = mounts_only_server(pool_of(&source));
     let c =
         std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     let flags = if a.force { libc::MNT_DETACH } else { 0 };
@@ -196,30 +216,32 @@ pub fn umount(a: UmountArgs) -> Result<(), String> {
         };
         return Err(format!("cannot unmount {}: {e}{advice}", dir.display()));
     }
-    wait_for_server_exit(pool_of(&source));
+    forget_mount(&source);
+    if let Some(pid) = server {
+        wait_for_server_exit(pool_of(&source), pid);
+    }
     Ok(())
 }
 
-/// Waits (up to a minute) for a process that served only mounts of `pool` to let go of the
-/// pool once its last mount is gone.
-fn wait_for_server_exit(pool: &str) {
+/// The PID of the process serving `pool` if it serves mounts only (and so exits with its
+/// last mount), as its control socket says.
+fn mounts_only_server(pool: &str) -> Option<i32> {
+    let answer = crate::control::ask(&crate::home(), pool, "mode")?;
+    answer.trim().strip_prefix("until-unmounted ")?.parse().ok()
+}
+
+/// Waits (up to a minute) for the process that served only mounts of `pool` to let go of
+/// the pool once its last mount is gone.
+fn wait_for_server_exit(pool: &str, pid: i32) {
     if cairn_mounts().iter().any(|(s, _)| pool_of(s) == pool) {
         return; // other datasets of the pool are still served
     }
-    let home = crate::home();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let pid = match crate::control::ask(&home, pool, "mode") {
-        Some(m) => match m.trim().strip_prefix("until-unmounted ") {
-            Some(pid) => pid.parse::<i32>().unwrap_or(0),
-            None => return, // a long-running service keeps the pool
-        },
-        None => return,
-    };
     while Instant::now() < deadline {
         if !process_alive(pid) {
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!(
         "cairn: the process serving '{pool}' is still finishing; it exports the pool when done"

@@ -134,6 +134,10 @@ fn start_mounts(a: &ServeArgs, store: &Arc<Store>) -> Result<Vec<ServedMount>, S
         let opts = fs_options(store, &ds, ro)?;
         let m = cairn_fuse::mount(store.clone(), &ds, &dir, opts).map_err(|e| e.to_string())?;
         eprintln!("cairn: mounted {ds} at {}", dir.display());
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        if let Err(e) = crate::mount_cmds::record_mount(&ds, &dir) {
+            eprintln!("cairn: cannot record the mount of {ds}: {e}");
+        }
         served.push(ServedMount {
             dataset: ds,
             mounted: Some(m),
@@ -154,6 +158,7 @@ fn stop_mounts(mounts: &mut [ServedMount]) {
             if let Err(e) = r {
                 eprintln!("cairn: unmounting {}: {e}", m.dataset);
             }
+            crate::mount_cmds::forget_mount(&m.dataset);
         }
     }
 }

@@ -1,0 +1,290 @@
+//! File systems over FUSE: `cairn mount` / `umount` with real system calls through the
+//! kernel, what persists across unmount and remount, and fsync across `kill -9`.
+//! (The POSIX conformance suite, pjdfstest, runs from scripts/fs-check.sh.)
+
+mod support;
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// FUSE needs /dev/fuse and root (to mount with allow_other); say why when it is missing.
+fn fuse_available() -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    let dev = Path::new("/dev/fuse").exists();
+    if !(root && dev) {
+        eprintln!("SKIPPED: FUSE tests need root and /dev/fuse (root: {root}, /dev/fuse: {dev})");
+    }
+    root && dev
+}
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    mnt: PathBuf,
+}
+
+fn pool() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let leaves = files(tmp.path(), 3, 256 * MIB);
+    let mut args = vec!["create", "tank", "raidz1"];
+    args.extend(leaves.iter().map(|s| s.as_str()));
+    ok(&cairn(&home, &args));
+    ok(&cairn(&home, &["dataset", "create", "tank/fs"]));
+    let mnt = tmp.path().join("mnt");
+    Setup {
+        _tmp: tmp,
+        home,
+        mnt,
+    }
+}
+
+fn mount(s: &Setup) {
+    ok(&cairn(
+        &s.home,
+        &["mount", "tank/fs", s.mnt.to_str().unwrap()],
+    ));
+}
+
+fn umount(s: &Setup) {
+    ok(&cairn(&s.home, &["umount", s.mnt.to_str().unwrap()]));
+}
+
+fn setxattr(path: &Path, name: &str, value: &[u8]) -> i32 {
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    }
+}
+
+fn getxattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (r >= 0).then(|| {
+        buf.truncate(r as usize);
+        buf
+    })
+}
+
+fn seek(f: &fs::File, offset: i64, whence: i32) -> i64 {
+    unsafe { libc::lseek(f.as_raw_fd(), offset, whence) }
+}
+
+#[test]
+fn posix_operations_persist_across_unmount() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    mount(&s);
+    let m = &s.mnt;
+    let data = pseudo_random(3 * MIB as usize + 123, 7);
+    fs::write(m.join("a.bin"), &data).unwrap();
+    fs::create_dir_all(m.join("d1/d2")).unwrap();
+    fs::hard_link(m.join("a.bin"), m.join("d1/hard")).unwrap();
+    std::os::unix::fs::symlink("../a.bin", m.join("d1/ln")).unwrap();
+    fs::rename(m.join("d1/d2"), m.join("moved")).unwrap();
+    fs::set_permissions(m.join("a.bin"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(setxattr(&m.join("a.bin"), "user.DOSATTRIB", b"0x23"), 0);
+    assert_eq!(fs::metadata(m.join("a.bin")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.join("d1")).unwrap().nlink(),
+        2,
+        "d2 moved out"
+    );
+    assert_eq!(
+        fs::read(m.join("d1/ln")).unwrap(),
+        data,
+        "through the symlink"
+    );
+
+    // A sparse file past 4 GiB: the hole reads as zeros, SEEK_DATA / SEEK_HOLE find it.
+    let big = m.join("sparse");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&big)
+        .unwrap();
+    f.seek(SeekFrom::Start(5 << 30)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(f.metadata().unwrap().len(), (5 << 30) + 4);
+    assert_eq!(seek(&f, 0, libc::SEEK_HOLE), 0);
+    let data_at = seek(&f, 0, libc::SEEK_DATA);
+    assert!(data_at > 0 && data_at <= 5 << 30, "data at {data_at}");
+    let mut buf = [1u8; 16];
+    f.seek(SeekFrom::Start(1 << 30)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(buf, [0u8; 16]);
+    drop(f);
+    // Punching a hole zeroes and frees a range, the size stays.
+    let f = OpenOptions::new()
+        .write(true)
+        .open(m.join("a.bin"))
+        .unwrap();
+    let r = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            1 << 20,
+        )
+    };
+    assert_eq!(r, 0, "punch hole: {}", std::io::Error::last_os_error());
+    drop(f);
+    let mut expect = data.clone();
+    expect[..1 << 20].fill(0);
+    umount(&s);
+    assert!(
+        fs::read_dir(m).unwrap().next().is_none(),
+        "unmounted: the directory is empty"
+    );
+
+    // The CLI (no mount) sees what the mount wrote.
+    let out = ok_bytes(&cairn(&s.home, &["cat", "tank/fs/d1/hard"]));
+    assert!(out == expect, "file read back through the CLI differs");
+    mount(&s);
+    assert_eq!(fs::read(m.join("a.bin")).unwrap(), expect);
+    let meta = fs::metadata(m.join("a.bin")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    assert_eq!(meta.nlink(), 2);
+    assert_eq!(
+        getxattr(&m.join("a.bin"), "user.DOSATTRIB").as_deref(),
+        Some(&b"0x23"[..])
+    );
+    assert_eq!(
+        fs::read_link(m.join("d1/ln")).unwrap(),
+        Path::new("../a.bin")
+    );
+    assert!(m.join("moved").is_dir() && !m.join("d1/d2").exists());
+    // Removing every name frees the object; the pool scrubs clean.
+    fs::remove_file(m.join("a.bin")).unwrap();
+    fs::remove_file(m.join("d1/hard")).unwrap();
+    fs::remove_file(m.join("sparse")).unwrap();
+    umount(&s);
+    let scrub = ok(&cairn(&s.home, &["scrub", "tank"]));
+    assert!(scrub.contains("0 errors"), "{scrub}");
+}
+
+#[test]
+fn mount_refuses_what_it_cannot_serve() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    let err = fails(&cairn(
+        &s.home,
+        &["mount", "tank/nope", s.mnt.to_str().unwrap()],
+    ));
+    assert!(err.contains("does not exist"), "{err}");
+    mount(&s);
+    let err = fails(&cairn(&s.home, &["mount", "tank/fs", "/tmp"]));
+    assert!(err.contains("already mounted"), "{err}");
+    // The pool is owned by the serving process: another writer is told who holds it.
+    let err = fails(&cairn(&s.home, &["mkdir", "tank/fs/x"]));
+    assert!(err.contains("in use"), "{err}");
+    umount(&s);
+    ok(&cairn(&s.home, &["mkdir", "tank/fs/x"]));
+    let err = fails(&cairn(&s.home, &["umount", s.mnt.to_str().unwrap()]));
+    assert!(err.contains("not a mounted cairn file system"), "{err}");
+}
+
+/// Starts the serving process in the foreground of a child, so the test can kill it.
+fn serve_child(s: &Setup) -> Child {
+    let spec = format!("tank/fs={}", s.mnt.display());
+    let child = cairn_cmd(&s.home)
+        .args(["serve", "--mount", &spec, "--sync-interval", "30", "tank"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = || String::from_utf8_lossy(&cairn(&s.home, &["mount"]).stdout).contains("tank/fs");
+    while !listed() {
+        assert!(Instant::now() < deadline, "mount did not appear");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// A writer appends records with fsync after each; the server is killed at a random
+/// moment. After cleaning the stale mount and mounting again, every record whose fsync
+/// returned is there, whole. Rounds: CAIRN_FSKILL_ROUNDS (default 8; the recorded run in
+/// docs/bench/fs.md used more).
+#[test]
+fn fsynced_appends_survive_kill_9() {
+    if !fuse_available() {
+        return;
+    }
+    let rounds: u64 = std::env::var("CAIRN_FSKILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let s = pool();
+    let mut acked_total = 0usize;
+    for round in 0..rounds {
+        let mut server = serve_child(&s);
+        let path = s.mnt.join("log");
+        let base = fs::metadata(&path).map(|m| m.len() as usize).unwrap_or(0);
+        let writer = std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            let Ok(mut f) = OpenOptions::new().create(true).append(true).open(&path) else {
+                return acked;
+            };
+            for i in 0.. {
+                let rec = pseudo_random(1000 + (i % 7) * 3000, round * 100_000 + i as u64);
+                if f.write_all(&rec).is_err() || f.sync_all().is_err() {
+                    break;
+                }
+                acked.push(rec);
+            }
+            acked
+        });
+        std::thread::sleep(Duration::from_millis(100 + (round * 37) % 400));
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let acked = writer.join().unwrap();
+        // The mount is stale now; `umount -f` cleans it up.
+        ok(&cairn(&s.home, &["umount", "-f", s.mnt.to_str().unwrap()]));
+        let mut server = serve_child(&s);
+        let now = fs::read(s.mnt.join("log")).unwrap_or_default();
+        let acked_bytes: usize = acked.iter().map(|r| r.len()).sum();
+        assert!(
+            now.len() >= base + acked_bytes,
+            "round {round}: {} bytes after the crash, {base} + {acked_bytes} were fsync'd",
+            now.len()
+        );
+        let mut pos = base;
+        for r in &acked {
+            assert!(
+                now[pos..pos + r.len()] == r[..],
+                "round {round}: a fsync'd record differs"
+            );
+            pos += r.len();
+        }
+        acked_total += acked.len();
+        unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+        server.wait().unwrap();
+    }
+    eprintln!("{rounds} kill -9 rounds, {acked_total} fsync'd records, all intact");
+    let scrub = ok(&cairn(&s.home, &["scrub", "tank"]));
+    assert!(scrub.contains("0 errors"), "{scrub}");
+}

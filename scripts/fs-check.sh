@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The file-system checks with real suites, as CI runs them (scripts/test.sh calls this):
+# a raidz2 pool of six files, a dataset mounted over FUSE, then
+#   1. pjdfstest, the whole suite (scripts/pjdfstest.sh builds it from ../shared/tools),
+#   2. fsx (the `fsx` crate, installed into /var/tmp/cairn-tools) for FSX_OPS operations,
+#   3. unmount, scrub: clean.
+# Usage: scripts/fs-check.sh [CAIRN_BINARY]   (default: target/debug/cairn, built if missing)
+# Env: FSX_OPS (default 100000), PJDFSTEST_ARGS (test dirs; default: all).
+# Counts are printed by each suite itself; docs/bench/fs.md records full runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+cairn=${1:-$repo/target/debug/cairn}
+[ -x "$cairn" ] || cargo build --locked -q -p cairn
+work=$(mktemp -d /var/tmp/cairn-fs-check.XXXXXX)
+export CAIRN_HOME=$work/home
+mnt=$work/mnt
+cleanup() {
+  "$cairn" umount -f "$mnt" >/dev/null 2>&1 || true
+  for _ in $(seq 100); do pgrep -f "serve --mount tank/fs" >/dev/null || break; sleep 0.1; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+for i in 0 1 2 3 4 5; do truncate -s 1G "$work/d$i"; done
+"$cairn" create tank raidz2 "$work"/d{0,1,2,3,4,5} >/dev/null
+"$cairn" dataset create tank/fs
+"$cairn" mount tank/fs "$mnt"
+
+echo "== pjdfstest in a cairn mount"
+mkdir "$mnt/pjd"
+# shellcheck disable=SC2086
+scripts/pjdfstest.sh "$mnt/pjd" ${PJDFSTEST_ARGS:-}
+rm -rf "$mnt/pjd"
+
+echo "== fsx: ${FSX_OPS:=100000} operations"
+fsx_bin=/var/tmp/cairn-tools/bin/fsx
+if [ ! -x "$fsx_bin" ]; then
+  echo "installing fsx 0.3.2 into /var/tmp/cairn-tools"
+  cargo install --quiet fsx --version 0.3.2 --root /var/tmp/cairn-tools
+fi
+"$fsx_bin" -q -f scripts/fsx.toml -N "$FSX_OPS" -S 1 -P "$work" "$mnt/fsx.data"
+rm -f "$mnt/fsx.data"
+
+echo "== unmount and scrub"
+"$cairn" umount "$mnt"
+"$cairn" scrub tank
+"$cairn" status -x
