@@ -39,7 +39,7 @@ if [ ! -x "$fsx_bin" ]; then
   echo "installing fsx 0.3.2 into /var/tmp/cairn-tools"
   cargo install --quiet fsx --version 0.3.2 --root /var/tmp/cairn-tools
 fi
-"$fsx_bin" -q -f scripts/fsx.toml -N "$FSX_OPS" -S 1 -P "$work" "$mnt/fsx.data"
+"$fsx_bin" -f scripts/fsx.toml -N "$FSX_OPS" -S 1 -P "$work" "$mnt/fsx.data"
 rm -f "$mnt/fsx.data"
 
 echo "== unmount and scrub"

@@ -16,10 +16,10 @@ use cairn_objset::posix::{NewNode, RenameMode, SetAttr, Unlinked};
 use cairn_objset::xattr::SetMode;
 use cairn_objset::{Resolved, Store, StoreError};
 use fuser::{
-    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
 use crate::attr::{errno, file_attr, from_system_time, kind_type};
@@ -278,6 +278,9 @@ impl Filesystem for CairnFs {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
+        // Lookups and creates in one directory run in parallel (the store serializes what
+        // must be).
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         Ok(())
     }
 
@@ -510,7 +513,12 @@ impl Filesystem for CairnFs {
                     return reply.error(Errno::EROFS);
                 }
                 self.nodes.opened(obj);
-                reply.opened(FileHandle(self.nodes.new_handle()), FopenFlags::empty())
+                // Every change to a file goes through this mount, and the kernel sees its own
+                // writes: its cached pages stay valid from one open to the next.
+                reply.opened(
+                    FileHandle(self.nodes.new_handle()),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
             }
             Err(e) => reply.error(e),
         }
@@ -777,7 +785,7 @@ impl Filesystem for CairnFs {
                     &file_attr(self.ino(obj), &dn),
                     Generation(0),
                     fh,
-                    FopenFlags::empty(),
+                    FopenFlags::FOPEN_KEEP_CACHE,
                 )
             }
             Err(e) => reply.error(e),
