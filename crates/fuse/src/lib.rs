@@ -59,7 +59,7 @@ impl Default for FsOptions {
             atime: AtimeMode::Relatime,
             readonly: false,
             xattr: true,
-            threads: 4,
+            threads: 2,
         }
     }
 }

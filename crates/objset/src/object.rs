@@ -652,8 +652,11 @@ impl ReadPlan {
         drop(targets);
         for ((_, within, at, len), data) in partial.iter().zip(&spare) {
             let out = &mut buf[*at..*at + *len];
-            let avail = data.len().saturating_sub(*within).min(*len);
-            out[..avail].copy_from_slice(&data[*within..*within + avail]);
+            // A block stored shorter than the object's block size (the single block of a
+            // file that was small when written, since extended) reads as zeros past its end.
+            let stored = data.get(*within..).unwrap_or(&[]);
+            let avail = stored.len().min(*len);
+            out[..avail].copy_from_slice(&stored[..avail]);
             out[avail..].fill(0);
         }
         Ok(())
