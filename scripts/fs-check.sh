@@ -3,9 +3,11 @@
 # a raidz2 pool of six files, a dataset mounted over FUSE, then
 #   1. pjdfstest, the whole suite (scripts/pjdfstest.sh builds it from ../shared/tools),
 #   2. fsx (the `fsx` crate, installed into /var/tmp/cairn-tools) for FSX_OPS operations,
-#   3. unmount, scrub: clean.
+#   3. fs-stress.py: random metadata operations from 4 processes, link counts checked,
+#   4. unmount, scrub (clean), remount: the tree is identical.
 # Usage: scripts/fs-check.sh [CAIRN_BINARY]   (default: target/debug/cairn, built if missing)
-# Env: FSX_OPS (default 100000), PJDFSTEST_ARGS (test dirs; default: all).
+# Env: FSX_OPS (default 100000), STRESS_OPS (default 2000 per process), PJDFSTEST_ARGS
+# (test dirs; default: all).
 # Counts are printed by each suite itself; docs/bench/fs.md records full runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +44,13 @@ fi
 "$fsx_bin" -f scripts/fsx.toml -N "$FSX_OPS" -S 1 -P "$work" "$mnt/fsx.data"
 rm -f "$mnt/fsx.data"
 
-echo "== unmount and scrub"
+echo "== fs-stress: ${STRESS_OPS:=2000} random metadata operations in each of 4 processes"
+python3 scripts/fs-stress.py "$mnt" --procs 4 --ops "$STRESS_OPS" --snapshot "$work/stress.json"
+
+echo "== unmount, scrub, remount: the tree is as it was"
 "$cairn" umount "$mnt"
 "$cairn" scrub tank
+"$cairn" mount tank/fs "$mnt" >/dev/null
+python3 scripts/fs-stress.py "$mnt" --compare "$work/stress.json"
+"$cairn" umount "$mnt"
 "$cairn" status -x

@@ -37,6 +37,8 @@ def rand_path(r, root):
 
 def one_op(r, root):
     p, q = rand_path(r, root), rand_path(r, root)
+    if r.random() < 0.2:  # directories renamed away come back, so most operations can work
+        os.makedirs(os.path.dirname(p), exist_ok=True)
     op = r.randrange(17)
     if op == 0:
         with open(p, "wb") as f:
