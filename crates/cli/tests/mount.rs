@@ -288,3 +288,41 @@ fn fsynced_appends_survive_kill_9() {
     let scrub = ok(&cairn(&s.home, &["scrub", "tank"]));
     assert!(scrub.contains("0 errors"), "{scrub}");
 }
+
+/// A refquota through the mount: statfs shows it, writing past it fails with EDQUOT (at the
+/// write or, with the kernel's writeback cache, at fsync), and the file system stays usable.
+#[test]
+fn quota_is_edquot_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    ok(&cairn(&s.home, &["set", "refquota=8M", "tank/fs"]));
+    ok(&cairn(&s.home, &["set", "compression=off", "tank/fs"]));
+    mount(&s);
+    let st = nix_statvfs(&s.mnt);
+    assert!(st <= 8 << 20, "statfs AVAIL {st} > refquota");
+    let big = pseudo_random(16 << 20, 3);
+    let r = (|| -> std::io::Result<()> {
+        let mut f = fs::File::create(s.mnt.join("big"))?;
+        f.write_all(&big)?;
+        f.sync_all()
+    })();
+    let e = r.expect_err("16 MiB past an 8 MiB refquota");
+    assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
+    fs::remove_file(s.mnt.join("big")).unwrap();
+    let small = pseudo_random(2 << 20, 4);
+    let mut f = fs::File::create(s.mnt.join("small")).unwrap();
+    f.write_all(&small).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    umount(&s);
+    assert!(ok_bytes(&cairn(&s.home, &["cat", "tank/fs/small"])) == small);
+}
+
+fn nix_statvfs(p: &Path) -> u64 {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail * st.f_frsize
+}

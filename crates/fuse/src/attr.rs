@@ -89,6 +89,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::NotADirectory(_) => libc::ENOTDIR,
         E::IsADirectory(_) => libc::EISDIR,
         E::NoSpace(_) => libc::ENOSPC,
+        E::QuotaExceeded { .. } => libc::EDQUOT,
         E::ReadOnly(_) => libc::EROFS,
         E::NameTooLong(_) => libc::ENAMETOOLONG,
         E::NotPermitted(_) => libc::EPERM,

@@ -6,7 +6,7 @@
 //! an open file, and its id must not be reused under an inode number the kernel still
 //! caches (FUSE names inodes by number). Invariants:
 //! - `lookups` counts every reply that gave the kernel an entry, minus `forget`s;
-//! - an object leaves the map when both counts are 0, and only then `release_if_orphan`
+//! - an object leaves the map when both counts are 0, and only then `CairnFs::settle`
 //!   asks the store to free it (a no-op while it still has a name).
 
 use std::collections::HashMap;
@@ -43,14 +43,14 @@ impl Nodes {
         c.entry(obj).or_default().opens += 1;
     }
 
-    /// The kernel forgot `n` lookups; true when nothing holds the object any more.
-    pub fn forget(&self, obj: u64, n: u64) -> bool {
-        self.change(obj, |c| c.lookups = c.lookups.saturating_sub(n))
+    /// The kernel forgot `n` lookups.
+    pub fn forget(&self, obj: u64, n: u64) {
+        self.change(obj, |c| c.lookups = c.lookups.saturating_sub(n));
     }
 
-    /// A handle closed; true when nothing holds the object any more.
-    pub fn closed(&self, obj: u64) -> bool {
-        self.change(obj, |c| c.opens = c.opens.saturating_sub(1))
+    /// A handle closed.
+    pub fn closed(&self, obj: u64) {
+        self.change(obj, |c| c.opens = c.opens.saturating_sub(1));
     }
 
     /// Whether the kernel holds `obj` (a lookup or an open handle).
@@ -59,17 +59,20 @@ impl Nodes {
         c.get(&obj).is_some_and(|c| c.lookups > 0 || c.opens > 0)
     }
 
-    fn change(&self, obj: u64, f: impl FnOnce(&mut Counts)) -> bool {
+    /// Whether a handle of `obj` is open.
+    pub fn is_open(&self, obj: u64) -> bool {
+        let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.get(&obj).is_some_and(|c| c.opens > 0)
+    }
+
+    fn change(&self, obj: u64, f: impl FnOnce(&mut Counts)) {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(counts) = c.get_mut(&obj) else {
-            return true;
-        };
-        f(counts);
-        if counts.lookups == 0 && counts.opens == 0 {
-            c.remove(&obj);
-            return true;
+        if let Some(counts) = c.get_mut(&obj) {
+            f(counts);
+            if counts.lookups == 0 && counts.opens == 0 {
+                c.remove(&obj);
+            }
         }
-        false
     }
 
     /// Every object the kernel still holds (freed at unmount if orphaned).

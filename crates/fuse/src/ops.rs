@@ -106,16 +106,22 @@ impl CairnFs {
         reply.entry(&TTL, &file_attr(self.ino(obj), dn), Generation(0));
     }
 
-    /// Frees an object that lost its last name, unless the kernel still holds it.
-    fn unlinked(&self, u: Unlinked) {
-        if u.nlink == 0 && !self.nodes.is_held(u.object) {
-            let _ = self.store.free_orphan(u.object);
+    /// An object that lost its last name is freed once the kernel holds it no more; while
+    /// the kernel only remembers it (no open handle) its data goes back already, as its
+    /// space must not wait for the kernel's forget (which comes later, in batches).
+    /// Called after unlink, rename over it, release and forget; a no-op for an object that
+    /// still has a name.
+    fn settle(&self, obj: u64) {
+        if !self.nodes.is_held(obj) {
+            let _ = self.store.free_orphan(obj);
+        } else if !self.nodes.is_open(obj) {
+            let _ = self.store.drop_orphan_data(obj);
         }
     }
 
-    fn release_if_orphan(&self, obj: u64, free: bool) {
-        if free {
-            let _ = self.store.free_orphan(obj);
+    fn unlinked(&self, u: Unlinked) {
+        if u.nlink == 0 {
+            self.settle(u.object);
         }
     }
 
@@ -284,9 +290,10 @@ impl Filesystem for CairnFs {
         // Lookups and creates in one directory run in parallel (the store serializes what
         // must be).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // The kernel gathers small writes into pages and sends them in large requests;
-        // fsync and close still reach this process (and fsync commits the txg).
-        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        // No writeback cache: with it the kernel acknowledges write() from its page cache
+        // and a full pool or a quota surfaces only later, as EIO at close or fsync (seen in
+        // quota_is_edquot_through_the_mount). Writes reach the store at write() time and
+        // fail there with ENOSPC / EDQUOT.
         Ok(())
     }
 
@@ -307,8 +314,8 @@ impl Filesystem for CairnFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let obj = self.object(ino);
-        let free = self.nodes.forget(obj, nlookup);
-        self.release_if_orphan(obj, free);
+        self.nodes.forget(obj, nlookup);
+        self.settle(obj);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -578,7 +585,10 @@ impl Filesystem for CairnFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing to do at close (the kernel wrote its cached pages back before asking, and
+        // byte-range locks are its own): ENOSYS tells it to stop sending FLUSH, one round
+        // trip fewer per close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -592,8 +602,8 @@ impl Filesystem for CairnFs {
         reply: ReplyEmpty,
     ) {
         let obj = self.object(ino);
-        let free = self.nodes.closed(obj);
-        self.release_if_orphan(obj, free);
+        self.nodes.closed(obj);
+        self.settle(obj);
         reply.ok();
     }
 
@@ -683,9 +693,12 @@ impl Filesystem for CairnFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         const BSIZE: u64 = 4096;
+        // As `zfs list` shows the dataset: its AVAIL (quotas and others' reservations
+        // counted) beside what the pool holds.
         let usage = self.store.space();
-        let total = (usage.used + usage.avail) / BSIZE;
-        let free = usage.avail / BSIZE;
+        let avail = self.store.dataset_avail(self.dataset);
+        let total = (usage.used + avail) / BSIZE;
+        let free = avail / BSIZE;
         // Objects are not preallocated: report as many free inodes as free blocks.
         reply.statfs(
             total,

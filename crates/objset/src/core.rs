@@ -49,6 +49,8 @@ pub(crate) struct State {
     pub damaged_dirty: bool,
     /// The background writer's progress in the open txg.
     pub presync: Presync,
+    /// Bytes written in the open txg per dataset id (`crate::quota`).
+    pub pending: HashMap<u32, u64>,
     /// Directories decoded once and changed in memory (`crate::dircache`).
     pub dirs: crate::dircache::DirCache,
 }

@@ -57,6 +57,10 @@ pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("canmount", "on", false),
     ("atime", "relatime", true),
     ("xattr", "on", true),
+    // Space limits and guarantees (`crate::quota`).
+    ("quota", "none", false),
+    ("refquota", "none", false),
+    ("reservation", "none", false),
 ];
 
 /// Parses a size like `128K`, `1M`, `512`, `10G`.
@@ -152,6 +156,13 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
                 .into())
             }
             _ => bad("an absolute path, none or legacy"),
+        },
+        "quota" | "refquota" | "reservation" => match value {
+            "none" => Ok(value.into()),
+            v => match parse_size(v) {
+                Some(n) if n > 0 => Ok(n.to_string()),
+                _ => bad("a size such as 10G, or none"),
+            },
         },
         "volsize" => match parse_size(value) {
             Some(n) if n > 0 => Ok(n.to_string()),

@@ -40,6 +40,12 @@ pub enum StoreError {
     NoAttribute(String),
     #[error("extended attributes of one file are limited to {0} bytes in all")]
     AttributesFull(usize),
+    #[error("dataset '{dataset}' is over its {property} ({limit} bytes): delete files, or raise it (`cairn set {property}=SIZE {dataset}`)")]
+    QuotaExceeded {
+        dataset: String,
+        property: String,
+        limit: u64,
+    },
     #[error("invalid name '{0}': {1}")]
     BadName(String, String),
     #[error("{path}: {source}")]

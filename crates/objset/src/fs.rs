@@ -316,7 +316,6 @@ impl StoreCore {
     }
 
     pub fn dataset_info(&self, name: &str) -> Result<DatasetInfo, StoreError> {
-        let usage = self.space();
         let st = self.lock();
         let ds = st
             .datasets
@@ -327,7 +326,7 @@ impl StoreCore {
             name: ds.name.clone(),
             kind: ds.kind,
             used: st.datasets.used_total(ds.id),
-            avail: usage.avail,
+            avail: self.dataset_avail_locked(&st, ds.id),
             refer: ds.used,
             compressratio: if physical == 0 {
                 1.0
@@ -562,6 +561,7 @@ impl StoreCore {
             let wanted =
                 self.blocks_to_prefetch(&mut st, r.object, offset, data.len(), &prefetched)?;
             if wanted.is_empty() || round >= 3 {
+                self.charge_dataset(&mut st, r.dataset, data.len() as u64)?;
                 self.reserve_space(&mut st, data.len() as u64)?;
                 self.write_locked_with(&mut st, r.object, offset, data, &mut prefetched)?;
                 self.nudge_writer(&st);
@@ -744,11 +744,7 @@ impl StoreCore {
 
     /// Whether the open txg holds any change (an idle pool need not sync).
     pub fn is_dirty(&self) -> bool {
-        let st = self.lock();
-        st.datasets_dirty
-            || st.damaged_dirty
-            || st.dirs.any_dirty()
-            || st.objects.values().any(|o| o.is_dirty())
+        is_dirty_locked(&self.lock())
     }
 
     /// Syncs when the open txg holds more dirty data than allowed.
@@ -869,6 +865,14 @@ fn validate_file_name(name: &str) -> Result<(), StoreError> {
         ));
     }
     Ok(())
+}
+
+/// Whether the open txg holds any change.
+pub(crate) fn is_dirty_locked(st: &State) -> bool {
+    st.datasets_dirty
+        || st.damaged_dirty
+        || st.dirs.any_dirty()
+        || st.objects.values().any(|o| o.is_dirty())
 }
 
 pub fn kind_name(k: ObjectKind) -> &'static str {

@@ -18,6 +18,7 @@ pub mod object;
 pub mod object_io;
 pub mod posix;
 pub mod props;
+pub mod quota;
 pub mod resilver;
 pub mod root;
 pub mod scrub;

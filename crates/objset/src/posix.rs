@@ -284,6 +284,17 @@ impl StoreCore {
         self.free_object_locked(&mut st, obj)
     }
 
+    /// Gives back the data of an object no name leads to (nlink 0) while its dnode waits
+    /// for `free_orphan`; a no-op otherwise.
+    pub fn drop_orphan_data(&self, obj: u64) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let dn = self.object_mut(&mut st, obj)?.dnode;
+        if dn.nlink != 0 || dn.kind != ObjectKind::File || dn.size == 0 {
+            return Ok(());
+        }
+        self.truncate_locked(&mut st, obj, 0)
+    }
+
     /// Renames `from_dir/from` to `to_dir/to` (renameat2: replace, no-replace, exchange).
     /// Returns the object that lost its name when an existing target was replaced.
     pub fn rename(

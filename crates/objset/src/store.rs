@@ -216,6 +216,7 @@ impl StoreCore {
             damaged_dirty: false,
             presync: Presync::default(),
             dirs: Default::default(),
+            pending: HashMap::new(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets =
@@ -247,6 +248,7 @@ impl StoreCore {
             damaged_dirty: false,
             presync: Presync::default(),
             dirs: Default::default(),
+            pending: HashMap::new(),
         };
         let store = StoreCore::new(pool, state, config);
         {

@@ -217,6 +217,7 @@ impl TxgSync<'_> {
         st.presync.taken_bytes = 0;
         st.objects.retain(|_, o| o.is_dirty());
         st.dirs.trim();
+        st.pending.clear();
         Ok(txg)
     }
 }
