@@ -119,6 +119,7 @@ fn posix_operations_persist_across_unmount() {
     let big = m.join("sparse");
     let mut f = OpenOptions::new()
         .create(true)
+        .truncate(true)
         .read(true)
         .write(true)
         .open(&big)

@@ -151,14 +151,13 @@ impl CairnFs {
         Ok(node)
     }
 
+    /// Creates `name` in `parent`: `(kind, mode, rdev)`, and a symlink's target.
     fn make(
         &self,
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        kind: ObjectKind,
-        mode: u32,
-        rdev: u64,
+        (kind, mode, rdev): (ObjectKind, u32, u64),
         target: Option<&[u8]>,
     ) -> Result<(u64, Dnode)> {
         let parent = self.object(parent);
@@ -385,7 +384,7 @@ impl Filesystem for CairnFs {
         } else {
             mode
         };
-        match self.make(req, parent, name, kind, mode, u64::from(rdev), None) {
+        match self.make(req, parent, name, (kind, mode, u64::from(rdev)), None) {
             Ok((obj, dn)) => self.entry(obj, &dn, reply),
             Err(e) => reply.error(e),
         }
@@ -401,7 +400,7 @@ impl Filesystem for CairnFs {
         reply: ReplyEntry,
     ) {
         let mode = (mode & 0o7777) | libc::S_IFDIR;
-        match self.make(req, parent, name, ObjectKind::Directory, mode, 0, None) {
+        match self.make(req, parent, name, (ObjectKind::Directory, mode, 0), None) {
             Ok((obj, dn)) => self.entry(obj, &dn, reply),
             Err(e) => reply.error(e),
         }
@@ -454,9 +453,7 @@ impl Filesystem for CairnFs {
             req,
             parent,
             link_name,
-            ObjectKind::Symlink,
-            mode,
-            0,
+            (ObjectKind::Symlink, mode, 0),
             Some(target),
         ) {
             Ok((obj, dn)) => self.entry(obj, &dn, reply),
@@ -799,7 +796,7 @@ impl Filesystem for CairnFs {
         reply: ReplyCreate,
     ) {
         let mode = (mode & 0o7777) | libc::S_IFREG;
-        match self.make(req, parent, name, ObjectKind::File, mode, 0, None) {
+        match self.make(req, parent, name, (ObjectKind::File, mode, 0), None) {
             Ok((obj, dn)) => {
                 self.nodes.looked_up(obj);
                 self.nodes.opened(obj);
