@@ -26,9 +26,19 @@ fn fuse_available() -> bool {
 }
 
 struct Setup {
-    _tmp: tempfile::TempDir,
     home: PathBuf,
     mnt: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+/// A test that fails while mounted must not leave its serving process and mount behind:
+/// detach the mount (the server then syncs, exports and exits).
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if String::from_utf8_lossy(&cairn(&self.home, &["mount"]).stdout).contains("tank/") {
+            let _ = cairn(&self.home, &["umount", "-f", self.mnt.to_str().unwrap()]);
+        }
+    }
 }
 
 fn pool() -> Setup {
@@ -212,7 +222,15 @@ fn mount_refuses_what_it_cannot_serve() {
 fn serve_child(s: &Setup) -> Child {
     let spec = format!("tank/fs={}", s.mnt.display());
     let child = cairn_cmd(&s.home)
-        .args(["serve", "--mount", &spec, "--sync-interval", "30", "tank"])
+        .args([
+            "serve",
+            "--mount",
+            &spec,
+            "--sync-interval",
+            "30",
+            "--until-unmounted",
+            "tank",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
