@@ -9,6 +9,7 @@
 //!    scrub         runs a scrub in the serving process, answers its summary line
 //!    mode          `service`, or `until-unmounted PID` for a process that serves mounts
 //!                  only and exits when the last is unmounted
+//!    mount SPEC    mounts DATASET[=DIR][:ro] in the serving process (`cairn mount`)
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -38,11 +39,24 @@ pub fn ask(home: &Home, pool: &str, request: &str) -> Option<String> {
     Some(answer)
 }
 
-fn answer(home: &Home, store: &Store, until_unmounted: bool, request: &str) -> String {
+/// What the serving process offers besides the store.
+pub struct Serving {
+    /// It exits when its last mount is gone (started by `cairn mount`).
+    pub until_unmounted: bool,
+    pub mounts: Arc<crate::mount_table::MountTable>,
+}
+
+fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> String {
     let pool = store.pool().name().to_string();
     match request.trim() {
-        "mode" if until_unmounted => format!("until-unmounted {}\n", std::process::id()),
+        "mode" if serving.until_unmounted => {
+            format!("until-unmounted {}\n", std::process::id())
+        }
         "mode" => "service\n".into(),
+        r if r.starts_with("mount ") => match serving.mounts.mount_spec(&r[6..]) {
+            Ok(done) => format!("{done} (served by PID {})\n", std::process::id()),
+            Err(e) => format!("error: {e}\n"),
+        },
         r if r == "status" || r == "status -v" => {
             let scan = crate::data_cmds::scan_line(home, &pool);
             let errors = crate::data_cmds::data_errors(store.error_log());
@@ -69,7 +83,7 @@ fn answer(home: &Home, store: &Store, until_unmounted: bool, request: &str) -> S
 pub fn spawn(
     home: Home,
     store: Arc<Store>,
-    until_unmounted: bool,
+    serving: Serving,
     stop: &'static AtomicBool,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let path = socket_path(&home, store.pool().name());
@@ -87,7 +101,7 @@ pub fn spawn(
                     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                     let mut line = String::new();
                     if BufReader::new(&mut conn).read_line(&mut line).is_ok() {
-                        let reply = answer(&home, &store, until_unmounted, &line);
+                        let reply = answer(&home, &store, &serving, &line);
                         let _ = conn.write_all(reply.as_bytes());
                     }
                 }

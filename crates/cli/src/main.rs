@@ -9,6 +9,7 @@ mod events_cmd;
 mod history_cmd;
 mod iostat_cmd;
 mod mount_cmds;
+mod mount_table;
 mod pool_cmds;
 mod serve;
 mod tunables;

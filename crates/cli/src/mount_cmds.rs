@@ -130,6 +130,17 @@ pub fn mount(a: MountArgs) -> Result<(), String> {
         spec.push_str(":ro");
     }
     let pool = pool_of(&dataset).to_string();
+    // A service that holds the pool mounts it itself.
+    if let Some(answer) = crate::control::ask(&crate::home(), &pool, &format!("mount {spec}")) {
+        let answer = answer.trim();
+        return match answer.strip_prefix("error: ") {
+            Some(e) => Err(e.to_string()),
+            None => {
+                println!("{answer}");
+                Ok(())
+            }
+        };
+    }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the cairn binary: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--mount", &spec, "--until-unmounted", &pool]);

@@ -56,113 +56,6 @@ pub struct ServeArgs {
     pool: String,
 }
 
-/// A file system this process serves.
-struct ServedMount {
-    dataset: String,
-    mounted: Option<cairn_fuse::Mounted>,
-}
-
-/// The mounts `--mount` / `--mount-all` ask for: (dataset, dir, read-only).
-fn mount_requests(a: &ServeArgs, store: &Store) -> Result<Vec<(String, PathBuf, bool)>, String> {
-    let mut out = Vec::new();
-    let mut specs: Vec<String> = a.mounts.clone();
-    if a.mount_all {
-        for ds in store.datasets().datasets {
-            let on = store
-                .get_property(&ds.name, "canmount")
-                .map(|v| v.0 == "on")
-                .unwrap_or(false);
-            if ds.kind == DatasetKind::Filesystem && on && !specs.contains(&ds.name) {
-                specs.push(ds.name.clone());
-            }
-        }
-    }
-    for spec in specs {
-        let (spec, ro) = match spec.strip_suffix(":ro") {
-            Some(s) => (s.to_string(), true),
-            None => (spec, false),
-        };
-        let (ds, dir) = match spec.split_once('=') {
-            Some((ds, dir)) => (ds.to_string(), PathBuf::from(dir)),
-            None => {
-                let (mp, _) = store
-                    .get_property(&spec, "mountpoint")
-                    .map_err(|e| e.to_string())?;
-                if !mp.starts_with('/') {
-                    if a.mount_all {
-                        continue; // mountpoint=none/legacy: not mounted by -a
-                    }
-                    return Err(format!(
-                        "'{spec}' has mountpoint={mp}; give a directory: --mount {spec}=DIR"
-                    ));
-                }
-                (spec, PathBuf::from(mp))
-            }
-        };
-        out.push((ds, dir, ro));
-    }
-    // Parents before children, so a child's mount point is inside its parent's mount.
-    out.sort_by(|a, b| a.1.cmp(&b.1));
-    Ok(out)
-}
-
-fn fs_options(
-    store: &Store,
-    dataset: &str,
-    read_only: bool,
-) -> Result<cairn_fuse::FsOptions, String> {
-    let prop = |k: &str| {
-        store
-            .get_property(dataset, k)
-            .map(|v| v.0)
-            .map_err(|e| e.to_string())
-    };
-    Ok(cairn_fuse::FsOptions {
-        atime: cairn_fuse::AtimeMode::parse(&prop("atime")?)
-            .unwrap_or(cairn_fuse::AtimeMode::Relatime),
-        readonly: read_only || prop("readonly")? == "on",
-        xattr: prop("xattr")? == "on",
-        ..cairn_fuse::FsOptions::default()
-    })
-}
-
-fn start_mounts(a: &ServeArgs, store: &Arc<Store>) -> Result<Vec<ServedMount>, String> {
-    let mut served = Vec::new();
-    for (ds, dir, ro) in mount_requests(a, store)? {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot make mount point {}: {e}", dir.display()))?;
-        let opts = fs_options(store, &ds, ro)?;
-        let m = cairn_fuse::mount(store.clone(), &ds, &dir, opts).map_err(|e| e.to_string())?;
-        eprintln!("cairn: mounted {ds} at {}", dir.display());
-        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-        if let Err(e) = crate::mount_cmds::record_mount(&ds, &dir) {
-            eprintln!("cairn: cannot record the mount of {ds}: {e}");
-        }
-        served.push(ServedMount {
-            dataset: ds,
-            mounted: Some(m),
-        });
-    }
-    Ok(served)
-}
-
-/// Unmounts what is still mounted (last mounted first) and waits for every session.
-fn stop_mounts(mounts: &mut [ServedMount]) {
-    for m in mounts.iter_mut().rev() {
-        if let Some(mounted) = m.mounted.take() {
-            let r = if mounted.is_finished() {
-                mounted.join()
-            } else {
-                mounted.unmount()
-            };
-            if let Err(e) = r {
-                eprintln!("cairn: unmounting {}: {e}", m.dataset);
-            }
-            crate::mount_cmds::forget_mount(&m.dataset);
-        }
-    }
-}
-
 /// A volume as an NBD export.
 struct VolumeExport {
     store: Arc<Store>,
@@ -411,9 +304,12 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     if !running.is_empty() {
         eprintln!("cairn: exports: {}", source.list().join(", "));
     }
-    let mut mounts = match start_mounts(&a, &store) {
-        Ok(m) => m,
+    let mounts = Arc::new(crate::mount_table::MountTable::new(store.clone()));
+    match mounts.mount_initial(&a.mounts, a.mount_all) {
+        Ok(()) => {}
         Err(e) => {
+            mounts.stop_all();
+            drop(mounts);
             for r in running {
                 let _ = r.stop();
             }
@@ -424,9 +320,17 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
             }
             return Err(e);
         }
-    };
-    let control = crate::control::spawn(home.clone(), store.clone(), a.until_unmounted, &STOP)
-        .map_err(|e| format!("cannot open the control socket: {e}"))?;
+    }
+    let control = crate::control::spawn(
+        home.clone(),
+        store.clone(),
+        crate::control::Serving {
+            until_unmounted: a.until_unmounted,
+            mounts: mounts.clone(),
+        },
+        &STOP,
+    )
+    .map_err(|e| format!("cannot open the control socket: {e}"))?;
     // SAFETY: installing a handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -444,12 +348,10 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     let mut last_heal = Instant::now();
     while !STOP.load(Ordering::SeqCst)
         && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
-        && !(a.until_unmounted
-            && mounts
-                .iter()
-                .all(|m| m.mounted.as_ref().is_none_or(|m| m.is_finished())))
+        && !(a.until_unmounted && mounts.is_empty())
     {
         std::thread::sleep(Duration::from_millis(50));
+        mounts.reap();
         if last_heal.elapsed() >= Duration::from_secs(1) {
             last_heal = Instant::now();
             healer.tick(&home, &store);
@@ -467,10 +369,11 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     for r in running {
         let _ = r.stop();
     }
-    stop_mounts(&mut mounts);
+    mounts.stop_all();
     STOP.store(true, Ordering::SeqCst);
     healer.join(&home, &store);
     let _ = control.join();
+    drop(mounts);
     drop(server);
     drop(source);
     let store =

@@ -345,3 +345,63 @@ fn nix_statvfs(p: &Path) -> u64 {
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     st.f_bavail * st.f_frsize
 }
+
+/// A running service takes `cairn mount` over its control socket (no second process), two
+/// datasets of one pool are served side by side, and unmounting leaves the service running.
+#[test]
+fn a_running_service_mounts_through_its_control_socket() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    ok(&cairn(&s.home, &["dataset", "create", "tank/other"]));
+    let sock = s.home.join("nbd.sock");
+    let mut service = cairn_cmd(&s.home)
+        .args(["serve", "--nbd-socket", sock.to_str().unwrap(), "tank"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cairn(&s.home, &["status", "tank"]).status.success() {
+        assert!(Instant::now() < deadline, "the service did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = ok(&cairn(
+        &s.home,
+        &["mount", "tank/fs", s.mnt.to_str().unwrap()],
+    ));
+    assert!(
+        out.contains(&format!("served by PID {}", service.id())),
+        "{out}"
+    );
+    let other = s.mnt.with_file_name("other");
+    ok(&cairn(
+        &s.home,
+        &["mount", "tank/other", other.to_str().unwrap()],
+    ));
+    fs::write(s.mnt.join("x"), b"through the service").unwrap();
+    fs::write(other.join("y"), b"second dataset").unwrap();
+    let listed = ok(&cairn(&s.home, &["mount"]));
+    assert!(
+        listed.contains("tank/fs") && listed.contains("tank/other"),
+        "{listed}"
+    );
+    umount(&s);
+    ok(&cairn(&s.home, &["umount", "tank/other"]));
+    assert!(
+        service.try_wait().unwrap().is_none(),
+        "the service keeps running"
+    );
+    ok(&cairn(&s.home, &["status", "tank"]));
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(service.wait().unwrap().success());
+    assert_eq!(
+        ok_bytes(&cairn(&s.home, &["cat", "tank/fs/x"])),
+        b"through the service"
+    );
+    assert_eq!(
+        ok_bytes(&cairn(&s.home, &["cat", "tank/other/y"])),
+        b"second dataset"
+    );
+}
