@@ -77,7 +77,12 @@ pub struct Directory {
 impl Directory {
     /// Bytes `encode` returns.
     pub fn encoded_len(&self) -> usize {
-        DIR1_HEADER + self.entries.keys().map(|n| dir1_entry_len(n)).sum::<usize>()
+        DIR1_HEADER
+            + self
+                .entries
+                .keys()
+                .map(|n| dir1_entry_len(n))
+                .sum::<usize>()
     }
 
     pub fn encode(&self) -> Vec<u8> {

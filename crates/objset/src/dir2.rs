@@ -192,7 +192,10 @@ impl Header {
             leaves: r.u64()?,
             next_block: r.u64()?,
         };
-        if h.leaves == 0 || h.leaves > MAX_LEAVES || h.next_block.checked_sub(FIRST_LEAF) != Some(h.leaves) {
+        if h.leaves == 0
+            || h.leaves > MAX_LEAVES
+            || h.next_block.checked_sub(FIRST_LEAF) != Some(h.leaves)
+        {
             return Err(r.err(format!(
                 "{} leaves with next block {}",
                 h.leaves, h.next_block
@@ -534,8 +537,15 @@ impl HashedDir {
     ) -> Result<&mut TableBlock, StoreError> {
         if !self.table.contains_key(&k) {
             let buf = src.read_blocks(1 + k, 1)?;
-            let slots = decode_table(&buf, self.header.next_block).map_err(|e| corrupt(self.id, e))?;
-            self.table.insert(k, TableBlock { slots, dirty: false });
+            let slots =
+                decode_table(&buf, self.header.next_block).map_err(|e| corrupt(self.id, e))?;
+            self.table.insert(
+                k,
+                TableBlock {
+                    slots,
+                    dirty: false,
+                },
+            );
         }
         Ok(self.table.get_mut(&k).expect("inserted"))
     }
@@ -553,8 +563,15 @@ impl HashedDir {
             self.leaves.retain(|_, l| l.dirty);
         }
         let buf = src.read_blocks(blkid, 1)?;
-        let leaf = Leaf::decode_with(&buf, self.hash)
-            .map_err(|e| corrupt(self.id, DecodeError { why: format!("block {blkid}: {}", e.why), ..e }))?;
+        let leaf = Leaf::decode_with(&buf, self.hash).map_err(|e| {
+            corrupt(
+                self.id,
+                DecodeError {
+                    why: format!("block {blkid}: {}", e.why),
+                    ..e
+                },
+            )
+        })?;
         self.leaves.insert(blkid, CachedLeaf { leaf, dirty: false });
         Ok(())
     }
@@ -599,7 +616,10 @@ impl HashedDir {
             return Err(StoreError::NameTooLong(name.into()));
         }
         if !valid_name(name) {
-            return Err(StoreError::BadName(name.into(), "not a valid file name".into()));
+            return Err(StoreError::BadName(
+                name.into(),
+                "not a valid file name".into(),
+            ));
         }
         let hash = (self.hash)(name);
         // Each round either inserts or splits the leaf one level deeper: at most 17 rounds.
@@ -609,7 +629,10 @@ impl HashedDir {
             match cl.leaf.find(hash, name) {
                 Ok(i) => {
                     cl.dirty = true;
-                    return Ok(Some(std::mem::replace(&mut cl.leaf.entries[i].entry, entry)));
+                    return Ok(Some(std::mem::replace(
+                        &mut cl.leaf.entries[i].entry,
+                        entry,
+                    )));
                 }
                 Err(i) if cl.leaf.bytes + leaf_entry_len(name) <= DIR_BLOCK => {
                     cl.leaf.entries.insert(
@@ -663,7 +686,8 @@ impl HashedDir {
         for k in first_k..=last_k {
             let tb = self.table_block(src, k)?;
             let base = k as usize * SLOTS_PER_BLOCK;
-            let range = moved_slots.start.max(base) - base..moved_slots.end.min(base + SLOTS_PER_BLOCK) - base;
+            let range = moved_slots.start.max(base) - base
+                ..moved_slots.end.min(base + SLOTS_PER_BLOCK) - base;
             if let Some(bad) = tb.slots[range].iter().find(|&&s| u64::from(s) != blkid) {
                 return Err(StoreError::Corrupt(format!(
                     "directory object {id}: a slot of leaf {blkid} (prefix {prefix:#x}/{depth}) points to block {bad}"
@@ -677,7 +701,10 @@ impl HashedDir {
         let cl = self.leaves.get_mut(&blkid).expect("loaded");
         // Sorted by hash, the names with bit (63 - depth) set come last.
         let bit = 63 - u32::from(depth);
-        let cut = cl.leaf.entries.partition_point(|e| (e.hash >> bit) & 1 == 0);
+        let cut = cl
+            .leaf
+            .entries
+            .partition_point(|e| (e.hash >> bit) & 1 == 0);
         let moved = cl.leaf.entries.split_off(cut);
         let kept = std::mem::take(&mut cl.leaf.entries);
         cl.leaf.set_entries(kept);
@@ -696,7 +723,8 @@ impl HashedDir {
         for k in first_k..=last_k {
             let tb = self.table.get_mut(&k).expect("read above");
             let base = k as usize * SLOTS_PER_BLOCK;
-            let range = moved_slots.start.max(base) - base..moved_slots.end.min(base + SLOTS_PER_BLOCK) - base;
+            let range = moved_slots.start.max(base) - base
+                ..moved_slots.end.min(base + SLOTS_PER_BLOCK) - base;
             tb.slots[range].fill(new_id as u32);
             tb.dirty = true;
         }
@@ -746,7 +774,13 @@ impl HashedDir {
             let buf = src.read_blocks(b, n as usize)?;
             for (i, block) in buf.chunks(DIR_BLOCK).enumerate() {
                 let leaf = Leaf::decode_with(block, self.hash).map_err(|e| {
-                    corrupt(self.id, DecodeError { why: format!("block {}: {}", b + i as u64, e.why), ..e })
+                    corrupt(
+                        self.id,
+                        DecodeError {
+                            why: format!("block {}: {}", b + i as u64, e.why),
+                            ..e
+                        },
+                    )
                 })?;
                 out.extend(leaf.entries.into_iter().map(|e| (e.name, e.entry)));
             }
@@ -879,11 +913,17 @@ mod tests {
         let mut d = HashedDir::open(7, &mem.0[&0], name_hash).unwrap();
         assert_eq!(d.len(), 3000);
         for i in (0..3000).step_by(7) {
-            assert_eq!(d.lookup(&mut mem, &long_name(i)).unwrap(), Some(file(i as u64)));
+            assert_eq!(
+                d.lookup(&mut mem, &long_name(i)).unwrap(),
+                Some(file(i as u64))
+            );
         }
         assert_eq!(d.lookup(&mut mem, "absent").unwrap(), None);
         for i in (0..3000).step_by(2) {
-            assert_eq!(d.remove(&mut mem, &long_name(i)).unwrap(), Some(file(i as u64)));
+            assert_eq!(
+                d.remove(&mut mem, &long_name(i)).unwrap(),
+                Some(file(i as u64))
+            );
             model.remove(&long_name(i));
         }
         // Only the changed blocks are written.
@@ -935,7 +975,10 @@ mod tests {
         let mut d = HashedDir::open(7, &mem.0[&0], colliding).unwrap();
         assert_eq!(d.len(), n as u64);
         for i in 0..n {
-            assert_eq!(d.lookup(&mut mem, &long_name(i)).unwrap(), Some(file(i as u64)));
+            assert_eq!(
+                d.lookup(&mut mem, &long_name(i)).unwrap(),
+                Some(file(i as u64))
+            );
         }
         // A name of another slot still fits; removing one makes room again.
         assert!(d.remove(&mut mem, &long_name(0)).unwrap().is_some());
@@ -968,7 +1011,8 @@ mod tests {
         mem.apply(d.take_dirty());
         // Point every slot of table block 3 at the first leaf: lookups there must notice.
         let first_leaf = FIRST_LEAF as u32;
-        mem.0.insert(4, encode_table(&vec![first_leaf; SLOTS_PER_BLOCK]));
+        mem.0
+            .insert(4, encode_table(&vec![first_leaf; SLOTS_PER_BLOCK]));
         let mut d = HashedDir::open(7, &mem.0[&0], name_hash).unwrap();
         let mut errors = 0;
         for i in 0..2000 {

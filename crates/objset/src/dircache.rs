@@ -54,6 +54,8 @@ struct SmallDir {
     /// `dir.encoded_len()`, kept up to date.
     bytes: usize,
     dirty: bool,
+    /// A conversion to DIR2 failed (not tried again while it is cached).
+    stays_dir1: bool,
 }
 
 impl CachedDir {
@@ -114,10 +116,9 @@ impl ObjectBlocks<'_> {
 
 impl BlockSource for ObjectBlocks<'_> {
     fn read_blocks(&mut self, first: u64, count: usize) -> Result<Vec<u8>, StoreError> {
-        let obj = self
-            .objects
-            .get(&self.id)
-            .ok_or_else(|| StoreError::Corrupt(format!("directory object {} not loaded", self.id)))?;
+        let obj = self.objects.get(&self.id).ok_or_else(|| {
+            StoreError::Corrupt(format!("directory object {} not loaded", self.id))
+        })?;
         let size = obj.dnode.size;
         let end = first
             .checked_add(count as u64)
@@ -192,6 +193,7 @@ fn load(pool: &Pool, st: &mut State, id: u64) -> Result<(), StoreError> {
             bytes: dir.encoded_len(),
             dir,
             dirty: false,
+            stays_dir1: false,
         })
     };
     st.dirs.dirs.insert(id, cached);
@@ -226,12 +228,13 @@ fn with_dir<R>(
 /// stays DIR1.
 fn maybe_convert(d: &mut CachedDir, id: u64, block_size: usize) {
     let CachedDir::Small(s) = d else { return };
-    if s.bytes <= DIR_BLOCK || block_size != DIR_BLOCK {
+    if s.bytes <= DIR_BLOCK || block_size != DIR_BLOCK || s.stays_dir1 {
         return;
     }
     let entries = s.dir.entries.iter().map(|(n, e)| (n.clone(), *e));
-    if let Ok(h) = HashedDir::from_entries(id, name_hash, entries) {
-        *d = CachedDir::Hashed(Box::new(h));
+    match HashedDir::from_entries(id, name_hash, entries) {
+        Ok(h) => *d = CachedDir::Hashed(Box::new(h)),
+        Err(_) => s.stays_dir1 = true,
     }
 }
 
@@ -255,12 +258,7 @@ pub(crate) fn list(
     id: u64,
 ) -> Result<Vec<(String, DirEntry)>, StoreError> {
     with_dir(pool, st, id, |d, src| match d {
-        CachedDir::Small(s) => Ok(s
-            .dir
-            .entries
-            .iter()
-            .map(|(n, e)| (n.clone(), *e))
-            .collect()),
+        CachedDir::Small(s) => Ok(s.dir.entries.iter().map(|(n, e)| (n.clone(), *e)).collect()),
         CachedDir::Hashed(h) => h.list(src),
     })
 }

@@ -172,7 +172,10 @@ fn a_directory_of_200000_names_changes_a_few_blocks_per_operation() {
     };
     let store = open_store(&home);
     let before = store.dir_stats(root_id).unwrap();
-    assert!(before.hashed && before.entries == N as u64 + 1, "{before:?}");
+    assert!(
+        before.hashed && before.entries == N as u64 + 1,
+        "{before:?}"
+    );
     assert_eq!(before.dirty_blocks, 0);
     // One more name: the header and one leaf change (a split adds a leaf and a table
     // block), not the ~{before.blocks} blocks of the directory.
@@ -190,7 +193,11 @@ fn a_directory_of_200000_names_changes_a_few_blocks_per_operation() {
     // What the sync writes does not follow the directory's size (a DIR1 rewrite would be
     // the whole object, ~{before.object_size} bytes).
     assert!(late < 2 * early + (256 << 10), "{late} vs {early}");
-    assert!(late < before.object_size / 4, "{late} vs {}", before.object_size);
+    assert!(
+        late < before.object_size / 4,
+        "{late} vs {}",
+        before.object_size
+    );
 
     // Random lookups (each reads at most a table block and a leaf).
     let mut rng = StdRng::seed_from_u64(7);
@@ -252,11 +259,11 @@ fn a_directory_of_200000_names_changes_a_few_blocks_per_operation() {
 fn model_name(i: usize) -> String {
     let len = [3usize, 12, 40, 100, 200][i % 5];
     let mut n = format!("{i}:");
-    let fill = if i % 7 == 0 { 'é' } else { 'x' };
+    let fill = if i.is_multiple_of(7) { 'é' } else { 'x' };
     while n.len() + fill.len_utf8() <= len.max(n.len()) {
         n.push(fill);
     }
-    if i % 11 == 0 {
+    if i.is_multiple_of(11) {
         // The longest a name may be.
         while n.len() < 255 {
             n.push('z');
@@ -294,7 +301,10 @@ fn model_run(seed: u64) {
         match rng.gen_range(0..100) {
             0..=49 => match store.make_node(d, &name, file(), None) {
                 Ok((id, _)) => {
-                    assert!(model[which].insert(name, id).is_none(), "seed {seed} step {step}");
+                    assert!(
+                        model[which].insert(name, id).is_none(),
+                        "seed {seed} step {step}"
+                    );
                 }
                 Err(StoreError::Exists(_)) => assert!(model[which].contains_key(&name)),
                 Err(e) => panic!("seed {seed} step {step}: {e}"),
