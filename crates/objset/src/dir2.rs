@@ -1030,6 +1030,11 @@ mod tests {
         #[test]
         fn header_decode_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100)) {
             let _ = Header::decode(&bytes);
+            let mut with_magic = b"DIR2".to_vec();
+            with_magic.extend_from_slice(&bytes);
+            if let Ok(h) = Header::decode(&with_magic) {
+                proptest::prop_assert_eq!(Header::decode(&h.encode()), Ok(h));
+            }
         }
 
         #[test]
@@ -1042,7 +1047,10 @@ mod tests {
             let _ = Leaf::decode(&bytes);
             let mut with_magic = b"DLF2".to_vec();
             with_magic.extend_from_slice(&bytes);
-            let _ = Leaf::decode(&with_magic);
+            if let Ok(leaf) = Leaf::decode(&with_magic) {
+                // What decodes re-encodes to the same leaf (as the fuzz target checks).
+                proptest::prop_assert_eq!(Leaf::decode(&leaf.encode()), Ok(leaf));
+            }
         }
 
         #[test]
