@@ -668,14 +668,13 @@ impl HashedDir {
         };
         if depth >= MAX_DEPTH {
             return Err(StoreError::NoSpace(format!(
-                "directory object {}: no room for {adding:?}: its leaf (block {blkid}) is full of names whose hashes share their top {MAX_DEPTH} bits and cannot split further",
-                self.id
+                "directory object {id}: no room for {adding:?}: its leaf (block {blkid}) is full of names whose hashes share their top {MAX_DEPTH} bits and cannot split further"
             )));
         }
         if self.header.leaves >= MAX_LEAVES {
             return Err(StoreError::Corrupt(format!(
-                "directory object {}: {} leaves and one more needed",
-                self.id, self.header.leaves
+                "directory object {id}: {} leaves and one more needed",
+                self.header.leaves
             )));
         }
         let new_prefix = (prefix << 1) | 1;
