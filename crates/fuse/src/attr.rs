@@ -88,7 +88,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::NotEmpty(_) => libc::ENOTEMPTY,
         E::NotADirectory(_) => libc::ENOTDIR,
         E::IsADirectory(_) => libc::EISDIR,
-        E::NoSpace(_) => libc::ENOSPC,
+        E::NoSpace(_) | E::DirectoryFull(_) => libc::ENOSPC,
         E::QuotaExceeded { .. } => libc::EDQUOT,
         E::ReadOnly(_) => libc::EROFS,
         E::NameTooLong(_) => libc::ENAMETOOLONG,

@@ -21,12 +21,21 @@ impl Writer {
         self.buf.push(v);
         self
     }
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Bytes as they are (no length before them).
+    pub fn raw(&mut self, v: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(v);
         self
     }
     pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
@@ -74,6 +83,10 @@ impl<'a> Reader<'a> {
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
+    pub fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -83,6 +96,14 @@ impl<'a> Reader<'a> {
         let mut a = [0u8; 8];
         a.copy_from_slice(b);
         Ok(u64::from_le_bytes(a))
+    }
+    /// The next `n` bytes (a length known from elsewhere).
+    pub fn fixed(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        self.take(n)
+    }
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.pos
     }
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.u32()? as usize;

@@ -34,6 +34,8 @@ pub enum StoreError {
     WrongKind(String, &'static str, &'static str),
     #[error("name '{0}' is longer than 255 bytes")]
     NameTooLong(String),
+    #[error("{0} (rename some of these names, or spread them over directories)")]
+    DirectoryFull(String),
     #[error("not permitted: {0}")]
     NotPermitted(String),
     #[error("no extended attribute '{0}'")]

@@ -9,8 +9,8 @@ use crate::core::{Prefetched, State, StoreCore};
 use crate::dataset::{
     validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
 };
-use crate::dir::{DirEntry, Directory};
-use crate::dircache::dir_ref;
+use crate::dir::DirEntry;
+use crate::dircache;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::read_for_update;
@@ -223,8 +223,7 @@ impl StoreCore {
 
     /// Frees a directory and everything below it.
     fn free_tree_locked(&self, st: &mut State, dir: u64) -> Result<(), StoreError> {
-        let d = self.read_dir_locked(st, dir)?;
-        for e in d.entries.values() {
+        for (_, e) in self.dir_list(st, dir)? {
             match e.kind {
                 ObjectKind::Directory => self.free_tree_locked(st, e.object)?,
                 _ => self.free_object_locked(st, e.object)?,
@@ -344,15 +343,6 @@ impl StoreCore {
 
     // ---- directories and files -------------------------------------------------------------
 
-    fn read_dir_locked(&self, st: &mut State, dir: u64) -> Result<Directory, StoreError> {
-        Ok(dir_ref(self.pool(), st, dir)?.clone())
-    }
-
-    fn write_dir_locked(&self, st: &mut State, dir: u64, d: &Directory) -> Result<(), StoreError> {
-        *self.dir_mut(st, dir)? = d.clone();
-        self.touch_changed(st, dir)
-    }
-
     /// Resolves `POOL/DS/PATH` (PATH may be empty: the dataset's root or the volume).
     pub fn resolve(&self, path: &str) -> Result<Resolved, StoreError> {
         let mut st = self.lock();
@@ -383,10 +373,8 @@ impl StoreCore {
                     rest[..i].join("/")
                 )));
             }
-            let d = self.read_dir_locked(st, cur.object)?;
-            let e = d
-                .entries
-                .get(*part)
+            let e = self
+                .dir_lookup(st, cur.object, part)?
                 .ok_or_else(|| StoreError::NotFound(path.to_string()))?;
             cur = Resolved {
                 dataset: ds.id,
@@ -402,8 +390,7 @@ impl StoreCore {
         let mut st = self.lock();
         let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, true)?;
         self.check_writable_dataset(&st, dataset)?;
-        let mut d = self.read_dir_locked(&mut st, dir)?;
-        if let Some(e) = d.entries.get(&name) {
+        if let Some(e) = self.dir_lookup(&mut st, dir, &name)? {
             if e.kind == ObjectKind::Directory {
                 return Err(StoreError::IsADirectory(path.into()));
             }
@@ -417,14 +404,15 @@ impl StoreCore {
         let rs = size_property(&st.datasets, dataset, "recordsize");
         let id = self.create_object_locked(&mut st, ObjectKind::File, dataset, rs)?;
         st.objects.get_mut(&id).expect("created").dnode.mode = 0o100644;
-        d.entries.insert(
-            name,
-            DirEntry {
-                object: id,
-                kind: ObjectKind::File,
-            },
-        );
-        self.write_dir_locked(&mut st, dir, &d)?;
+        let entry = DirEntry {
+            object: id,
+            kind: ObjectKind::File,
+        };
+        if let Err(e) = self.dir_insert(&mut st, dir, &name, entry) {
+            self.free_object_locked(&mut st, id)?;
+            return Err(e);
+        }
+        self.touch_changed(&mut st, dir)?;
         Ok(id)
     }
 
@@ -438,20 +426,23 @@ impl StoreCore {
         let (to_dir, to_name, _) = self.parent_dir_locked(&mut st, to, false)?;
         assert_eq!(dir, to_dir, "replace_with stays in one directory");
         self.check_writable_dataset(&st, dataset)?;
-        let mut d = self.read_dir_locked(&mut st, dir)?;
-        let entry = *d
-            .entries
-            .get(&from_name)
+        let entry = self
+            .dir_lookup(&mut st, dir, &from_name)?
             .ok_or_else(|| StoreError::NotFound(from.into()))?;
-        if let Some(old) = d.entries.get(&to_name).copied() {
-            if old.kind == ObjectKind::Directory {
-                return Err(StoreError::IsADirectory(to.into()));
-            }
+        if from_name == to_name {
+            return Ok(());
+        }
+        let old = self.dir_lookup(&mut st, dir, &to_name)?;
+        if old.is_some_and(|o| o.kind == ObjectKind::Directory) {
+            return Err(StoreError::IsADirectory(to.into()));
+        }
+        // The new name first: when it cannot be added (a full DIR2 leaf), nothing changed.
+        self.dir_insert(&mut st, dir, &to_name, entry)?;
+        if let Some(old) = old {
             self.free_object_locked(&mut st, old.object)?;
         }
-        d.entries.remove(&from_name);
-        d.entries.insert(to_name, entry);
-        self.write_dir_locked(&mut st, dir, &d)
+        self.dir_remove(&mut st, dir, &from_name)?;
+        self.touch_changed(&mut st, dir)
     }
 
     /// Creates a directory (and parents).
@@ -471,15 +462,15 @@ impl StoreCore {
         self.check_writable_dataset(st, dataset)?;
         let id = self.create_object_locked(st, ObjectKind::Directory, dataset, 16 << 10)?;
         st.objects.get_mut(&id).expect("created").dnode.mode = 0o40755;
-        let mut d = self.read_dir_locked(st, dir)?;
-        d.entries.insert(
-            name,
-            DirEntry {
-                object: id,
-                kind: ObjectKind::Directory,
-            },
-        );
-        self.write_dir_locked(st, dir, &d)?;
+        let entry = DirEntry {
+            object: id,
+            kind: ObjectKind::Directory,
+        };
+        if let Err(e) = self.dir_insert(st, dir, &name, entry) {
+            self.free_object_locked(st, id)?;
+            return Err(e);
+        }
+        self.touch_changed(st, dir)?;
         Ok(id)
     }
 
@@ -646,8 +637,8 @@ impl StoreCore {
                 object: r.object,
             }]);
         }
-        let d = self.read_dir_locked(&mut st, r.object)?;
-        let mut out = Vec::with_capacity(d.entries.len());
+        let entries = self.dir_list(&mut st, r.object)?;
+        let mut out = Vec::with_capacity(entries.len());
         // Child datasets appear where a mount would put them: in their parent's root.
         let here = st.datasets.by_id(r.dataset).cloned();
         if let Some(ds) = here.filter(|ds| ds.object == r.object) {
@@ -665,10 +656,10 @@ impl StoreCore {
                 });
             }
         }
-        for (name, e) in &d.entries {
+        for (name, e) in entries {
             let size = self.object_mut(&mut st, e.object)?.dnode.size;
             out.push(ListEntry {
-                name: name.clone(),
+                name,
                 kind: kind_name(e.kind).into(),
                 size,
                 object: e.object,
@@ -682,23 +673,19 @@ impl StoreCore {
         let mut st = self.lock();
         let (dir, name, dataset) = self.parent_dir_locked(&mut st, path, false)?;
         self.check_writable_dataset(&st, dataset)?;
-        let mut d = self.read_dir_locked(&mut st, dir)?;
-        let e = *d
-            .entries
-            .get(&name)
+        let e = self
+            .dir_lookup(&mut st, dir, &name)?
             .ok_or_else(|| StoreError::NotFound(path.into()))?;
         if e.kind == ObjectKind::Directory {
-            let sub = self.read_dir_locked(&mut st, e.object)?;
-            if !sub.entries.is_empty() && !recursive {
+            if !recursive && !self.dir_is_empty(&mut st, e.object)? {
                 return Err(StoreError::NotEmpty(path.into()));
             }
             self.free_tree_locked(&mut st, e.object)?;
         } else {
             self.free_object_locked(&mut st, e.object)?;
         }
-        d.entries.remove(&name);
-        self.write_dir_locked(&mut st, dir, &d)?;
-        Ok(())
+        self.dir_remove(&mut st, dir, &name)?;
+        self.touch_changed(&mut st, dir)
     }
 
     /// Allocation of `[offset, offset+len)` of a file or volume as runs of (bytes, is_hole),
@@ -835,8 +822,7 @@ fn path_in(pool: &Pool, st: &mut State, dataset: &str, object: u64) -> Option<St
     }
     let mut stack = vec![(ds.object, ds.name.clone())];
     while let Some((dir, prefix)) = stack.pop() {
-        let d = dir_ref(pool, st, dir).ok()?.clone();
-        for (name, e) in &d.entries {
+        for (name, e) in dircache::list(pool, st, dir).ok()? {
             let p = format!("{prefix}/{name}");
             if e.object == object {
                 return Some(p);

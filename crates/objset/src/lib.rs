@@ -9,6 +9,7 @@ pub mod config;
 pub mod core;
 pub mod dataset;
 pub mod dir;
+pub mod dir2;
 pub(crate) mod dircache;
 pub mod dnode;
 pub mod error;

@@ -20,7 +20,6 @@
 use crate::core::{now_ns, State, StoreCore};
 use crate::dataset::DatasetKind;
 use crate::dir::DirEntry;
-use crate::dircache::dir_ref;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::props::size_property;
@@ -117,10 +116,7 @@ impl StoreCore {
         if self.object_mut(st, dir)?.dnode.kind != ObjectKind::Directory {
             return Err(StoreError::NotADirectory(format!("object {dir}")));
         }
-        dir_ref(self.pool(), st, dir)?
-            .entries
-            .get(name)
-            .copied()
+        self.dir_lookup(st, dir, name)?
             .ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
@@ -131,10 +127,10 @@ impl StoreCore {
         if self.object_mut(&mut st, dir)?.dnode.kind != ObjectKind::Directory {
             return Err(StoreError::NotADirectory(format!("object {dir}")));
         }
-        Ok(dir_ref(self.pool(), &mut st, dir)?
-            .entries
-            .iter()
-            .map(|(n, e)| (n.clone(), e.object, e.kind))
+        Ok(self
+            .dir_list(&mut st, dir)?
+            .into_iter()
+            .map(|(n, e)| (n, e.object, e.kind))
             .collect())
     }
 
@@ -149,10 +145,7 @@ impl StoreCore {
         check_name(name)?;
         let mut st = self.lock();
         let dataset = self.writable_dir(&mut st, dir)?;
-        if dir_ref(self.pool(), &mut st, dir)?
-            .entries
-            .contains_key(name)
-        {
+        if self.dir_lookup(&mut st, dir, name)?.is_some() {
             return Err(StoreError::Exists(name.into()));
         }
         let block_size = match new.kind {
@@ -179,13 +172,15 @@ impl StoreCore {
         if let Some(t) = target {
             self.write_locked(&mut st, id, 0, t)?;
         }
-        self.dir_mut(&mut st, dir)?.entries.insert(
-            name.into(),
-            DirEntry {
-                object: id,
-                kind: new.kind,
-            },
-        );
+        let entry = DirEntry {
+            object: id,
+            kind: new.kind,
+        };
+        if let Err(e) = self.dir_insert(&mut st, dir, name, entry) {
+            // (A full DIR2 leaf, or a damaged directory: nothing names the new object.)
+            self.free_object_locked(&mut st, id)?;
+            return Err(e);
+        }
         if new.kind == ObjectKind::Directory {
             self.object_mut(&mut st, dir)?.dnode.nlink += 1;
         }
@@ -205,19 +200,14 @@ impl StoreCore {
         if dn.nlink == 0 {
             return Err(StoreError::NotFound(format!("object {obj} (removed)")));
         }
-        if dir_ref(self.pool(), &mut st, dir)?
-            .entries
-            .contains_key(name)
-        {
+        if self.dir_lookup(&mut st, dir, name)?.is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        self.dir_mut(&mut st, dir)?.entries.insert(
-            name.into(),
-            DirEntry {
-                object: obj,
-                kind: dn.kind,
-            },
-        );
+        let entry = DirEntry {
+            object: obj,
+            kind: dn.kind,
+        };
+        self.dir_insert(&mut st, dir, name, entry)?;
         self.touch_changed(&mut st, dir)?;
         let o = self.object_mut(&mut st, obj)?;
         o.dnode.nlink = o.dnode.nlink.saturating_add(1);
@@ -239,13 +229,13 @@ impl StoreCore {
             (true, false) => return Err(StoreError::IsADirectory(name.into())),
             (false, true) => return Err(StoreError::NotADirectory(name.into())),
             (true, true) => {
-                if !dir_ref(self.pool(), &mut st, e.object)?.entries.is_empty() {
+                if !self.dir_is_empty(&mut st, e.object)? {
                     return Err(StoreError::NotEmpty(name.into()));
                 }
             }
             (false, false) => {}
         }
-        self.dir_mut(&mut st, dir)?.entries.remove(name);
+        self.dir_remove(&mut st, dir, name)?;
         self.touch_changed(&mut st, dir)?;
         let left = self.drop_link(&mut st, e)?;
         if e.kind == ObjectKind::Directory {
@@ -311,10 +301,7 @@ impl StoreCore {
         self.writable_dir(&mut st, from_dir)?;
         self.writable_dir(&mut st, to_dir)?;
         let src = self.entry_locked(&mut st, from_dir, from)?;
-        let dst = dir_ref(self.pool(), &mut st, to_dir)?
-            .entries
-            .get(to)
-            .copied();
+        let dst = self.dir_lookup(&mut st, to_dir, to)?;
         match (mode, dst) {
             (RenameMode::Exchange, None) => return Err(StoreError::NotFound(to.into())),
             (RenameMode::Exchange, Some(d)) => {
@@ -330,10 +317,9 @@ impl StoreCore {
         if let Some(d) = dst {
             self.check_replaceable(&mut st, src, d, to)?;
         }
-        self.dir_mut(&mut st, from_dir)?.entries.remove(from);
-        self.dir_mut(&mut st, to_dir)?
-            .entries
-            .insert(to.into(), src);
+        // The new name first: when it cannot be added (a full DIR2 leaf), nothing changed.
+        self.dir_insert(&mut st, to_dir, to, src)?;
+        self.dir_remove(&mut st, from_dir, from)?;
         let replaced = match dst {
             Some(d) => Some(self.drop_link(&mut st, d)?),
             None => None,
@@ -364,7 +350,7 @@ impl StoreCore {
         match (s, d) {
             (true, false) => Err(StoreError::NotADirectory(to.into())),
             (false, true) => Err(StoreError::IsADirectory(to.into())),
-            (true, true) if !dir_ref(self.pool(), st, dst.object)?.entries.is_empty() => {
+            (true, true) if !self.dir_is_empty(st, dst.object)? => {
                 Err(StoreError::NotEmpty(to.into()))
             }
             _ => Ok(()),
@@ -400,8 +386,9 @@ impl StoreCore {
         a: (u64, &str, DirEntry),
         b: (u64, &str, DirEntry),
     ) -> Result<(), StoreError> {
-        self.dir_mut(st, a.0)?.entries.insert(a.1.into(), b.2);
-        self.dir_mut(st, b.0)?.entries.insert(b.1.into(), a.2);
+        // (Both names exist: replacing an entry never needs room.)
+        self.dir_insert(st, a.0, a.1, b.2)?;
+        self.dir_insert(st, b.0, b.1, a.2)?;
         let (a_dir, b_dir) = (
             a.2.kind == ObjectKind::Directory,
             b.2.kind == ObjectKind::Directory,
