@@ -37,13 +37,12 @@ done
 work=$(mktemp -d /dev/shm/cairn-bench-fs.XXXXXX)
 results=$work/results.jsonl
 export CAIRN_HOME=$work/home
-zfs_daemon=""
 cleanup() {
   "$CAIRN" umount -f "$work/mnt-cairn" >/dev/null 2>&1 || true
   umount -l "$work/mnt-bindfs" 2>/dev/null || true
-  if [ -n "$zfs_daemon" ]; then
+  if [ -f "$work/zfs-fuse.pid" ]; then
     zpool destroy -f benchfs >/dev/null 2>&1 || true
-    kill "$zfs_daemon" 2>/dev/null || true
+    kill "$(cat "$work/zfs-fuse.pid")" 2>/dev/null || true
   fi
   sleep 1
   rm -rf "$work"
@@ -110,7 +109,7 @@ setup() { # target -> prints the directory to test in
       mkdir -p "$work/zfs"
       for i in 0 1 2 3 4 5; do truncate -s 3G "$work/zfs/d$i"; done
       zfs-fuse --no-daemon --no-kstat-mount >/dev/null 2>&1 &
-      zfs_daemon=$!
+      echo $! > "$work/zfs-fuse.pid"   # (setup runs in a subshell: pass the pid by file)
       for _ in $(seq 100); do zpool list >/dev/null 2>&1 && break; sleep 0.1; done
       zpool create -f -m "$work/mnt-zfs" benchfs raidz2 "$work"/zfs/d{0,1,2,3,4,5}
       zfs set compression=lz4 benchfs 2>/dev/null || zfs set compression=on benchfs
@@ -128,7 +127,12 @@ setup() { # target -> prints the directory to test in
 teardown() {
   case $1 in
     cairn) "$CAIRN" umount "$2"; rm -rf "$work/cairn" ;;
-    zfs-fuse) zpool destroy -f benchfs; kill "$zfs_daemon"; wait "$zfs_daemon" 2>/dev/null || true; zfs_daemon=""; rm -rf "$work/zfs" ;;
+    zfs-fuse)
+      # (zfs-fuse may still be busy with the rm just before: retry, then give up quietly)
+      for _ in 1 2 3 4 5; do zpool destroy -f benchfs 2>/dev/null && break; sleep 2; done
+      kill "$(cat "$work/zfs-fuse.pid")"
+      for _ in $(seq 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
+      rm -rf "$work/zfs" "$work/zfs-fuse.pid" ;;
     bindfs) umount "$2"; rm -rf "$work/bindfs-src" ;;
     tmpfs) rm -rf "$2" ;;
   esac
@@ -170,9 +174,13 @@ for i, n in enumerate(names):
     if v and v.replace(".", "").isdigit():
         print(json.dumps({"target": t, "metric": "bonnie_" + n, "value": float(v), "unit": "files/s"}))
 EOF
-  { grep "\"target\":\"$t\"" "$results" | grep bonnie_ || true; } | python3 -c 'import json,sys
-for l in sys.stdin:
-    j=json.loads(l); print("  %-10s %-28s %12.1f %s"%(j["target"],j["metric"],j["value"],j["unit"]))'
+  python3 - "$t" "$results" <<'EOF'
+import json, sys
+for l in open(sys.argv[2]):
+    j = json.loads(l)
+    if j["target"] == sys.argv[1] and j["metric"].startswith("bonnie_"):
+        print("  %-10s %-28s %12.1f %s" % (j["target"], j["metric"], j["value"], j["unit"]))
+EOF
   rm -rf "$dir/bonnie"
   record "$t" untar_s "$(secs tar -C "$dir" -xf "$tree_tar")" s
   record "$t" find_s "$(secs find "$dir/tree")" s
