@@ -363,8 +363,15 @@ fn a_running_service_mounts_through_its_control_socket() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !cairn(&s.home, &["status", "tank"]).status.success() {
+    // Until the service has bound its control socket, `status` would open the pool in-process
+    // (and could win the race for it), and `mount` would start a serving process of its own.
+    let control = s.home.join("run").join("tank.sock");
+    while !control.exists() || !cairn(&s.home, &["status", "tank"]).status.success() {
         assert!(Instant::now() < deadline, "the service did not come up");
+        assert!(
+            service.try_wait().unwrap().is_none(),
+            "the service exited before it bound its control socket"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = ok(&cairn(
