@@ -53,6 +53,8 @@ pub(crate) struct State {
     pub pending: HashMap<u32, u64>,
     /// Directories decoded once and changed in memory (`crate::dircache`).
     pub dirs: crate::dircache::DirCache,
+    /// Snapshots' dead lists and override lists (`crate::snapshot`).
+    pub snaps: crate::snapshot::SnapLists,
 }
 
 /// What the background writer is doing (see `crate::writer`).

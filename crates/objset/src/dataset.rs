@@ -284,6 +284,8 @@ impl PoolSection {
 pub struct DatasetTable {
     pub datasets: Vec<Dataset>,
     pub pool: PoolSection,
+    /// Snapshots and their lists (`crate::snapshot`); empty in pools without any.
+    pub snapshots: crate::snapshot::SnapshotSection,
 }
 
 impl DatasetTable {
@@ -294,6 +296,7 @@ impl DatasetTable {
             d.encode(&mut w);
         }
         self.pool.encode(&mut w);
+        self.snapshots.encode(&mut w);
         w.buf
     }
 
@@ -308,7 +311,12 @@ impl DatasetTable {
             datasets.push(Dataset::decode(&mut r)?);
         }
         let pool = PoolSection::decode(&mut r)?;
-        let table = DatasetTable { datasets, pool };
+        let snapshots = crate::snapshot::SnapshotSection::decode(&mut r)?;
+        let table = DatasetTable {
+            datasets,
+            pool,
+            snapshots,
+        };
         table.check_tree().map_err(|why| r.err(why))?;
         Ok(table)
     }
@@ -342,6 +350,13 @@ impl DatasetTable {
             if at.parent != NO_PARENT {
                 return Err(format!("dataset {} is its own ancestor", d.name));
             }
+        }
+        let orphan = self.snapshots.records.iter().map(|r| r.dataset);
+        let orphan = orphan.chain(self.snapshots.heads.keys().copied());
+        if let Some(ds) = orphan.into_iter().find(|d| !ids.contains(d)) {
+            return Err(format!(
+                "a snapshot names dataset id {ds}, which does not exist"
+            ));
         }
         Ok(())
     }

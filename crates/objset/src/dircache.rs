@@ -119,30 +119,34 @@ impl BlockSource for ObjectBlocks<'_> {
         let obj = self.objects.get(&self.id).ok_or_else(|| {
             StoreError::Corrupt(format!("directory object {} not loaded", self.id))
         })?;
-        let size = obj.dnode.size;
-        let end = first
-            .checked_add(count as u64)
-            .and_then(|e| e.checked_mul(DIR_BLOCK as u64));
-        if end.is_none_or(|e| e > size) || obj.dnode.block_size as usize != DIR_BLOCK {
-            return Err(StoreError::Corrupt(format!(
-                "directory object {}: blocks {first}..{} of {} bytes are past its end ({size} bytes, blocks of {})",
-                self.id,
-                first.saturating_add(count as u64),
-                DIR_BLOCK,
-                obj.dnode.block_size
-            )));
-        }
-        let mut buf = vec![0u8; count * DIR_BLOCK];
-        read_object(
-            self.pool,
-            self.cache,
-            self.id,
-            obj,
-            first * DIR_BLOCK as u64,
-            &mut buf,
-        )?;
-        Ok(buf)
+        read_dir_blocks(self.pool, self.cache, self.id, obj, first, count)
     }
+}
+
+/// `count` blocks of directory object `id` from block `first` on (checked against its size).
+pub(crate) fn read_dir_blocks(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    id: u64,
+    obj: &ObjectState,
+    first: u64,
+    count: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let size = obj.dnode.size;
+    let end = first
+        .checked_add(count as u64)
+        .and_then(|e| e.checked_mul(DIR_BLOCK as u64));
+    if end.is_none_or(|e| e > size) || obj.dnode.block_size as usize != DIR_BLOCK {
+        return Err(StoreError::Corrupt(format!(
+            "directory object {id}: blocks {first}..{} of {} bytes are past its end ({size} bytes, blocks of {})",
+            first.saturating_add(count as u64),
+            DIR_BLOCK,
+            obj.dnode.block_size
+        )));
+    }
+    let mut buf = vec![0u8; count * DIR_BLOCK];
+    read_object(pool, cache, id, obj, first * DIR_BLOCK as u64, &mut buf)?;
+    Ok(buf)
 }
 
 /// Loads the dnode of directory `id` (it leaves memory after each sync).

@@ -13,7 +13,9 @@
 //!  80  atime_ns u64      (0 in pools written before file systems were mounted)
 //!  88  rdev u64          device number of a block or character device node
 //!  96  xattr u64         object holding the extended attributes (0: none)
-//!  104 24 B reserved (zero)
+//!  104 created_txg u64   txg that created the object (0 in pools written before snapshots:
+//!                        such an object counts as older than every snapshot)
+//!  112 16 B reserved (zero)
 //!  128 root block pointer (128 B)
 //! ```
 //! `levels` counts the data level: 1 = the root pointer is the (only) data block; each
@@ -86,6 +88,9 @@ pub struct Dnode {
     pub atime_ns: u64,
     pub rdev: u64,
     pub xattr: u64,
+    /// The txg that created the object (a snapshot shows only objects created at or before
+    /// its txg; `crate::snapshot`).
+    pub created_txg: u64,
     pub root: BlockPointer,
 }
 
@@ -109,6 +114,7 @@ impl Dnode {
             atime_ns: now_ns,
             rdev: 0,
             xattr: 0,
+            created_txg: 0,
             root: BlockPointer::HOLE,
         }
     }
@@ -131,6 +137,7 @@ impl Dnode {
         atime_ns: 0,
         rdev: 0,
         xattr: 0,
+        created_txg: 0,
         root: BlockPointer::HOLE,
     };
 
@@ -160,6 +167,7 @@ impl Dnode {
         put(out, 80, self.atime_ns);
         put(out, 88, self.rdev);
         put(out, 96, self.xattr);
+        put(out, 104, self.created_txg);
         self.root.encode(&mut out[128..256]);
     }
 
@@ -205,6 +213,7 @@ impl Dnode {
             atime_ns: u64_at(80),
             rdev: u64_at(88),
             xattr: u64_at(96),
+            created_txg: u64_at(104),
             root,
         })
     }

@@ -8,6 +8,8 @@ pub enum StoreError {
     Pool(PoolError),
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
+    #[error("{0} is newer than this cairn understands: upgrade cairn to open this pool")]
+    NewerFormat(String),
     #[error("object {0} is too large to address")]
     TooLarge(u64),
     #[error("dataset '{0}' does not exist; see `cairn dataset list`")]

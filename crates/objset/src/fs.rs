@@ -207,11 +207,24 @@ impl StoreCore {
                 children.join(", ")
             )));
         }
+        let snapshots: Vec<String> = st
+            .datasets
+            .snapshots
+            .of(ds.id)
+            .map(|r| format!("{name}@{}", r.name))
+            .collect();
+        if !snapshots.is_empty() && !recursive {
+            return Err(StoreError::NotEmpty(format!(
+                "{name} (has snapshots: {}; destroy them first, or use -r)",
+                snapshots.join(", ")
+            )));
+        }
         drop(st);
         for c in children {
             self.dataset_destroy(&c, true)?;
         }
-        let mut st = self.lock();
+        let mut st = self.wait_for_writer(self.lock());
+        self.destroy_all_snapshots_locked(&mut st, ds.id)?;
         match ds.kind {
             DatasetKind::Volume => self.free_object_locked(&mut st, ds.object)?,
             DatasetKind::Filesystem => self.free_tree_locked(&mut st, ds.object)?,

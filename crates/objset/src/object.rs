@@ -188,6 +188,10 @@ pub struct SyncCtx<'a> {
     pub alloc: &'a mut Allocator,
     /// Frees of this txg (released to the allocator three txgs later).
     pub freed: &'a mut Vec<Dva>,
+    /// Blocks born at or before this txg outlive the object's dataset head: a snapshot
+    /// holds them, so they go to `dead` instead of `freed` (0: no snapshot; `crate::snapshot`).
+    pub dead_floor: u64,
+    pub dead: &'a mut Vec<BlockPointer>,
     pub cache: &'a mut IndirectCache,
     pub txg: u64,
     /// Metadata copies (2, or more with `copies`).
@@ -202,7 +206,11 @@ impl SyncCtx<'_> {
         dnode.used = dnode.used.saturating_sub(self.pool.deflated_size(bp));
         dnode.logical = dnode.logical.saturating_sub(u64::from(bp.lsize));
         dnode.physical = dnode.physical.saturating_sub(u64::from(bp.psize));
-        self.freed.extend(bp.copies().copied());
+        if bp.birth <= self.dead_floor {
+            self.dead.push(*bp);
+        } else {
+            self.freed.extend(bp.copies().copied());
+        }
     }
 
     fn account_new(&self, bp: &BlockPointer, dnode: &mut Dnode) {

@@ -31,7 +31,9 @@ impl StoreCore {
                 id
             }
         };
-        let mut obj = ObjectState::new(Dnode::new(kind, dataset, block_size, now_ns()));
+        let mut dnode = Dnode::new(kind, dataset, block_size, now_ns());
+        dnode.created_txg = st.txg;
+        let mut obj = ObjectState::new(dnode);
         obj.dnode_dirty = true;
         st.objects.insert(id, obj);
         Ok(id)
@@ -278,7 +280,7 @@ impl StoreCore {
         self.free_one_object_locked(st, id)
     }
 
-    fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+    pub(crate) fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         self.object_mut(st, id)?;
         forget_presynced(st, id, ..);
         st.dirs.forget(id);

@@ -295,6 +295,14 @@ impl StoreCore {
             let meta = st.meta.dnode;
             self.gather_tree(&mut st, &targets, &meta, &mut batch)?;
             self.write_batch(&mut batch, &mut p)?;
+            // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
+            for bp in st.snaps.dead_blocks() {
+                add_block(&targets, &bp, &mut batch);
+                if batch.bytes >= opts.batch_bytes {
+                    self.write_batch(&mut batch, &mut p)?;
+                }
+            }
+            self.write_batch(&mut batch, &mut p)?;
         }
         if p.next_object == 0 {
             p.next_object = 1;

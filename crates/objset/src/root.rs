@@ -3,7 +3,7 @@
 //! ```text
 //!  offset  size  field
 //!       0     8  magic "CAIRNOS1" (ROOT_MAGIC)
-//!       8     4  version (1)
+//!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`)
 //!      12     4  reserved (0)
 //!      16     8  txg
 //!      24     8  next object id
@@ -43,13 +43,25 @@ pub(crate) struct RootBlock {
     /// The error log (see `decode_error_log`) and how many entries did not fit.
     pub(crate) damaged: BTreeMap<(u32, u64), u64>,
     pub(crate) damaged_unlisted: u64,
+    /// The pool has snapshots: written as version 2, which older cairn builds refuse
+    /// (they would free the blocks snapshots keep).
+    pub(crate) snapshots: bool,
 }
+
+/// Root block versions: 1, and 2 (snapshots in use).
+pub(crate) const ROOT_VERSION: u32 = 1;
+pub(crate) const ROOT_VERSION_SNAPSHOTS: u32 = 2;
 
 impl RootBlock {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
+        let version = if self.snapshots {
+            ROOT_VERSION_SNAPSHOTS
+        } else {
+            ROOT_VERSION
+        };
         w.u64(ROOT_MAGIC)
-            .u32(1)
+            .u32(version)
             .u32(0)
             .u64(self.txg)
             .u64(self.next_object);
@@ -80,10 +92,14 @@ impl RootBlock {
         if r.u64().map_err(corrupt)? != ROOT_MAGIC {
             return Err(StoreError::Corrupt("root block: bad magic".into()));
         }
-        if r.u32().map_err(corrupt)? != 1 {
-            return Err(StoreError::Corrupt(
-                "root block: unsupported version".into(),
-            ));
+        let version = r.u32().map_err(corrupt)?;
+        if version > ROOT_VERSION_SNAPSHOTS {
+            return Err(StoreError::NewerFormat(format!(
+                "root block version {version}"
+            )));
+        }
+        if version == 0 {
+            return Err(StoreError::Corrupt("root block: version 0".into()));
         }
         let _ = r.u32().map_err(corrupt)?;
         let txg = r.u64().map_err(corrupt)?;
@@ -119,6 +135,7 @@ impl RootBlock {
             space_map_bps,
             damaged,
             damaged_unlisted,
+            snapshots: version == ROOT_VERSION_SNAPSHOTS,
         })
     }
 }
@@ -173,7 +190,24 @@ mod tests {
             space_map_bps: vec![BlockPointer::HOLE; chunks],
             damaged: (0..damaged as u64).map(|i| ((1, i + 2), 5 + i)).collect(),
             damaged_unlisted: 0,
+            snapshots: false,
         }
+    }
+
+    #[test]
+    fn versions_say_snapshots_and_a_newer_one_asks_for_an_upgrade() {
+        let mut root = root_with(1, 0);
+        assert!(!RootBlock::decode(&root.encode()).unwrap().snapshots);
+        root.snapshots = true;
+        let bytes = root.encode();
+        assert_eq!(bytes[8], ROOT_VERSION_SNAPSHOTS as u8);
+        assert!(RootBlock::decode(&bytes).unwrap().snapshots);
+        let mut newer = bytes.clone();
+        newer[8] = 3;
+        let e = RootBlock::decode(&newer)
+            .err()
+            .expect("version 3 is refused");
+        assert!(e.to_string().contains("upgrade cairn"), "{e}");
     }
 
     #[test]

@@ -138,6 +138,8 @@ impl StoreCore {
             let mut st = self.lock();
             let mut roots = vec![st.root_bp];
             roots.extend(st.space_map_bps.iter().copied());
+            // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
+            roots.extend(st.snaps.dead_blocks());
             for bp in roots {
                 self.scrub_one(&mut st, &bp, None, &mut p);
             }

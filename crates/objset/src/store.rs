@@ -217,10 +217,12 @@ impl StoreCore {
             presync: Presync::default(),
             dirs: Default::default(),
             pending: HashMap::new(),
+            snaps: Default::default(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets =
             DatasetTable::decode(&table).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        crate::snapshot_ops::load_lists(pool, &mut state)?;
         Ok(state)
     }
 
@@ -249,6 +251,7 @@ impl StoreCore {
             presync: Presync::default(),
             dirs: Default::default(),
             pending: HashMap::new(),
+            snaps: Default::default(),
         };
         let store = StoreCore::new(pool, state, config);
         {

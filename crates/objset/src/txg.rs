@@ -5,6 +5,7 @@ use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva};
 use cairn_pool::io::pipeline::{prepare, WriteProps};
 
 use crate::core::{State, StoreCore, DATASET_TABLE_OBJECT, FREE_DELAY_TXGS};
+use crate::dataset::POOL_OBJECTS;
 use crate::dnode::{Dnode, DNODE_SIZE};
 use crate::error::StoreError;
 use crate::object::{sync_object, SyncCtx};
@@ -42,8 +43,20 @@ struct TxgSync<'a> {
 }
 
 impl TxgSync<'_> {
-    /// Writes the dirty blocks of object `id` (0: the object table itself).
+    /// Writes the dirty blocks of object `id` (0: the object table itself). Blocks it stops
+    /// using go to the deferred frees, or to its dataset's head dead list when a snapshot
+    /// holds them (`crate::snapshot`).
     fn write_object(&mut self, id: u64, props: WriteProps) -> Result<(), StoreError> {
+        let dataset = match id {
+            0 => POOL_OBJECTS,
+            id => self.st.objects[&id].dnode.dataset,
+        };
+        let floor = if id <= DATASET_TABLE_OBJECT || dataset == POOL_OBJECTS {
+            0
+        } else {
+            self.st.datasets.snapshots.floor(dataset)
+        };
+        let mut dead = Vec::new();
         let State {
             alloc,
             cache,
@@ -60,11 +73,108 @@ impl TxgSync<'_> {
             pool: &self.store.pool,
             alloc,
             freed: &mut self.freed,
+            dead_floor: floor,
+            dead: &mut dead,
             cache,
             txg: self.txg,
             metadata_copies: self.metadata_copies,
         };
-        sync_object(&mut ctx, id, obj, props)
+        sync_object(&mut ctx, id, obj, props)?;
+        if !dead.is_empty() {
+            let head = self.st.datasets.snapshots.heads.get(&dataset).copied();
+            let list = head.and_then(|h| self.st.snaps.dead.get_mut(&h));
+            let list = list.ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "dataset {dataset} has snapshots but no head dead list"
+                ))
+            })?;
+            list.bps.extend(dead);
+        }
+        Ok(())
+    }
+
+    /// Appends what each dead list gained to its object (or rewrites a list a destroy or
+    /// rollback changed), then writes those objects.
+    fn write_dead_lists(&mut self) -> Result<(), StoreError> {
+        let mut changed: Vec<(u64, bool, Vec<u8>)> = Vec::new();
+        for (&obj, list) in self.st.snaps.dead.iter_mut() {
+            if list.rewrite {
+                changed.push((obj, true, list.encode_from(0)));
+            } else if list.persisted < list.bps.len() {
+                changed.push((obj, false, list.encode_from(list.persisted)));
+            } else {
+                continue;
+            }
+            list.persisted = list.bps.len();
+            list.rewrite = false;
+        }
+        self.write_list_objects(changed)
+    }
+
+    /// Writes list objects: (object, rewrite whole, bytes to write: all of it, or what to
+    /// append). Their blocks are pool metadata.
+    fn write_list_objects(&mut self, changed: Vec<(u64, bool, Vec<u8>)>) -> Result<(), StoreError> {
+        let props = BlockKind::Metadata.metadata_props(0, self.metadata_copies);
+        for (obj, rewrite, bytes) in changed {
+            let at = if rewrite {
+                self.store.truncate_locked(self.st, obj, 0)?;
+                0
+            } else {
+                self.store.object_mut(self.st, obj)?.dnode.size
+            };
+            self.store.write_locked(self.st, obj, at, &bytes)?;
+            self.write_object(obj, props)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the committed dnode of every object this txg changes for the first time since
+    /// its dataset's newest snapshot into that snapshot's override list, then writes the
+    /// override lists that grew. Runs before any dnode of this txg reaches the table.
+    fn save_overrides(&mut self) -> Result<(), StoreError> {
+        let snaps = &self.st.datasets.snapshots;
+        if snaps.records.is_empty() {
+            return Ok(());
+        }
+        let mut wanted: Vec<(u64, u64)> = Vec::new();
+        for (&id, o) in &self.st.objects {
+            let dn = &o.dnode;
+            if !o.dnode_dirty || id <= DATASET_TABLE_OBJECT || dn.dataset == POOL_OBJECTS {
+                continue;
+            }
+            let Some(newest) = snaps.newest(dn.dataset) else {
+                continue;
+            };
+            let saved = self.st.snaps.overrides.get(&newest.override_object);
+            if dn.created_txg <= newest.txg
+                && !self.st.snaps.restored.contains(&id)
+                && saved.is_some_and(|l| !l.dnodes.contains_key(&id))
+            {
+                wanted.push((id, newest.override_object));
+            }
+        }
+        for (id, list) in wanted {
+            let old = crate::object_io::read_dnode(&self.store.pool, self.st, id)?;
+            if old.kind == crate::dnode::ObjectKind::Free {
+                continue;
+            }
+            let list = self.st.snaps.overrides.get_mut(&list).expect("checked");
+            list.dnodes.insert(id, old);
+            list.pending.push(id);
+        }
+        let mut changed = Vec::new();
+        for (&obj, list) in self.st.snaps.overrides.iter_mut() {
+            if list.rewrite {
+                changed.push((obj, true, list.encode_entries(list.dnodes.keys())));
+            } else if !list.pending.is_empty() {
+                changed.push((obj, false, list.encode_entries(list.pending.iter())));
+            } else {
+                continue;
+            }
+            list.pending.clear();
+            list.rewrite = false;
+        }
+        self.write_list_objects(changed)
     }
 
     fn release_deferred_frees(&mut self) {
@@ -151,8 +261,11 @@ impl TxgSync<'_> {
         self.st.meta.dnode_dirty = false;
         for id in &dnode_ids {
             if self.st.objects.get(id).is_some_and(|o| o.freeing) {
-                self.st.objects.remove(id);
-                self.st.free_objects.insert(*id);
+                let obj = self.st.objects.remove(id).expect("checked");
+                // A rollback may put a snapshotted dataset's object back under its id.
+                if self.st.datasets.snapshots.floor(obj.dnode.dataset) == 0 {
+                    self.st.free_objects.insert(*id);
+                }
             }
         }
         Ok(())
@@ -185,6 +298,7 @@ impl TxgSync<'_> {
             space_map_bps: map_bps.clone(),
             damaged: self.st.damaged.clone(),
             damaged_unlisted: self.st.damaged_unlisted,
+            snapshots: !self.st.datasets.snapshots.is_empty(),
         };
         let block = prepare(
             &root.encode(),
@@ -218,6 +332,7 @@ impl TxgSync<'_> {
         st.objects.retain(|_, o| o.is_dirty());
         st.dirs.trim();
         st.pending.clear();
+        st.snaps.restored.clear();
         Ok(txg)
     }
 }
@@ -247,7 +362,9 @@ impl StoreCore {
         sync.release_deferred_frees();
         self.flush_dirty_dirs(sync.st)?;
         sync.write_dirty_objects()?;
+        sync.write_dead_lists()?;
         sync.write_dataset_table()?;
+        sync.save_overrides()?;
         sync.write_object_table()?;
         let (root_bp, map_bps) = sync.write_space_map_and_root()?;
         sync.commit(root_bp, map_bps)
