@@ -253,6 +253,9 @@ pub fn get_file(a: GetArgs) -> Result<(), String> {
 }
 
 fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
+    if src.contains('@') {
+        return crate::snapshot_cmds::copy_out(store, src, dest);
+    }
     let r = store.resolve(src).map_err(err)?;
     if r.kind == cairn_objset::dnode::ObjectKind::Directory {
         return Err(format!("'{src}' is a directory; `cairn ls {src}` lists it"));
@@ -319,7 +322,11 @@ pub struct LsArgs {
 
 pub fn ls(a: LsArgs) -> Result<(), String> {
     let store = open(pool_of(&a.path))?;
-    let entries = store.list(&a.path).map_err(err)?;
+    let entries = if a.path.contains('@') {
+        crate::snapshot_cmds::list_dir(&store, &a.path)?
+    } else {
+        store.list(&a.path).map_err(err)?
+    };
     if a.json {
         println!("{}", serde_json::json!({ "entries": entries }));
     } else {
@@ -592,15 +599,25 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
     }
     let store = open(pool_of(&a.second))?;
     let keys: Vec<String> = if a.first == "all" {
-        ["type", "used", "available", "referenced", "compressratio"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(
-                cairn_objset::dataset::PROPERTIES
-                    .iter()
-                    .map(|p| p.0.to_string()),
-            )
-            .collect()
+        [
+            "type",
+            "used",
+            "available",
+            "referenced",
+            "usedbysnapshots",
+            "usedbydataset",
+            "usedbychildren",
+            "written",
+            "compressratio",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(
+            cairn_objset::dataset::PROPERTIES
+                .iter()
+                .map(|p| p.0.to_string()),
+        )
+        .collect()
     } else {
         a.first.split(',').map(String::from).collect()
     };

@@ -12,6 +12,7 @@ mod mount_cmds;
 mod mount_table;
 mod pool_cmds;
 mod serve;
+mod snapshot_cmds;
 mod tunables;
 
 use std::path::PathBuf;
@@ -42,8 +43,15 @@ enum Command {
     Import(ImportArgs),
     /// Export a pool (mark it exported on its devices and forget it here).
     Export(PoolName),
-    /// Destroy a pool (mark its devices free for reuse).
-    Destroy(PoolName),
+    /// Destroy a pool (mark its devices free for reuse), a dataset (`POOL/DS`), or
+    /// snapshots (`POOL/DS@NAME`, `@A%B` a range, `@A,B` several; `-r` in descendants too).
+    Destroy(DestroyArgs),
+    /// Take snapshots: `cairn snapshot [-r] POOL/DS@NAME…` (all in one txg).
+    #[command(alias = "snap")]
+    Snapshot(snapshot_cmds::SnapshotArgs),
+    /// Roll a dataset back to a snapshot: `cairn rollback [-r] POOL/DS@NAME` (the newest,
+    /// or with -r destroying the newer ones).
+    Rollback(snapshot_cmds::RollbackArgs),
     /// Reset error counters and lift faults: `cairn clear POOL [DEVICE]` (resilvers a
     /// device that missed writes).
     Clear(device_cmds::ClearArgs),
@@ -171,6 +179,9 @@ struct ListArgs {
     /// Print JSON: {"pools": [{name, size, alloc, free, avail, health}]}.
     #[arg(long)]
     json: bool,
+    /// List datasets instead of pools, as `zfs list -t`: filesystem, volume, snapshot or all.
+    #[arg(short = 't', value_name = "TYPE")]
+    types: Option<String>,
     pool: Option<String>,
 }
 
@@ -195,6 +206,24 @@ struct PoolName {
     #[arg(short = 'f')]
     force: bool,
     pool: String,
+}
+
+#[derive(Args, Debug)]
+struct DestroyArgs {
+    /// Accepted for zpool compatibility (a pool destroy always proceeds).
+    #[arg(short = 'f')]
+    force: bool,
+    /// Datasets: with their children; snapshots: the same names in every descendant.
+    #[arg(short = 'r')]
+    recursive: bool,
+    /// Snapshots: print what would be destroyed and change nothing.
+    #[arg(short = 'n')]
+    dry_run: bool,
+    /// Snapshots: print each one destroyed and the space it freed.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// POOL, POOL/DATASET or POOL/DATASET@SNAPSHOT.
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -278,7 +307,9 @@ fn main() {
         Command::List(a) => pool_cmds::list(a),
         Command::Import(a) => pool_cmds::import(a),
         Command::Export(a) => pool_cmds::export(a),
-        Command::Destroy(a) => pool_cmds::destroy(a),
+        Command::Destroy(a) => destroy(a),
+        Command::Snapshot(a) => snapshot_cmds::snapshot(a),
+        Command::Rollback(a) => snapshot_cmds::rollback(a),
         Command::Clear(a) => device_cmds::clear(a),
         Command::Offline(a) => device_cmds::offline(a),
         Command::Online(a) => device_cmds::online(a),
@@ -347,7 +378,12 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
                 .and_then(|g| home().name_of_guid(g));
             Some((by_guid.unwrap_or_else(|| name.to_string()), Record::After))
         }
-        Command::Export(a) | Command::Destroy(a) => Some((a.pool.clone(), Record::Before)),
+        Command::Export(a) => Some((a.pool.clone(), Record::Before)),
+        Command::Destroy(a) if a.dry_run => None,
+        Command::Destroy(a) if a.name.contains(['/', '@']) => after(&a.name),
+        Command::Destroy(a) => Some((a.name.clone(), Record::Before)),
+        Command::Snapshot(a) => after(a.names.first()?),
+        Command::Rollback(a) => after(&a.name),
         Command::Clear(a) => after(&a.pool),
         Command::Offline(a) => after(&a.pool),
         Command::Online(a) => after(&a.pool),
@@ -363,6 +399,23 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         | Command::Volume(VolumeCmd::Create { name, .. }) => after(name),
         _ => None,
     }
+}
+
+/// `cairn destroy`: snapshots (`@`), a dataset (`/`), or a pool.
+fn destroy(a: DestroyArgs) -> Result<(), String> {
+    if a.name.contains('@') {
+        return snapshot_cmds::destroy(&a.name, a.recursive, a.dry_run, a.verbose);
+    }
+    if a.name.contains('/') {
+        return data_cmds::dataset(data_cmds::DatasetCmd::Destroy {
+            recursive: a.recursive,
+            name: a.name,
+        });
+    }
+    pool_cmds::destroy(PoolName {
+        force: a.force,
+        pool: a.name,
+    })
 }
 
 /// `cairn torture`: fails (exit 1) when a violation was found.

@@ -196,6 +196,15 @@ fn is_healthy(status: &str) -> bool {
 }
 
 pub fn list(a: ListArgs) -> Result<(), String> {
+    if let Some(types) = &a.types {
+        return crate::snapshot_cmds::list_typed(
+            types,
+            a.pool.as_deref(),
+            a.scripted,
+            a.parsable,
+            a.json,
+        );
+    }
     let home = crate::home();
     let mut rows: Vec<ListRow> = Vec::new();
     for name in pool_names(&home, a.pool.as_deref())? {

@@ -98,6 +98,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::TooLarge(_) | E::PastEnd { .. } => libc::EFBIG,
         E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) => libc::EINVAL,
         E::Pool(_) | E::Corrupt(_) | E::DataLost(_) | E::LocalIo { .. } => libc::EIO,
+        E::NewerFormat(_) => libc::EOPNOTSUPP,
     };
     Errno::from_i32(code)
 }

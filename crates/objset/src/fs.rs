@@ -41,6 +41,10 @@ pub struct DatasetInfo {
     pub used: u64,
     pub avail: u64,
     pub refer: u64,
+    /// Bytes only its snapshots hold (part of `used`).
+    pub usedbysnapshots: u64,
+    /// Bytes its head references that its newest snapshot does not.
+    pub written: u64,
     pub compressratio: f64,
     pub volsize: Option<u64>,
 }
@@ -303,6 +307,13 @@ impl StoreCore {
             "used" => (info.used.to_string(), "-".into()),
             "available" | "avail" => (info.avail.to_string(), "-".into()),
             "referenced" | "refer" => (info.refer.to_string(), "-".into()),
+            "usedbysnapshots" => (info.usedbysnapshots.to_string(), "-".into()),
+            "usedbydataset" => (info.refer.to_string(), "-".into()),
+            "usedbychildren" => (
+                (info.used.saturating_sub(info.refer + info.usedbysnapshots)).to_string(),
+                "-".into(),
+            ),
+            "written" => (info.written.to_string(), "-".into()),
             "compressratio" => (format!("{:.2}x", info.compressratio), "-".into()),
             "type" => (
                 match info.kind {
@@ -334,12 +345,17 @@ impl StoreCore {
             .by_name(name)
             .ok_or_else(|| StoreError::NoSuchDataset(name.to_string()))?;
         let (logical, physical) = st.datasets.bytes_total(ds.id);
+        let snapshots = crate::snapshot_ops::snapshot_used_subtree(&self.pool, &st, ds.id);
+        let (usedbysnapshots, written) =
+            crate::snapshot_ops::snapshot_space_locked(&self.pool, &st, ds.id);
         Ok(DatasetInfo {
             name: ds.name.clone(),
             kind: ds.kind,
-            used: st.datasets.used_total(ds.id),
+            used: st.datasets.used_total(ds.id).saturating_add(snapshots),
             avail: self.dataset_avail_locked(&st, ds.id),
             refer: ds.used,
+            usedbysnapshots,
+            written,
             compressratio: if physical == 0 {
                 1.0
             } else {

@@ -456,6 +456,15 @@ fn snapshot_guid(dataset: u32, name: &str, txg: u64) -> u64 {
     u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
+/// Bytes only snapshots hold, over dataset `id` and all its descendants (part of USED).
+pub(crate) fn snapshot_used_subtree(pool: &Pool, st: &State, id: u32) -> u64 {
+    let own = snapshot_space_locked(pool, st, id).0;
+    st.datasets
+        .children(id)
+        .map(|c| snapshot_used_subtree(pool, st, c.id))
+        .fold(own, u64::saturating_add)
+}
+
 /// Every dataset below `id`, depth first.
 fn descendants(table: &crate::dataset::DatasetTable, id: u32) -> Vec<u32> {
     let mut out = Vec::new();

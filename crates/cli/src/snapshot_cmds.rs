@@ -1,0 +1,327 @@
+//! Snapshots from the command line, with zfs's grammar: `cairn snapshot [-r] DS@NAME…`,
+//! `cairn rollback [-r] DS@NAME`, `cairn destroy [-r] [-n] [-v] DS@NAME[%NAME|,NAME…]`,
+//! `cairn list -t snapshot`, and `POOL/DS@NAME/PATH` read by cat, get and ls.
+
+use std::io::Write;
+use std::path::Path;
+
+use cairn_geometry::units::format_zfs_size;
+use cairn_objset::dnode::ObjectKind;
+use cairn_objset::fs::kind_name;
+use cairn_objset::snapshot_ops::SnapshotInfo;
+use cairn_objset::snapshot_read::SnapshotView;
+use cairn_objset::{ListEntry, Store};
+use clap::Args;
+
+use crate::data_cmds::{finish, open, pool_of};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    /// Also snapshot every descendant dataset (all in one txg).
+    #[arg(short = 'r')]
+    recursive: bool,
+    /// POOL/DATASET@NAME (several: one txg for all).
+    #[arg(required = true)]
+    pub names: Vec<String>,
+}
+
+/// The one pool all of `names` belong to.
+fn one_pool(names: &[String]) -> Result<&str, String> {
+    let pool = pool_of(&names[0]);
+    if let Some(other) = names.iter().find(|n| pool_of(n) != pool) {
+        return Err(format!(
+            "'{other}' is in another pool than '{}': snapshot one pool per command",
+            names[0]
+        ));
+    }
+    Ok(pool)
+}
+
+pub fn snapshot(a: SnapshotArgs) -> Result<(), String> {
+    let store = open(one_pool(&a.names)?)?;
+    store.snapshot_create(&a.names, a.recursive).map_err(err)?;
+    finish(store)
+}
+
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    /// Destroy the snapshots newer than the one rolled back to.
+    #[arg(short = 'r')]
+    destroy_newer: bool,
+    /// POOL/DATASET@NAME.
+    pub name: String,
+}
+
+pub fn rollback(a: RollbackArgs) -> Result<(), String> {
+    let store = open(pool_of(&a.name))?;
+    store
+        .snapshot_rollback(&a.name, a.destroy_newer)
+        .map_err(err)?;
+    finish(store)
+}
+
+/// `cairn destroy` of snapshots: `DS@A` (one), `DS@A%B` (A to B in txg order; either end
+/// may be left out), `DS@A,B,C`; `-r` the same names in every descendant.
+pub fn destroy(spec: &str, recursive: bool, dry_run: bool, verbose: bool) -> Result<(), String> {
+    let (ds, names) = spec.split_once('@').ok_or("give POOL/DATASET@NAME")?;
+    let store = open(pool_of(ds))?;
+    let result = destroy_in(&store, ds, names, recursive, dry_run, verbose);
+    finish(store)?;
+    result
+}
+
+fn destroy_in(
+    store: &Store,
+    ds: &str,
+    names: &str,
+    recursive: bool,
+    dry_run: bool,
+    verbose: bool,
+) -> Result<(), String> {
+    let mut datasets = vec![ds.to_string()];
+    if recursive {
+        let table = store.datasets();
+        let prefix = format!("{ds}/");
+        datasets.extend(
+            table
+                .datasets
+                .iter()
+                .filter(|d| d.name.starts_with(&prefix))
+                .map(|d| d.name.clone()),
+        );
+    }
+    let mut victims = Vec::new();
+    for (i, d) in datasets.iter().enumerate() {
+        let snaps = store.snapshots(Some(d)).map_err(err)?;
+        // The named dataset must have them; descendants may lack them (as zfs -r).
+        victims.extend(select(&snaps, d, names, i == 0)?);
+    }
+    for v in victims {
+        if dry_run {
+            println!("would destroy {v}");
+            continue;
+        }
+        let freed = store.snapshot_destroy(&v).map_err(err)?;
+        if verbose {
+            println!("destroyed {v}, freed {}", format_zfs_size(freed));
+        }
+    }
+    Ok(())
+}
+
+/// The snapshots of `ds` that `names` (`A`, `A%B`, `A,B`) selects, oldest first.
+fn select(
+    snaps: &[SnapshotInfo],
+    ds: &str,
+    names: &str,
+    must_exist: bool,
+) -> Result<Vec<String>, String> {
+    let short: Vec<&str> = snaps
+        .iter()
+        .map(|s| s.name.split_once('@').map_or("", |p| p.1))
+        .collect();
+    let position = |n: &str| short.iter().position(|s| *s == n);
+    let missing = |n: &str| {
+        format!("could not find snapshot '{ds}@{n}'; `cairn list -t snapshot` lists them")
+    };
+    let picked: Vec<usize> = if let Some((from, to)) = names.split_once('%') {
+        let a = if from.is_empty() {
+            Some(0)
+        } else {
+            position(from)
+        };
+        let b = if to.is_empty() {
+            short.len().checked_sub(1)
+        } else {
+            position(to)
+        };
+        match (a, b) {
+            (Some(a), Some(b)) if a <= b => (a..=b).collect(),
+            (Some(_), Some(_)) => return Err(format!("'{from}' is newer than '{to}'")),
+            (None, _) if must_exist => return Err(missing(from)),
+            (_, None) if must_exist => return Err(missing(to)),
+            _ => Vec::new(),
+        }
+    } else {
+        let mut out = Vec::new();
+        for n in names.split(',') {
+            match position(n) {
+                Some(i) => out.push(i),
+                None if must_exist => return Err(missing(n)),
+                None => {}
+            }
+        }
+        out
+    };
+    Ok(picked.into_iter().map(|i| snaps[i].name.clone()).collect())
+}
+
+/// `cairn list -t TYPE[,TYPE] POOL|DS`: datasets (`filesystem`, `volume`, `all`) and/or
+/// snapshots (`snapshot`, `all`).
+pub fn list_typed(
+    types: &str,
+    target: Option<&str>,
+    scripted: bool,
+    parsable: bool,
+    json: bool,
+) -> Result<(), String> {
+    let target = target.ok_or("name the pool or dataset: `cairn list -t snapshot POOL`")?;
+    let mut datasets = false;
+    let mut snapshots = false;
+    for t in types.split(',') {
+        match t {
+            "filesystem" | "volume" => datasets = true,
+            "snapshot" | "snap" => snapshots = true,
+            "all" => (datasets, snapshots) = (true, true),
+            other => {
+                return Err(format!(
+                    "unknown type '{other}': use filesystem, volume, snapshot or all"
+                ))
+            }
+        }
+    }
+    if datasets {
+        crate::data_cmds::dataset(crate::data_cmds::DatasetCmd::List {
+            scripted,
+            parsable,
+            json,
+            pool: pool_of(target).to_string(),
+        })?;
+    }
+    if snapshots {
+        list(target, scripted || datasets, parsable, json)?;
+    }
+    Ok(())
+}
+
+/// `cairn list -t snapshot [POOL|DS]`: NAME USED AVAIL REFER MOUNTPOINT, as zfs shows them.
+pub fn list(target: &str, scripted: bool, parsable: bool, json: bool) -> Result<(), String> {
+    let store = open(pool_of(target))?;
+    let only = target.contains('/').then_some(target);
+    let snaps = store.snapshots(only).map_err(err);
+    finish(store)?;
+    let mut snaps = snaps?;
+    if only.is_none() {
+        snaps.retain(|s| pool_of(&s.name) == target || s.name.starts_with(&format!("{target}@")));
+    }
+    if json {
+        println!("{}", serde_json::json!({ "snapshots": snaps }));
+        return Ok(());
+    }
+    let size = |b: u64| {
+        if parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let mut rows = Vec::new();
+    if !scripted {
+        rows.push(["NAME", "USED", "AVAIL", "REFER", "MOUNTPOINT"].map(String::from));
+    }
+    for s in &snaps {
+        rows.push([
+            s.name.clone(),
+            size(s.used),
+            "-".into(),
+            size(s.referenced),
+            "-".into(),
+        ]);
+    }
+    print_rows(&rows, scripted);
+    Ok(())
+}
+
+fn print_rows(rows: &[[String; 5]], scripted: bool) {
+    if scripted {
+        for r in rows {
+            println!("{}", r.join("\t"));
+        }
+        return;
+    }
+    let w: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        println!(
+            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
+        );
+    }
+}
+
+/// `POOL/DS@NAME/PATH` → the snapshot and PATH's components.
+fn split_path(path: &str) -> Result<(String, Vec<&str>), String> {
+    let (ds, rest) = path.split_once('@').ok_or("not a snapshot path")?;
+    let (snap, inner) = rest.split_once('/').unwrap_or((rest, ""));
+    let parts = inner.split('/').filter(|p| !p.is_empty()).collect();
+    Ok((format!("{ds}@{snap}"), parts))
+}
+
+fn resolve(
+    store: &Store,
+    path: &str,
+) -> Result<(SnapshotView, u64, cairn_objset::dnode::Dnode), String> {
+    let (name, parts) = split_path(path)?;
+    let view = store.snapshot_view(&name).map_err(err)?;
+    let (id, dnode) = store.snapshot_resolve(&view, &parts).map_err(err)?;
+    Ok((view, id, dnode))
+}
+
+/// `cairn ls POOL/DS@NAME[/DIR]`.
+pub fn list_dir(store: &Store, path: &str) -> Result<Vec<ListEntry>, String> {
+    let (view, id, dnode) = resolve(store, path)?;
+    if dnode.kind != ObjectKind::Directory {
+        return Err(format!("'{path}' is not a directory"));
+    }
+    let mut out = Vec::new();
+    for (name, e) in store.snapshot_read_dir(&view, id).map_err(err)? {
+        let size = store.snapshot_dnode(&view, e.object).map_err(err)?.size;
+        out.push(ListEntry {
+            name,
+            kind: kind_name(e.kind).to_string(),
+            size,
+            object: e.object,
+        });
+    }
+    Ok(out)
+}
+
+/// `cairn get|cat POOL/DS@NAME/PATH`: copies a file (or a volume) out of a snapshot.
+pub fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
+    let (view, id, dnode) = resolve(store, src)?;
+    if dnode.kind == ObjectKind::Directory {
+        return Err(format!("'{src}' is a directory; `cairn ls {src}` lists it"));
+    }
+    let mut out: Box<dyn Write> = if dest.as_os_str() == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?)
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    while offset < dnode.size {
+        let n = store
+            .snapshot_read(&view, id, offset, &mut buf)
+            .map_err(err)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])
+            .map_err(|e| format!("{}: {e}", dest.display()))?;
+        offset += n as u64;
+    }
+    out.flush().map_err(err)
+}

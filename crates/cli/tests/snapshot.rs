@@ -1,0 +1,107 @@
+//! Snapshots through the `cairn` binary with zfs's grammar: snapshot, list -t snapshot,
+//! reading `DS@NAME/PATH`, rollback, destroy of one, a range and -r, and the space
+//! properties; every change lands in the pool history.
+
+mod support;
+
+use support::{cairn, fails, files, ok, ok_bytes, pseudo_random, MIB};
+
+#[test]
+fn snapshot_read_rollback_and_destroy_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 256 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    ok(&cairn(&home, &["dataset", "create", "-p", "tank/fs/child"]));
+    let v1 = pseudo_random(3 * MIB as usize, 1);
+    let v2 = pseudo_random(3 * MIB as usize, 2);
+    let src = dir.path().join("src");
+    std::fs::write(&src, &v1).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/fs/file"],
+    ));
+    ok(&cairn(&home, &["snapshot", "-r", "tank/fs@monday"]));
+    std::fs::write(&src, &v2).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", "-f", src.to_str().unwrap(), "tank/fs/file"],
+    ));
+    ok(&cairn(
+        &home,
+        &["snapshot", "tank/fs@tuesday", "tank/fs@wednesday"],
+    ));
+
+    // Reading: the file as each snapshot saw it, and the live one.
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs@monday/file"])) == v1);
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs@tuesday/file"])) == v2);
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs/file"])) == v2);
+    let listing = ok(&cairn(&home, &["ls", "tank/fs@monday"]));
+    assert!(listing.contains("file"), "{listing}");
+    let e = fails(&cairn(&home, &["cat", "tank/fs@friday/file"]));
+    assert!(e.contains("tank/fs@friday"), "{e}");
+
+    // Listing and space: monday alone holds the first version of the file.
+    let list = ok(&cairn(
+        &home,
+        &["list", "-t", "snapshot", "-H", "-p", "tank"],
+    ));
+    let rows: Vec<Vec<&str>> = list.lines().map(|l| l.split('\t').collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        names,
+        [
+            "tank/fs@monday",
+            "tank/fs@tuesday",
+            "tank/fs@wednesday",
+            "tank/fs/child@monday"
+        ]
+    );
+    let monday_used: u64 = rows[0][1].parse().unwrap();
+    assert!(monday_used >= 3 * MIB, "{list}");
+    let by_snaps = ok(&cairn(&home, &["get", "-H", "usedbysnapshots", "tank/fs"]));
+    assert!(by_snaps.contains(&monday_used.to_string()), "{by_snaps}");
+
+    // Rollback to monday needs -r (newer snapshots exist); then the old file is back.
+    let e = fails(&cairn(&home, &["rollback", "tank/fs@monday"]));
+    assert!(e.contains("rollback -r"), "{e}");
+    ok(&cairn(&home, &["rollback", "-r", "tank/fs@monday"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs/file"])) == v1);
+    let list = ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"]));
+    assert_eq!(list.lines().count(), 2, "{list}");
+
+    // Destroy: -n changes nothing, -r takes the child's too, then the dataset can go.
+    ok(&cairn(&home, &["snapshot", "tank/fs@a", "tank/fs@b"]));
+    let dry = ok(&cairn(&home, &["destroy", "-n", "tank/fs@monday%b"]));
+    assert_eq!(dry.lines().count(), 3, "{dry}");
+    assert_eq!(
+        ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"]))
+            .lines()
+            .count(),
+        4
+    );
+    ok(&cairn(&home, &["destroy", "tank/fs@a%b"]));
+    let e = fails(&cairn(&home, &["destroy", "tank/fs"]));
+    assert!(
+        e.contains("has snapshots") || e.contains("has children"),
+        "{e}"
+    );
+    ok(&cairn(&home, &["destroy", "-r", "tank/fs@monday"]));
+    assert_eq!(
+        ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"])),
+        ""
+    );
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    for cmd in [
+        "snapshot -r tank/fs@monday",
+        "rollback -r tank/fs@monday",
+        "destroy tank/fs@a%b",
+    ] {
+        assert!(history.contains(cmd), "{cmd} missing from:\n{history}");
+    }
+    ok(&cairn(&home, &["destroy", "-r", "tank/fs"]));
+    ok(&cairn(&home, &["export", "tank"]));
+}
