@@ -10,6 +10,9 @@
 //!    mode          `service`, or `until-unmounted PID` for a process that serves mounts
 //!                  only and exits when the last is unmounted
 //!    mount SPEC    mounts DATASET[=DIR][:ro] in the serving process (`cairn mount`)
+//!    snapshot [-r] DS@NAME…   takes snapshots in the serving process: `ok` or `error: …`
+//!    destroy-snapshot DS@NAME destroys one: the bytes freed, or `error: …`
+//!    snapshots     every snapshot (`cairn_objset::snapshot_ops::SnapshotInfo`) as JSON
 //! ```
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -62,6 +65,13 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
             let errors = crate::data_cmds::data_errors(store.error_log());
             render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }
+        r if r.starts_with("snapshot ") || r.starts_with("destroy-snapshot ") => {
+            crate::snapshot_cmds::serve_request(store, r)
+        }
+        "snapshots" => store
+            .snapshots(None)
+            .map(|s| serde_json::to_string(&s).unwrap_or_default())
+            .unwrap_or_else(|e| format!("error: {e}\n")),
         "iostat" => serde_json::to_string(&store.pool().io_snapshot()).unwrap_or_default(),
         "list" => {
             let usage = store.space();

@@ -81,6 +81,7 @@ fn fs_options(
             .unwrap_or(cairn_fuse::AtimeMode::Relatime),
         readonly: read_only || prop("readonly")? == "on",
         xattr: prop("xattr")? == "on",
+        snapdir_visible: prop("snapdir")? == "visible",
         ..cairn_fuse::FsOptions::default()
     })
 }

@@ -42,9 +42,54 @@ fn one_pool(names: &[String]) -> Result<&str, String> {
 }
 
 pub fn snapshot(a: SnapshotArgs) -> Result<(), String> {
-    let store = open(one_pool(&a.names)?)?;
+    let pool = one_pool(&a.names)?;
+    let flag = if a.recursive { "-r " } else { "" };
+    if let Some(answer) = ask(pool, &format!("snapshot {flag}{}", a.names.join(" "))) {
+        return answer.map(|_| ());
+    }
+    let store = open(pool)?;
     store.snapshot_create(&a.names, a.recursive).map_err(err)?;
     finish(store)
+}
+
+/// Asks the process serving `pool`, if there is one: `Some(Ok(answer))` or `Some(Err(why))`.
+fn ask(pool: &str, request: &str) -> Option<Result<String, String>> {
+    let answer = crate::control::ask(&crate::home(), pool, request)?;
+    Some(match answer.strip_prefix("error: ") {
+        Some(why) => Err(why.trim_end().to_string()),
+        None => Ok(answer),
+    })
+}
+
+/// The control socket's snapshot requests, served by the process holding the pool:
+/// `snapshot [-r] DS@NAME…` and `destroy-snapshot DS@NAME`.
+pub fn serve_request(store: &Store, request: &str) -> String {
+    let mut words = request.split_whitespace();
+    let verb = words.next().unwrap_or("");
+    let rest: Vec<String> = words.map(String::from).collect();
+    let result = match verb {
+        "snapshot" => {
+            let recursive = rest.first().is_some_and(|w| w == "-r");
+            let names = &rest[usize::from(recursive)..];
+            if names.is_empty() {
+                Err("give POOL/DATASET@NAME".to_string())
+            } else {
+                store
+                    .snapshot_create(names, recursive)
+                    .map(|_| "ok".to_string())
+                    .map_err(err)
+            }
+        }
+        "destroy-snapshot" if rest.len() == 1 => store
+            .snapshot_destroy(&rest[0])
+            .map(|freed| freed.to_string())
+            .map_err(err),
+        _ => Err(format!("unknown request '{request}'")),
+    };
+    match result {
+        Ok(answer) => format!("{answer}\n"),
+        Err(why) => format!("error: {why}\n"),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -68,6 +113,9 @@ pub fn rollback(a: RollbackArgs) -> Result<(), String> {
 /// may be left out), `DS@A,B,C`; `-r` the same names in every descendant.
 pub fn destroy(spec: &str, recursive: bool, dry_run: bool, verbose: bool) -> Result<(), String> {
     let (ds, names) = spec.split_once('@').ok_or("give POOL/DATASET@NAME")?;
+    if crate::control::ask(&crate::home(), pool_of(ds), "mode").is_some() {
+        return destroy_served(ds, names, recursive, dry_run, verbose);
+    }
     let store = open(pool_of(ds))?;
     let result = destroy_in(&store, ds, names, recursive, dry_run, verbose);
     finish(store)?;
@@ -108,6 +156,47 @@ fn destroy_in(
         let freed = store.snapshot_destroy(&v).map_err(err)?;
         if verbose {
             println!("destroyed {v}, freed {}", format_zfs_size(freed));
+        }
+    }
+    Ok(())
+}
+
+/// `destroy` through the process serving the pool (snapshots of a mounted dataset).
+fn destroy_served(
+    ds: &str,
+    names: &str,
+    recursive: bool,
+    dry_run: bool,
+    verbose: bool,
+) -> Result<(), String> {
+    let pool = pool_of(ds);
+    let all = ask(pool, "snapshots").ok_or("the serving process went away")??;
+    let all: Vec<SnapshotInfo> = serde_json::from_str(&all).map_err(err)?;
+    let prefix = format!("{ds}/");
+    let mut datasets: Vec<&str> = vec![ds];
+    for s in &all {
+        let d = s.name.split_once('@').map_or("", |p| p.0);
+        if recursive && d.starts_with(&prefix) && !datasets.contains(&d) {
+            datasets.push(d);
+        }
+    }
+    for (i, d) in datasets.iter().enumerate() {
+        let mine: Vec<SnapshotInfo> = all
+            .iter()
+            .filter(|s| s.name.split_once('@').is_some_and(|p| p.0 == *d))
+            .cloned()
+            .collect();
+        for v in select(&mine, d, names, i == 0)? {
+            if dry_run {
+                println!("would destroy {v}");
+                continue;
+            }
+            let freed = ask(pool, &format!("destroy-snapshot {v}"))
+                .ok_or("the serving process went away")??;
+            if verbose {
+                let freed: u64 = freed.trim().parse().unwrap_or(0);
+                println!("destroyed {v}, freed {}", format_zfs_size(freed));
+            }
         }
     }
     Ok(())
@@ -200,13 +289,18 @@ pub fn list_typed(
 
 /// `cairn list -t snapshot [POOL|DS]`: NAME USED AVAIL REFER MOUNTPOINT, as zfs shows them.
 pub fn list(target: &str, scripted: bool, parsable: bool, json: bool) -> Result<(), String> {
-    let store = open(pool_of(target))?;
     let only = target.contains('/').then_some(target);
-    let snaps = store.snapshots(only).map_err(err);
-    finish(store)?;
-    let mut snaps = snaps?;
-    if only.is_none() {
-        snaps.retain(|s| pool_of(&s.name) == target || s.name.starts_with(&format!("{target}@")));
+    let mut snaps = match ask(pool_of(target), "snapshots") {
+        Some(answer) => serde_json::from_str::<Vec<SnapshotInfo>>(&answer?).map_err(err)?,
+        None => {
+            let store = open(pool_of(target))?;
+            let snaps = store.snapshots(None).map_err(err);
+            finish(store)?;
+            snaps?
+        }
+    };
+    if let Some(ds) = only {
+        snaps.retain(|s| s.name.split_once('@').is_some_and(|p| p.0 == ds));
     }
     if json {
         println!("{}", serde_json::json!({ "snapshots": snaps }));

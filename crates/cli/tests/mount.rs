@@ -412,3 +412,85 @@ fn a_running_service_mounts_through_its_control_socket() {
         b"second dataset"
     );
 }
+
+/// `.zfs/snapshot/NAME` shows each snapshot read-only: files restore with a copy, nothing
+/// under it can change, it stays out of the root's listing (snapdir=hidden), and a snapshot
+/// taken while mounted (through the serving process) appears at once.
+#[test]
+fn snapshots_are_read_only_under_dot_zfs() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    let old = pseudo_random(2 * MIB as usize + 17, 11);
+    let src = s.home.with_file_name("src");
+    fs::write(&src, &old).unwrap();
+    ok(&cairn(
+        &s.home,
+        &["put", src.to_str().unwrap(), "tank/fs/report"],
+    ));
+    ok(&cairn(&s.home, &["mkdir", "tank/fs/dir"]));
+    ok(&cairn(&s.home, &["snapshot", "tank/fs@before"]));
+    mount(&s);
+    let m = &s.mnt;
+    let new = pseudo_random(MIB as usize, 12);
+    fs::write(m.join("report"), &new).unwrap();
+    fs::remove_dir(m.join("dir")).unwrap();
+    let snap = m.join(".zfs/snapshot/before");
+    assert!(fs::read(snap.join("report")).unwrap() == old);
+    assert!(snap.join("dir").is_dir());
+    let names = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&m.join(".zfs/snapshot")), ["before"]);
+    assert_eq!(names(m), ["report"], ".zfs is hidden from the listing");
+    for e in [
+        fs::write(snap.join("new"), b"x").unwrap_err(),
+        fs::remove_file(snap.join("report")).unwrap_err(),
+        fs::create_dir(snap.join("d2")).unwrap_err(),
+        OpenOptions::new()
+            .write(true)
+            .open(snap.join("report"))
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    }
+    // Restore by copying out of the snapshot.
+    fs::copy(snap.join("report"), m.join("restored")).unwrap();
+    assert!(fs::read(m.join("restored")).unwrap() == old);
+    // A snapshot taken now goes through the serving process and shows the new contents.
+    ok(&cairn(&s.home, &["snapshot", "tank/fs@during"]));
+    assert!(fs::read(m.join(".zfs/snapshot/during/report")).unwrap() == new);
+    let listed = ok(&cairn(&s.home, &["list", "-t", "snapshot", "-H", "tank"]));
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    ok(&cairn(&s.home, &["destroy", "tank/fs@during"]));
+    assert!(!m.join(".zfs/snapshot/during").exists());
+    umount(&s);
+    assert!(ok_bytes(&cairn(&s.home, &["cat", "tank/fs@before/report"])) == old);
+}
+
+/// Directories made with `cairn mkdir` count their links as the mount does: removing one
+/// through the mount leaves its parent alive (it used to drop the root to 0 links, and the
+/// kernel then refused every create in it).
+#[test]
+fn a_directory_made_by_the_cli_can_be_removed_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    ok(&cairn(&s.home, &["mkdir", "tank/fs/a/b"]));
+    mount(&s);
+    let m = &s.mnt;
+    assert_eq!(fs::metadata(m).unwrap().nlink(), 3);
+    assert_eq!(fs::metadata(m.join("a")).unwrap().nlink(), 3);
+    fs::remove_dir(m.join("a/b")).unwrap();
+    fs::remove_dir(m.join("a")).unwrap();
+    assert_eq!(fs::metadata(m).unwrap().nlink(), 2);
+    fs::write(m.join("after"), b"created").unwrap();
+    umount(&s);
+}

@@ -15,6 +15,7 @@
 pub mod attr;
 pub mod nodes;
 pub mod ops;
+pub mod snapdir;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ pub struct FsOptions {
     pub atime: AtimeMode,
     pub readonly: bool,
     pub xattr: bool,
+    /// `.zfs` appears in the root's listing (`snapdir=visible`); it is reachable by name
+    /// either way.
+    pub snapdir_visible: bool,
     /// Threads serving kernel requests.
     pub threads: usize,
 }
@@ -59,6 +63,7 @@ impl Default for FsOptions {
             atime: AtimeMode::Relatime,
             readonly: false,
             xattr: true,
+            snapdir_visible: false,
             threads: 2,
         }
     }

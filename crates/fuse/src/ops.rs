@@ -24,6 +24,7 @@ use fuser::{
 
 use crate::attr::{errno, file_attr, from_system_time, kind_type};
 use crate::nodes::Nodes;
+use crate::snapdir::{self, Node, SnapDir};
 use crate::{AtimeMode, FsOptions};
 
 /// How long the kernel may trust attributes and names it was given: every change goes
@@ -39,6 +40,8 @@ pub struct CairnFs {
     root: u64,
     options: FsOptions,
     nodes: Nodes,
+    /// `.zfs/snapshot`: the dataset's snapshots, read-only.
+    snaps: SnapDir,
 }
 
 type Result<T> = std::result::Result<T, Errno>;
@@ -57,6 +60,7 @@ impl CairnFs {
         dataset: &str,
         options: FsOptions,
     ) -> std::result::Result<CairnFs, StoreError> {
+        let snaps = SnapDir::new(store.clone(), dataset);
         let (dataset, root) = store.fs_root(dataset)?;
         Ok(CairnFs {
             store,
@@ -64,6 +68,7 @@ impl CairnFs {
             root,
             options,
             nodes: Nodes::default(),
+            snaps,
         })
     }
 
@@ -93,6 +98,9 @@ impl CairnFs {
 
     /// An object of this dataset (a number from the kernel of another one is not ours).
     fn dnode(&self, obj: u64) -> Result<Dnode> {
+        if snapdir::is_read_only(obj) {
+            return Err(Errno::EROFS);
+        }
         let dn = self.store.dnode(obj).map_err(err)?;
         if dn.dataset != self.dataset || matches!(dn.kind, ObjectKind::Free | ObjectKind::Table) {
             return Err(Errno::ENOENT);
@@ -117,6 +125,27 @@ impl CairnFs {
         } else if !self.nodes.is_open(obj) {
             let _ = self.store.drop_orphan_data(obj);
         }
+    }
+
+    /// Replies to a lookup under `.zfs` (not counted: nothing there is ever freed). Names in
+    /// `.zfs/snapshot` come and go with snapshots: the kernel must ask again each time.
+    fn snap_entry(parent: Option<Node>, r: Result<fuser::FileAttr>, reply: ReplyEntry) {
+        let ttl = match parent {
+            Some(Node::Snapshots) => Duration::ZERO,
+            _ => snapdir::TTL,
+        };
+        match r {
+            Ok(attr) => reply.entry(&ttl, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Refuses to change anything under `.zfs`.
+    fn writable(inos: &[INodeNo]) -> Result<()> {
+        if inos.iter().any(|i| snapdir::is_read_only(i.0)) {
+            return Err(Errno::EROFS);
+        }
+        Ok(())
     }
 
     fn unlinked(&self, u: Unlinked) {
@@ -160,6 +189,9 @@ impl CairnFs {
         (kind, mode, rdev): (ObjectKind, u32, u64),
         target: Option<&[u8]>,
     ) -> Result<(u64, Dnode)> {
+        if parent == INodeNo::ROOT && name == snapdir::CTL_NAME {
+            return Err(Errno::EEXIST);
+        }
         let parent = self.object(parent);
         let node = self.new_node(req, parent, kind, mode, rdev)?;
         self.store
@@ -304,6 +336,13 @@ impl Filesystem for CairnFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(p) = Node::of(parent.0) {
+            let r = name_of(name).and_then(|n| self.snaps.lookup(p, n));
+            return Self::snap_entry(Some(p), r, reply);
+        }
+        if parent == INodeNo::ROOT && name == snapdir::CTL_NAME {
+            return Self::snap_entry(None, self.snaps.getattr(Node::Ctl), reply);
+        }
         let r = name_of(name).and_then(|n| self.store.lookup(self.object(parent), n).map_err(err));
         match r {
             Ok((obj, dn)) => self.entry(obj, &dn, reply),
@@ -312,12 +351,21 @@ impl Filesystem for CairnFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if snapdir::is_read_only(ino.0) {
+            return;
+        }
         let obj = self.object(ino);
         self.nodes.forget(obj, nlookup);
         self.settle(obj);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(n) = Node::of(ino.0) {
+            return match self.snaps.getattr(n) {
+                Ok(attr) => reply.attr(&snapdir::TTL, &attr),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.dnode(self.object(ino)) {
             Ok(dn) => reply.attr(&TTL, &file_attr(ino, &dn)),
             Err(e) => reply.error(e),
@@ -358,9 +406,13 @@ impl Filesystem for CairnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.store.read_link(self.object(ino)) {
+        let target = match Node::of(ino.0) {
+            Some(n) => self.snaps.readlink(n),
+            None => self.store.read_link(self.object(ino)).map_err(err),
+        };
+        match target {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -407,11 +459,13 @@ impl Filesystem for CairnFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_of(name).and_then(|n| {
-            self.store
-                .remove_name(self.object(parent), n, false)
-                .map_err(err)
-        });
+        let r = Self::writable(&[parent])
+            .and_then(|()| name_of(name))
+            .and_then(|n| {
+                self.store
+                    .remove_name(self.object(parent), n, false)
+                    .map_err(err)
+            });
         match r {
             Ok(u) => {
                 self.unlinked(u);
@@ -422,11 +476,13 @@ impl Filesystem for CairnFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_of(name).and_then(|n| {
-            self.store
-                .remove_name(self.object(parent), n, true)
-                .map_err(err)
-        });
+        let r = Self::writable(&[parent])
+            .and_then(|()| name_of(name))
+            .and_then(|n| {
+                self.store
+                    .remove_name(self.object(parent), n, true)
+                    .map_err(err)
+            });
         match r {
             Ok(u) => {
                 self.unlinked(u);
@@ -481,6 +537,7 @@ impl Filesystem for CairnFs {
             return reply.error(Errno::EINVAL); // RENAME_WHITEOUT: overlayfs only
         };
         let r = name_of(name).and_then(|from| {
+            Self::writable(&[parent, newparent])?;
             let to = name_of(newname)?;
             self.store
                 .rename(self.object(parent), from, self.object(newparent), to, mode)
@@ -506,7 +563,8 @@ impl Filesystem for CairnFs {
         reply: ReplyEntry,
     ) {
         let obj = self.object(ino);
-        let r = name_of(newname)
+        let r = Self::writable(&[ino, newparent])
+            .and_then(|()| name_of(newname))
             .and_then(|n| self.store.link(obj, self.object(newparent), n).map_err(err));
         match r {
             Ok(dn) => self.entry(obj, &dn, reply),
@@ -515,6 +573,17 @@ impl Filesystem for CairnFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(n) = Node::of(ino.0) {
+            return match self.snaps.getattr(n) {
+                Ok(_) if (flags.0 & libc::O_ACCMODE) != libc::O_RDONLY => reply.error(Errno::EROFS),
+                Ok(a) if a.kind == fuser::FileType::Directory => reply.error(Errno::EISDIR),
+                Ok(_) => reply.opened(
+                    FileHandle(self.nodes.new_handle()),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                ),
+                Err(e) => reply.error(e),
+            };
+        }
         let obj = self.object(ino);
         match self.dnode(obj) {
             Ok(dn) if dn.kind == ObjectKind::Directory => reply.error(Errno::EISDIR),
@@ -545,6 +614,12 @@ impl Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(n) = Node::of(ino.0) {
+            return match self.snaps.read(n, offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(e),
+            };
+        }
         thread_local! {
             static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
@@ -598,6 +673,9 @@ impl Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if snapdir::is_read_only(ino.0) {
+            return reply.ok();
+        }
         let obj = self.object(ino);
         self.nodes.closed(obj);
         self.settle(obj);
@@ -619,13 +697,30 @@ impl Filesystem for CairnFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.store.read_dir(self.object(ino)) {
+        let listing = match Node::of(ino.0) {
+            Some(n) => self.snaps.list(n),
+            None => self
+                .store
+                .read_dir(self.object(ino))
+                .map_err(err)
+                .map(|mut l| {
+                    if ino == INodeNo::ROOT && self.options.snapdir_visible {
+                        l.push((
+                            snapdir::CTL_NAME.into(),
+                            snapdir::CTL_INO,
+                            ObjectKind::Directory,
+                        ));
+                    }
+                    l
+                }),
+        };
+        match listing {
             Ok(listing) => {
                 let fh = self.nodes.new_handle();
                 self.nodes.keep_listing(fh, listing);
                 reply.opened(FileHandle(fh), FopenFlags::empty())
             }
-            Err(e) => reply.error(err(e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -722,6 +817,9 @@ impl Filesystem for CairnFs {
         if !self.options.xattr {
             return reply.error(Errno::EOPNOTSUPP);
         }
+        if let Err(e) = Self::writable(&[ino]) {
+            return reply.error(e);
+        }
         let mode = match flags {
             0 => SetMode::Any,
             libc::XATTR_CREATE => SetMode::Create,
@@ -743,6 +841,9 @@ impl Filesystem for CairnFs {
         if !self.options.xattr {
             return reply.error(Errno::EOPNOTSUPP);
         }
+        if snapdir::is_read_only(ino.0) {
+            return reply.error(Errno::ENODATA); // (a snapshot's attributes are not shown)
+        }
         match name_of(name).and_then(|n| self.store.get_xattr(self.object(ino), n).map_err(err)) {
             Ok(v) => Self::xattr_reply(v, size, reply),
             Err(e) => reply.error(e),
@@ -750,7 +851,7 @@ impl Filesystem for CairnFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if !self.options.xattr {
+        if !self.options.xattr || snapdir::is_read_only(ino.0) {
             return Self::xattr_reply(Vec::new(), size, reply);
         }
         match self.store.list_xattrs(self.object(ino)) {
@@ -769,6 +870,9 @@ impl Filesystem for CairnFs {
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if !self.options.xattr {
             return reply.error(Errno::EOPNOTSUPP);
+        }
+        if let Err(e) = Self::writable(&[ino]) {
+            return reply.error(e);
         }
         let r = name_of(name).and_then(|n| {
             self.store

@@ -57,6 +57,8 @@ pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("canmount", "on", false),
     ("atime", "relatime", true),
     ("xattr", "on", true),
+    // `.zfs` in the root's listing (`crate::snapshot`; FUSE's snapdir).
+    ("snapdir", "hidden", true),
     // Space limits and guarantees (`crate::quota`).
     ("quota", "none", false),
     ("refquota", "none", false),
@@ -140,6 +142,10 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
         "atime" => match value {
             "on" | "off" | "relatime" => Ok(value.into()),
             _ => bad("on, off or relatime"),
+        },
+        "snapdir" => match value {
+            "hidden" | "visible" => Ok(value.into()),
+            _ => bad("hidden or visible"),
         },
         "canmount" => match value {
             "on" | "off" | "noauto" => Ok(value.into()),

@@ -98,7 +98,8 @@ impl StoreCore {
         let object = match kind {
             DatasetKind::Filesystem => {
                 let dir = self.create_object_locked(st, ObjectKind::Directory, id, 16 << 10)?;
-                st.objects.get_mut(&dir).expect("created").dnode.mode = 0o40755;
+                let dn = &mut st.objects.get_mut(&dir).expect("created").dnode;
+                (dn.mode, dn.nlink) = (0o40755, 2);
                 dir
             }
             DatasetKind::Volume => {
@@ -490,7 +491,8 @@ impl StoreCore {
         let (dir, name, dataset) = self.parent_dir_locked(st, path, true)?;
         self.check_writable_dataset(st, dataset)?;
         let id = self.create_object_locked(st, ObjectKind::Directory, dataset, 16 << 10)?;
-        st.objects.get_mut(&id).expect("created").dnode.mode = 0o40755;
+        let dn = &mut st.objects.get_mut(&id).expect("created").dnode;
+        (dn.mode, dn.nlink) = (0o40755, 2);
         let entry = DirEntry {
             object: id,
             kind: ObjectKind::Directory,
@@ -499,6 +501,8 @@ impl StoreCore {
             self.free_object_locked(st, id)?;
             return Err(e);
         }
+        // Its ".." is one more link to the parent (as the mounted file system counts them).
+        self.object_mut(st, dir)?.dnode.nlink += 1;
         self.touch_changed(st, dir)?;
         Ok(id)
     }
@@ -710,6 +714,8 @@ impl StoreCore {
                 return Err(StoreError::NotEmpty(path.into()));
             }
             self.free_tree_locked(&mut st, e.object)?;
+            let parent = &mut self.object_mut(&mut st, dir)?.dnode;
+            parent.nlink = parent.nlink.saturating_sub(1).max(2);
         } else {
             self.free_object_locked(&mut st, e.object)?;
         }

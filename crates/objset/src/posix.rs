@@ -239,8 +239,10 @@ impl StoreCore {
         self.touch_changed(&mut st, dir)?;
         let left = self.drop_link(&mut st, e)?;
         if e.kind == ObjectKind::Directory {
+            // (Never below 2: directories made by `cairn mkdir` before it counted links
+            // left their parent one short, and a directory with no links is a dead one.)
             let p = self.object_mut(&mut st, dir)?;
-            p.dnode.nlink = p.dnode.nlink.saturating_sub(1);
+            p.dnode.nlink = p.dnode.nlink.saturating_sub(1).max(2);
         }
         Ok(left)
     }
@@ -369,13 +371,13 @@ impl StoreCore {
     ) -> Result<(), StoreError> {
         if src_is_dir && from_dir != to_dir {
             let f = self.object_mut(st, from_dir)?;
-            f.dnode.nlink = f.dnode.nlink.saturating_sub(1);
+            f.dnode.nlink = f.dnode.nlink.saturating_sub(1).max(2);
             let t = self.object_mut(st, to_dir)?;
             t.dnode.nlink = t.dnode.nlink.saturating_add(1);
         }
         if dst_was_dir {
             let t = self.object_mut(st, to_dir)?;
-            t.dnode.nlink = t.dnode.nlink.saturating_sub(1);
+            t.dnode.nlink = t.dnode.nlink.saturating_sub(1).max(2);
         }
         Ok(())
     }
@@ -397,7 +399,7 @@ impl StoreCore {
             // One directory changed parents: the parent it left has one link fewer.
             let (left, joined) = if a_dir { (a.0, b.0) } else { (b.0, a.0) };
             let l = self.object_mut(st, left)?;
-            l.dnode.nlink = l.dnode.nlink.saturating_sub(1);
+            l.dnode.nlink = l.dnode.nlink.saturating_sub(1).max(2);
             let j = self.object_mut(st, joined)?;
             j.dnode.nlink = j.dnode.nlink.saturating_add(1);
         }

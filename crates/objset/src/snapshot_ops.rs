@@ -17,7 +17,7 @@ use crate::snapshot::{BlockList, DnodeList, SnapshotRecord};
 const LIST_BLOCK: u32 = 16 << 10;
 
 /// A snapshot as `cairn list -t snapshot` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotInfo {
     /// `pool/ds@name`.
     pub name: String,
