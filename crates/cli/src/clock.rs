@@ -1,18 +1,6 @@
 //! Wall-clock times as zpool prints them (UTC; cairn reads no time zone database).
 
-/// (year, month 1–12, day 1–31) of a day counted from 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
+use cairn_objset::calendar::civil_from_days;
 
 fn split(secs: u64) -> ((i64, u32, u32), u64, u64, u64) {
     let rem = secs % 86_400;

@@ -78,6 +78,14 @@ pub fn command_line() -> String {
 
 /// Records `command` in pool `name`'s history (waiting up to `RECORD_WAIT` for another
 /// process that holds the pool). Failing to record is a warning, not the command's failure.
+/// Writes a line into the history of a pool this process serves (the service's own work:
+/// automatic snapshots, commands answered over the control socket).
+pub fn record_served(store: &Store, command: &str) {
+    if let Err(e) = store.log_history(command, &user_name(), &host_name()) {
+        eprintln!("cairn: warning: not in the pool's history ({command}): {e}");
+    }
+}
+
 pub fn record(name: &str, command: &str) {
     let home = crate::home();
     if crate::control::ask(&home, name, "list").is_some() {
@@ -108,7 +116,7 @@ fn append(pool: Pool, command: &str) -> Result<(), String> {
     finish(store)
 }
 
-fn user_name() -> String {
+pub fn user_name() -> String {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
@@ -120,7 +128,7 @@ fn user_name() -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
-fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())

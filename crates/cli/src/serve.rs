@@ -271,13 +271,16 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn serve(a: ServeArgs) -> Result<(), String> {
-    if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
-        return Err(
-            "give --nbd ADDR:PORT, --nbd-socket PATH, --mount DS[=DIR] or --mount-all".into(),
-        );
-    }
     let home = crate::home();
     let store = open(&a.pool)?;
+    if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
+        // Holding the pool is a service of its own: commands over the control socket,
+        // automatic snapshots, hot spares and resilvers.
+        eprintln!(
+            "cairn: holding pool '{}' (no exports or mounts; commands go through its control socket)",
+            a.pool
+        );
+    }
     let store = Arc::new(store);
     let source = Arc::new(VolumeSource {
         store: store.clone(),
@@ -346,6 +349,7 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         retry_at: Instant::now(),
     };
     let mut last_heal = Instant::now();
+    let mut last_auto_snapshot: Option<Instant> = None;
     while !STOP.load(Ordering::SeqCst)
         && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
         && !(a.until_unmounted && mounts.is_empty())
@@ -355,6 +359,10 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         if last_heal.elapsed() >= Duration::from_secs(1) {
             last_heal = Instant::now();
             healer.tick(&home, &store);
+        }
+        if last_auto_snapshot.is_none_or(|t| t.elapsed() >= AUTO_SNAPSHOT_EVERY) {
+            last_auto_snapshot = Some(Instant::now());
+            auto_snapshots(&store);
         }
         if last_sync.elapsed() >= interval {
             last_sync = Instant::now();
@@ -382,5 +390,24 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
     match sync_error {
         Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
         None => Ok(()),
+    }
+}
+
+/// How often the service looks for automatic snapshots that are due (`snapshot:schedule`).
+const AUTO_SNAPSHOT_EVERY: Duration = Duration::from_secs(60);
+
+/// Takes and prunes the automatic snapshots due now; each action goes into the history.
+fn auto_snapshots(store: &Store) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match store.auto_snapshot_tick(now) {
+        Ok(done) => {
+            for line in done {
+                eprintln!("cairn: {line}");
+                crate::history_cmd::record_served(store, &format!("cairn {line}"));
+            }
+        }
+        Err(e) => eprintln!("cairn: automatic snapshots: {e}"),
     }
 }

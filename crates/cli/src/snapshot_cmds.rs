@@ -86,6 +86,9 @@ pub fn serve_request(store: &Store, request: &str) -> String {
             .map_err(err),
         _ => Err(format!("unknown request '{request}'")),
     };
+    if result.is_ok() {
+        crate::history_cmd::record_served(store, &format!("cairn {request}"));
+    }
     match result {
         Ok(answer) => format!("{answer}\n"),
         Err(why) => format!("error: {why}\n"),

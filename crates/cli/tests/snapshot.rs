@@ -105,3 +105,59 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     ok(&cairn(&home, &["destroy", "-r", "tank/fs"]));
     ok(&cairn(&home, &["export", "tank"]));
 }
+
+/// The pool service takes the automatic snapshots a dataset's `snapshot:schedule` asks for
+/// (inherited by children), records them in the history, and a bad schedule is refused.
+#[test]
+fn the_service_takes_scheduled_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    ok(&cairn(&home, &["dataset", "create", "-p", "tank/fs/child"]));
+    let e = fails(&cairn(
+        &home,
+        &["set", "snapshot:schedule=hourly", "tank/fs"],
+    ));
+    assert!(e.contains("PERIOD=COUNT"), "{e}");
+    ok(&cairn(
+        &home,
+        &["set", "snapshot:schedule=hourly=24,daily=7", "tank/fs"],
+    ));
+    let hour = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 3600
+    };
+    let started = hour();
+    ok(&cairn(&home, &["serve", "--duration", "1", "tank"]));
+    let list = ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"]));
+    let names: Vec<&str> = list
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(names.len(), 4, "{list}");
+    for ds in [
+        "tank/fs@auto_hourly-",
+        "tank/fs@auto_daily-",
+        "tank/fs/child@auto_hourly-",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(ds)),
+            "{ds} missing: {list}"
+        );
+    }
+    // Within the same hour and day, a second run takes nothing new.
+    ok(&cairn(&home, &["serve", "--duration", "1", "tank"]));
+    let again = ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"]));
+    if hour() == started {
+        assert_eq!(again.lines().count(), 4, "{again}");
+    }
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    assert!(
+        history.contains("cairn auto-snapshot tank/fs@auto_hourly-"),
+        "{history}"
+    );
+}

@@ -59,6 +59,8 @@ pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("xattr", "on", true),
     // `.zfs` in the root's listing (`crate::snapshot`; FUSE's snapdir).
     ("snapdir", "hidden", true),
+    // Automatic snapshots and their retention (`crate::autosnap`).
+    ("snapshot:schedule", "none", true),
     // Space limits and guarantees (`crate::quota`).
     ("quota", "none", false),
     ("refquota", "none", false),
@@ -143,6 +145,9 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
             "on" | "off" | "relatime" => Ok(value.into()),
             _ => bad("on, off or relatime"),
         },
+        crate::autosnap::SCHEDULE_PROPERTY => {
+            crate::autosnap::Schedule::parse(value).map(|_| value.to_string())
+        }
         "snapdir" => match value {
             "hidden" | "visible" => Ok(value.into()),
             _ => bad("hidden or visible"),

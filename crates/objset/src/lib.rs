@@ -4,6 +4,8 @@
 //! blocks under a dnode; dnodes live in the object table, whose root is in the root block
 //! that each txg's uberblock points to. Nothing live is ever overwritten.
 
+pub mod autosnap;
+pub mod calendar;
 pub mod codec;
 pub mod config;
 pub mod core;
