@@ -172,6 +172,39 @@ pub fn plan(schedule: &Schedule, existing: &[String], now: u64) -> Plan {
     out
 }
 
+impl crate::core::StoreCore {
+    /// Takes the automatic snapshots due at `now` (one txg for all of them) and destroys
+    /// those past their period's count; returns what it did, as `cairn history` lines.
+    pub fn auto_snapshot_tick(&self, now: u64) -> Result<Vec<String>, StoreError> {
+        let table = self.datasets();
+        let mut take = Vec::new();
+        let mut destroy = Vec::new();
+        for ds in &table.datasets {
+            let (value, _) = table.property(ds.id, SCHEDULE_PROPERTY);
+            let Ok(schedule) = Schedule::parse(&value) else {
+                continue; // (checked when set; an old value that no longer parses is off)
+            };
+            if schedule.keep.is_empty() {
+                continue;
+            }
+            let existing: Vec<String> = table.snapshots.of(ds.id).map(|r| r.name.clone()).collect();
+            let p = plan(&schedule, &existing, now);
+            take.extend(p.take.iter().map(|n| format!("{}@{n}", ds.name)));
+            destroy.extend(p.destroy.iter().map(|n| format!("{}@{n}", ds.name)));
+        }
+        let mut done = Vec::new();
+        if !take.is_empty() {
+            self.snapshot_create(&take, false)?;
+            done.push(format!("auto-snapshot {}", take.join(" ")));
+        }
+        for name in destroy {
+            self.snapshot_destroy(&name)?;
+            done.push(format!("auto-snapshot destroy {name}"));
+        }
+        Ok(done)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,38 +271,5 @@ mod tests {
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
         }
-    }
-}
-
-impl crate::core::StoreCore {
-    /// Takes the automatic snapshots due at `now` (one txg for all of them) and destroys
-    /// those past their period's count; returns what it did, as `cairn history` lines.
-    pub fn auto_snapshot_tick(&self, now: u64) -> Result<Vec<String>, StoreError> {
-        let table = self.datasets();
-        let mut take = Vec::new();
-        let mut destroy = Vec::new();
-        for ds in &table.datasets {
-            let (value, _) = table.property(ds.id, SCHEDULE_PROPERTY);
-            let Ok(schedule) = Schedule::parse(&value) else {
-                continue; // (checked when set; an old value that no longer parses is off)
-            };
-            if schedule.keep.is_empty() {
-                continue;
-            }
-            let existing: Vec<String> = table.snapshots.of(ds.id).map(|r| r.name.clone()).collect();
-            let p = plan(&schedule, &existing, now);
-            take.extend(p.take.iter().map(|n| format!("{}@{n}", ds.name)));
-            destroy.extend(p.destroy.iter().map(|n| format!("{}@{n}", ds.name)));
-        }
-        let mut done = Vec::new();
-        if !take.is_empty() {
-            self.snapshot_create(&take, false)?;
-            done.push(format!("auto-snapshot {}", take.join(" ")));
-        }
-        for name in destroy {
-            self.snapshot_destroy(&name)?;
-            done.push(format!("auto-snapshot destroy {name}"));
-        }
-        Ok(done)
     }
 }
