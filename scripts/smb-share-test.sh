@@ -21,6 +21,13 @@
 #                    stopped; meant to unmount and remount DIR. Afterwards smbd is started
 #                    again and the content, the attributes (allinfo) and the xattr are checked
 #                    once more.
+#   SMB_SNAPSHOT_CMD if set, the share gets Samba's shadow_copy2 module over DIR/.zfs/snapshot
+#                    (snapshots named GMT-YYYY.MM.DD-hh.mm.ss) and Windows "Previous Versions"
+#                    are checked: a small file is written over SMB, SMB_SNAPSHOT_CMD runs with
+#                    SNAP_NAME set to such a name (it must snapshot DIR's dataset under that
+#                    name), the file is changed, then smbclient's allinfo must list
+#                    @GMT-... for it and fetching it through that token must give the old
+#                    contents.
 #   SMB_PORT         TCP port for smbd (default: the first free one from 4450 to 4499)
 #   SMB_WORKDIR      parent of the temporary directory holding smb.conf, logs and the local
 #                    copies of the test file (default ${TMPDIR:-/tmp}); needs 2 x SIZE_MIB free
@@ -148,6 +155,16 @@ cat >"$conf" <<EOF
   ea support = yes
   store dos attributes = yes
 EOF
+if [ -n "${SMB_SNAPSHOT_CMD:-}" ]; then
+  # Previous Versions from the file system's snapshot directory (vfs_shadow_copy2(8)).
+  cat >>"$conf" <<'EOF'
+  vfs objects = shadow_copy2
+  shadow:snapdir = .zfs/snapshot
+  shadow:format = GMT-%Y.%m.%d-%H.%M.%S
+  shadow:sort = desc
+  shadow:localtime = no
+EOF
+fi
 
 password=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
 printf '%s\n%s\n' "$password" "$password" | smbpasswd -c "$conf" -a -s root >"$work/smbpasswd.out" 2>&1 \
@@ -294,8 +311,37 @@ if [ -n "${SMB_REMOUNT_CMD:-}" ]; then
   fi
 fi
 
+# ---- optional previous versions ----
+if [ -n "${SMB_SNAPSHOT_CMD:-}" ]; then
+  say "previous versions: a file, a snapshot (SMB_SNAPSHOT_CMD), a change"
+  pv_name="cairn-smb-pv-$$.txt"
+  printf 'version one\n' >"$work/pv1"; printf 'version two, longer\n' >"$work/pv2"
+  smb "put \"$work/pv1\" \"$pv_name\"" >"$work/pv.out" 2>&1 || { cat "$work/pv.out"; fail "put of $pv_name failed"; }
+  SNAP_NAME=$(date -u +GMT-%Y.%m.%d-%H.%M.%S)
+  export SNAP_NAME
+  if timeout -k 10 120 bash -c "$SMB_SNAPSHOT_CMD"; then
+    echo "   snapshot $SNAP_NAME taken"
+  else
+    fail "SMB_SNAPSHOT_CMD failed (exit $?)"
+  fi
+  smb "put \"$work/pv2\" \"$pv_name\"" >>"$work/pv.out" 2>&1 || { cat "$work/pv.out"; fail "second put of $pv_name failed"; }
+  token="@${SNAP_NAME}"
+  info=$(smb "allinfo \"$pv_name\"" 2>&1) || { echo "$info"; fail "allinfo $pv_name failed"; }
+  if printf '%s\n' "$info" | grep -q -- "$token"; then
+    echo "   allinfo lists the previous version: $(printf '%s\n' "$info" | grep -- "$token" | head -1)"
+  else
+    printf '%s\n' "$info"; fail "allinfo does not list $token"
+  fi
+  smb "get \"$token/$pv_name\" \"$work/pv-back\"" >>"$work/pv.out" 2>&1 || { cat "$work/pv.out"; fail "get of $token/$pv_name failed"; }
+  if cmp -s "$work/pv1" "$work/pv-back"; then echo "   $token/$pv_name holds the old contents"
+  else fail "$token/$pv_name does not hold the old contents"; fi
+  smb "get \"$pv_name\" \"$work/pv-now\"" >>"$work/pv.out" 2>&1 || fail "get of $pv_name failed"
+  cmp -s "$work/pv2" "$work/pv-now" || fail "the current $pv_name is not the new contents"
+  rm -f "$share_dir/$pv_name"
+fi
+
 if [ "$failures" -eq 0 ]; then
-  say "PASS: content identical, attributes kept${SMB_REMOUNT_CMD:+ (also after remount)}"
+  say "PASS: content identical, attributes kept${SMB_REMOUNT_CMD:+ (also after remount)}${SMB_SNAPSHOT_CMD:+, previous versions served}"
   exit 0
 fi
 for f in "$work/log/smbd.log" "$work/log/smbd.stdout"; do
