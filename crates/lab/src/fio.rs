@@ -29,9 +29,17 @@ use crate::policy::{MirrorState, Policy};
 pub enum Pattern {
     /// `qd` clients, each with one request outstanding, uniformly random aligned offsets in
     /// `[lo, hi)`, reads with probability `read_pct` %.
-    Random { lo: u64, hi: u64, read_pct: u32, qd: usize },
+    Random {
+        lo: u64,
+        hi: u64,
+        read_pct: u32,
+        qd: usize,
+    },
     /// One client per stream `(offset, size)`, sequential, one request outstanding each.
-    Sequential { streams: Vec<(u64, u64)>, read: bool },
+    Sequential {
+        streams: Vec<(u64, u64)>,
+        read: bool,
+    },
 }
 
 /// A background resync of side 1 from side 0.
@@ -222,7 +230,11 @@ impl Sim<'_> {
     fn next_time(&self) -> Option<f64> {
         let dev = self.disks.iter().filter_map(|d| d.next_event());
         let wake = self.wake.iter().map(|w| w.0);
-        let rs = self.resync.as_ref().filter(|r| !r.busy && r.watermark < r.end).map(|r| r.next_at);
+        let rs = self
+            .resync
+            .as_ref()
+            .filter(|r| !r.busy && r.watermark < r.end)
+            .map(|r| r.next_at);
         dev.chain(wake).chain(rs).reduce(f64::min)
     }
 
@@ -242,8 +254,12 @@ impl Sim<'_> {
                     self.dispatch_held(now, i);
                 }
             }
-            let due: Vec<usize> =
-                self.wake.iter().filter(|w| w.0 <= now).map(|w| w.1).collect();
+            let due: Vec<usize> = self
+                .wake
+                .iter()
+                .filter(|w| w.0 <= now)
+                .map(|w| w.1)
+                .collect();
             self.wake.retain(|w| w.0 > now);
             for c in due {
                 self.issue(now, c);
@@ -257,7 +273,12 @@ impl Sim<'_> {
         self.next_id += 1;
         self.cmds.insert(id, (user, disk));
         self.state.issued(disk, offset, len, op == Op::Read);
-        let cmd = Cmd { id, op, offset, len };
+        let cmd = Cmd {
+            id,
+            op,
+            offset,
+            len,
+        };
         let limit = self.job.host_queue;
         if limit > 0 && self.disks[disk].outstanding() >= limit {
             self.held[disk].push_back(cmd);
@@ -279,7 +300,13 @@ impl Sim<'_> {
     fn new_user(&mut self, owner: Owner, op: Op, offset: u64, len: u64, remaining: usize) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        let req = UserReq { owner, op, offset, len, remaining };
+        let req = UserReq {
+            owner,
+            op,
+            offset,
+            len,
+            remaining,
+        };
         self.reqs.insert(id, req);
         id
     }
@@ -288,7 +315,9 @@ impl Sim<'_> {
     fn issue(&mut self, now: f64, c: usize) {
         let bs = self.job.bs;
         let (offset, read) = match &self.job.pattern {
-            Pattern::Random { lo, hi, read_pct, .. } => {
+            Pattern::Random {
+                lo, hi, read_pct, ..
+            } => {
                 let slots = (hi.saturating_sub(*lo) / bs).max(1);
                 let off = lo + self.rng.gen_range(0..slots) * bs;
                 (off, self.rng.gen_range(0..100) < *read_pct)

@@ -120,7 +120,7 @@ impl HddParams {
             sptf_age_weight: 0.0,
             write_cache: true,
             cache_bytes: 64 << 20,
-            write_cache_entries: 64,
+            write_cache_entries: 32,
             readahead_bytes: 3072 * 512,
             seq_readahead_bytes: 512 << 10,
             read_segments: 32,
@@ -139,7 +139,11 @@ impl HddParams {
 
     /// Another spindle speed (rotation and media rate scale with it; the seek curve does not).
     pub fn with_rpm(mut self, rpm: f64) -> HddParams {
-        self.rpm = if rpm.is_finite() && rpm >= 1000.0 { rpm } else { 7200.0 };
+        self.rpm = if rpm.is_finite() && rpm >= 1000.0 {
+            rpm
+        } else {
+            7200.0
+        };
         self
     }
 
@@ -178,7 +182,11 @@ struct Extent {
 #[derive(Clone, Copy, Debug)]
 enum Work {
     /// A read: the data is acknowledged at `data_end`, the arm reads ahead until `ra_end`.
-    Read { seg_start: u64, data_end: u64, ra_end: u64 },
+    Read {
+        seg_start: u64,
+        data_end: u64,
+        ra_end: u64,
+    },
     /// A write-through host write.
     Write { cmd: Cmd },
     /// Destage of a dirty extent.
@@ -278,7 +286,9 @@ impl Hdd {
     fn ready_at(&self, t: f64, offset: u64, write: bool, overhead: f64) -> f64 {
         let pl = self.place(offset);
         let d = pl.cyl.abs_diff(self.cyl);
-        let mut mv = self.seek.time_ms((f64::from(d) * self.seek_scale).round() as u32);
+        let mut mv = self
+            .seek
+            .time_ms((f64::from(d) * self.seek_scale).round() as u32);
         if write && d > 0 {
             mv += self.p.write_settle_ms;
         }
@@ -328,15 +338,20 @@ impl Hdd {
 
     fn ack_at(&mut self, now: f64, cmd: &Cmd) {
         let t = now + self.p.overhead_ms + cmd.len as f64 / self.p.interface_bytes_per_ms;
-        self.acks.push(Done { id: cmd.id, time: t });
+        self.acks.push(Done {
+            id: cmd.id,
+            time: t,
+        });
     }
 
     fn insert_dirty(&mut self, cmd: &Cmd) {
         let (start, end) = (cmd.offset, cmd.offset + cmd.len);
         let rmw = self.p.format.needs_rmw(cmd.offset, cmd.len);
         self.dirty_bytes += cmd.len;
-        if let Some(x) =
-            self.dirty.iter_mut().find(|x| x.end == start && end - x.start <= MAX_EXTENT)
+        if let Some(x) = self
+            .dirty
+            .iter_mut()
+            .find(|x| x.end == start && end - x.start <= MAX_EXTENT)
         {
             x.end = end;
             x.rmw |= rmw;
@@ -386,7 +401,9 @@ impl Hdd {
     /// True when a read at `offset` starts where a cached segment ends (a stream).
     fn is_stream(&self, offset: u64) -> bool {
         self.segments.iter().any(|&(_, e)| e == offset)
-            || self.pf.is_some_and(|pf| pf.base <= offset && offset <= pf.limit)
+            || self
+                .pf
+                .is_some_and(|pf| pf.base <= offset && offset <= pf.limit)
     }
 
     /// Chooses the next work by SPTF and starts it.
@@ -454,7 +471,10 @@ impl Hdd {
             if self.p.format.needs_rmw(cmd.offset, cmd.len) {
                 end += self.p.rev_ms();
             }
-            self.active = Some(Active { end, work: Work::Write { cmd } });
+            self.active = Some(Active {
+                end,
+                work: Work::Write { cmd },
+            });
             return;
         }
         let rate = self.stream_rate(cmd.offset);
@@ -471,7 +491,11 @@ impl Hdd {
             let data_time = ready + self.transfer_ms(cmd.offset, cmd.len);
             (cmd.offset, data_time, stream, end_off)
         };
-        let ra = if stream { self.p.seq_readahead_bytes } else { 0 };
+        let ra = if stream {
+            self.p.seq_readahead_bytes
+        } else {
+            0
+        };
         let ra_end = (end_off + ra).max(head).min(self.p.capacity_bytes);
         let end = data_time + ra_end.saturating_sub(head) as f64 / rate;
         self.acks.push(Done {
@@ -504,7 +528,10 @@ impl Hdd {
                 self.set_pos(ra_end);
             }
             Work::Write { cmd } => {
-                out.push(Done { id: cmd.id, time: now });
+                out.push(Done {
+                    id: cmd.id,
+                    time: now,
+                });
                 self.set_pos(cmd.offset + cmd.len);
             }
             Work::Destage { ext } => {
@@ -523,7 +550,10 @@ impl Hdd {
         let writes_pending = self.queue.iter().any(|q| q.cmd.op == Op::Write);
         if self.dirty.is_empty() && self.space_wait.is_empty() && !writes_pending {
             for f in self.flushes.drain(..) {
-                out.push(Done { id: f.id, time: now });
+                out.push(Done {
+                    id: f.id,
+                    time: now,
+                });
             }
         }
     }

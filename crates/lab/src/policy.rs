@@ -20,8 +20,10 @@
 //!   nearest       gflash: continuing (≤ 256 KiB after last end) stays; idle beats busy;
 //!                 idle: nearest head; busy: min (queue+1)·|offset − centroid|
 //!                 -> disk 0: 3·1996.7 = 5990, disk 1: 2·100 = 200   -> disk 1
-//!   auto          cairn: eligible sides only; continuing stays; then idle nearest head;
-//!                 busy: min (queue+1)·(|offset − centroid| + 1 MiB) (SSDs: shortest queue)
+//!   auto          cairn: a read continuing a recent stream of any side (one of its last
+//!                 8 read ends) goes to the side with fewest commands, continuing side
+//!                 −1; else gflash's rules with busy: min (queue+1)·(|offset − centroid| + 1 MiB)
+//!                 -> 3·(1996.7+1) > 2·(100+1) MiB                      -> disk 1
 //! ```
 //!
 //! Reads during resync: a side with a watermark serves a read only below it, and only for
@@ -40,6 +42,8 @@ pub struct DiskView {
     pub last_end: u64,
     /// End offset of the last read issued (md's `next_seq_sect`).
     pub stream_end: u64,
+    /// Ends of the last few reads issued (several streams on one side), newest last.
+    pub recent_ends: Vec<u64>,
     /// Mean of the head position and the offsets in flight, bytes.
     pub centroid: f64,
     /// Moving average of the queue length (gmirror's load).
@@ -96,6 +100,8 @@ impl Policy {
 }
 
 const MIB: u64 = 1 << 20;
+/// Read ends remembered per side.
+const RECENT: usize = 8;
 /// gflash's stream window after a side's last issued offset.
 const STREAM_WINDOW: u64 = 256 << 10;
 
@@ -109,9 +115,16 @@ pub fn eligible(policy: Policy, d: &DiskView, offset: u64, len: u64) -> bool {
 
 /// Chooses a side for a read. `rotor` is the caller's counter (round-robin, and ZFS's
 /// choice among equally loaded sides). `None` when no side may serve it.
-pub fn choose(policy: Policy, disks: &[DiskView], offset: u64, len: u64, rotor: u64) -> Option<usize> {
-    let ok: Vec<usize> =
-        (0..disks.len()).filter(|&i| eligible(policy, &disks[i], offset, len)).collect();
+pub fn choose(
+    policy: Policy,
+    disks: &[DiskView],
+    offset: u64,
+    len: u64,
+    rotor: u64,
+) -> Option<usize> {
+    let ok: Vec<usize> = (0..disks.len())
+        .filter(|&i| eligible(policy, &disks[i], offset, len))
+        .collect();
     if ok.len() <= 1 {
         return ok.first().copied();
     }
@@ -141,7 +154,11 @@ fn argmin(ok: &[usize], mut key: impl FnMut(usize) -> f64) -> usize {
 fn least_queue(disks: &[DiskView], ok: &[usize], offset: u64, rotor: u64) -> usize {
     let score = |i: usize| {
         let d = &disks[i];
-        let inc = match (d.nonrot, d.last_end == offset, d.last_end.abs_diff(offset) < MIB) {
+        let inc = match (
+            d.nonrot,
+            d.last_end == offset,
+            d.last_end.abs_diff(offset) < MIB,
+        ) {
             (true, true, _) => 0,
             (true, false, _) => 1,
             (false, true, _) => 0,
@@ -192,7 +209,11 @@ fn gflash(disks: &[DiskView], ok: &[usize], offset: u64) -> usize {
     if let Some(i) = continuing(disks, ok, offset) {
         return i;
     }
-    let idle: Vec<usize> = ok.iter().copied().filter(|&i| disks[i].inflight == 0).collect();
+    let idle: Vec<usize> = ok
+        .iter()
+        .copied()
+        .filter(|&i| disks[i].inflight == 0)
+        .collect();
     if !idle.is_empty() {
         return argmin(&idle, |i| disks[i].last_end.abs_diff(offset) as f64);
     }
@@ -209,16 +230,35 @@ fn continuing(disks: &[DiskView], ok: &[usize], offset: u64) -> Option<usize> {
     })
 }
 
-/// cairn's default: gflash's rules with a distance floor of 1 MiB among busy sides (a short
-/// queue wins when distances are all small), shortest queue among SSDs.
+/// cairn's default. A read continuing one of the recent streams of any side (within
+/// 256 KiB after one of its last 8 read ends) goes to the side with the fewest commands, a
+/// continuing side counting one command less: streams spread over both sides, whose drives
+/// read ahead, instead of queueing behind each other. Otherwise gflash's rules: idle sides
+/// first, nearest head; busy sides: min (queue + 1) · (|offset − centroid| + 1 MiB). SSDs:
+/// shortest queue.
 fn auto(disks: &[DiskView], ok: &[usize], offset: u64) -> usize {
-    if let Some(i) = continuing(disks, ok, offset) {
-        return i;
+    let cont = ok.iter().copied().find(|&i| {
+        let near = |e: u64| offset >= e && offset - e <= STREAM_WINDOW;
+        near(disks[i].last_end) || disks[i].recent_ends.iter().any(|&e| near(e))
+    });
+    if cont.is_some() {
+        // streams: the side with the fewest commands, a continuing side winning ties
+        let near = |d: &DiskView| {
+            let n = |e: u64| offset >= e && offset - e <= STREAM_WINDOW;
+            n(d.last_end) || d.recent_ends.iter().any(|&e| n(e))
+        };
+        return argmin(ok, |i| {
+            disks[i].inflight as f64 + if near(&disks[i]) { 0.0 } else { 1.0 }
+        });
     }
     if ok.iter().all(|&i| disks[i].nonrot) {
         return argmin(ok, |i| disks[i].inflight as f64);
     }
-    let idle: Vec<usize> = ok.iter().copied().filter(|&i| disks[i].inflight == 0).collect();
+    let idle: Vec<usize> = ok
+        .iter()
+        .copied()
+        .filter(|&i| disks[i].inflight == 0)
+        .collect();
     if !idle.is_empty() {
         return argmin(&idle, |i| disks[i].last_end.abs_diff(offset) as f64);
     }
@@ -288,6 +328,10 @@ impl MirrorState {
         v.last_end = offset + len;
         if read {
             v.stream_end = offset + len;
+            if v.recent_ends.len() >= RECENT {
+                v.recent_ends.remove(0);
+            }
+            v.recent_ends.push(offset + len);
         }
         self.queued[side].push(offset);
         self.update(side);
@@ -341,10 +385,18 @@ mod tests {
     #[test]
     fn worked_example_of_the_module_comment() {
         let d = example();
-        for p in [Policy::LeastQueue, Policy::Md, Policy::Nearest, Policy::Auto] {
+        for p in [
+            Policy::LeastQueue,
+            Policy::Md,
+            Policy::Nearest,
+            Policy::Auto,
+        ] {
             assert_eq!(choose(p, &d, 1000 * MIB, 4096, 0), Some(1), "{p:?}");
         }
-        assert_ne!(choose(Policy::RoundRobin, &d, 0, 4096, 0), choose(Policy::RoundRobin, &d, 0, 4096, 1));
+        assert_ne!(
+            choose(Policy::RoundRobin, &d, 0, 4096, 0),
+            choose(Policy::RoundRobin, &d, 0, 4096, 1)
+        );
     }
 
     #[test]

@@ -9,13 +9,13 @@
 //! policy (so two policies that decide alike give identical figures); compared with
 //!   md 199 IOPS (policy md), gflash 212 (nearest), gmirror 192 (load), zfs 144 (least-queue).
 //! job 24 (resync at 45 %): the same random reads at qd 32 while disk 1 is resynchronised
-//! from 45 % of its capacity at 1 MB/s (md's speed_limit_min while other I/O runs).
+//! from 45 % of its capacity at 1 MB/s (md's speed_limit_min while other I/O runs); the
+//! progress is the imitated implementation's (md's for round-robin and auto).
 //! ```
 //!
-//! Lab choices (docs/bench/lab.md): the host dispatches at most 8 commands per disk (Linux
-//! CFQ's quantum; more wait in the host), 0.01 ms between a completion and a client's next
-//! request; the 1 TiB sequential writes are sampled in 4 equal slices of their range; the
-//! resync jobs use md's progress column.
+//! Lab choices (docs/bench/lab.md): the host dispatches at most 16 commands per disk (more
+//! wait in the host's queue; fitted, see the doc), 0.1 ms between a completion and a client's next
+//! request; the 1 TiB sequential writes are sampled in 4 equal slices of their range.
 
 use serde::Serialize;
 
@@ -30,7 +30,7 @@ const TIB: u64 = 1 << 40;
 /// Host time between a completion and the client's next request (fio, system call, md).
 const THINK_MS: f64 = 0.1;
 /// Commands the host keeps dispatched per disk.
-const HOST_QUEUE: usize = 12;
+const HOST_QUEUE: usize = 16;
 const FIO_CSV: &str = include_str!("../data/raid1_mirror_fio.csv");
 const RESYNC_CSV: &str = include_str!("../data/raid1_resync_read.csv");
 
@@ -116,7 +116,14 @@ pub fn published() -> Vec<Published> {
             let iops = row.get(3 + 2 * k).and_then(|x| x.parse().ok());
             if let (Some(kbs), Some(iops)) = (kbs, iops) {
                 let implementation = name.to_string();
-                out.push(Published { job, part, implementation, iops, kbs, sync_pct: None });
+                out.push(Published {
+                    job,
+                    part,
+                    implementation,
+                    iops,
+                    kbs,
+                    sync_pct: None,
+                });
             }
         }
     }
@@ -145,7 +152,10 @@ pub fn published() -> Vec<Published> {
 /// Splits CSV lines (no comments, no header) into fields; quoted fields may hold commas.
 fn csv_rows(text: &str) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("job,")) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("job,"))
+    {
         let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
         for ch in line.chars() {
             match ch {
@@ -173,12 +183,28 @@ fn base(bs: u64, pattern: Pattern, runtime_ms: f64) -> Job {
 }
 
 fn random(qd: usize, read_pct: u32, bs: u64, lo: u64, runtime_ms: f64) -> Job {
-    base(bs, Pattern::Random { lo, hi: 3 * TIB, read_pct, qd }, runtime_ms)
+    base(
+        bs,
+        Pattern::Random {
+            lo,
+            hi: 3 * TIB,
+            read_pct,
+            qd,
+        },
+        runtime_ms,
+    )
 }
 
 fn streams(list: &[(u64, u64)], runtime_ms: f64) -> Job {
     let streams = list.iter().map(|&(o, s)| (o * GIB, s * GIB)).collect();
-    base(128 << 10, Pattern::Sequential { streams, read: true }, runtime_ms)
+    base(
+        128 << 10,
+        Pattern::Sequential {
+            streams,
+            read: true,
+        },
+        runtime_ms,
+    )
 }
 
 /// The 1 TiB sequential write at `offset`, sampled in 4 slices of `runtime_ms / 4`.
@@ -186,7 +212,10 @@ fn seq_write(offset: u64, runtime_ms: f64) -> Vec<Job> {
     (0..4u64)
         .map(|k| {
             let start = offset + k * (TIB / 4);
-            let pattern = Pattern::Sequential { streams: vec![(start, TIB / 4)], read: false };
+            let pattern = Pattern::Sequential {
+                streams: vec![(start, TIB / 4)],
+                read: false,
+            };
             let mut job = base(128 << 10, pattern, runtime_ms / 4.0);
             // the first second fills the drives' write caches at interface speed
             job.warmup_ms = (runtime_ms / 16.0).min(1000.0);
@@ -200,40 +229,116 @@ pub fn jobs(runtime_s: f64) -> Vec<StudyJob> {
     let ms = runtime_s.max(0.001) * 1000.0;
     let mut v = Vec::new();
     let mut push = |job: u32, kind: Kind, title: &str, runs: Vec<Job>| {
-        v.push(StudyJob { job, kind, title: title.to_string(), runs });
+        v.push(StudyJob {
+            job,
+            kind,
+            title: title.to_string(),
+            runs,
+        });
     };
-    push(1, Kind::RandomWrite, "randwrite 4k qd1 3t", vec![random(1, 0, 4096, 0, ms)]);
+    push(
+        1,
+        Kind::RandomWrite,
+        "randwrite 4k qd1 3t",
+        vec![random(1, 0, 4096, 0, ms)],
+    );
     for (j, off) in [(2, 0), (3, 1), (4, 2)] {
-        push(j, Kind::SeqWrite, &format!("write 128k offset {off}t 1t"), seq_write(off * TIB, ms));
+        push(
+            j,
+            Kind::SeqWrite,
+            &format!("write 128k offset {off}t 1t"),
+            seq_write(off * TIB, ms),
+        );
     }
-    push(5, Kind::RandomWrite, "randwrite 4k qd1 3t", vec![random(1, 0, 4096, 0, ms)]);
+    push(
+        5,
+        Kind::RandomWrite,
+        "randwrite 4k qd1 3t",
+        vec![random(1, 0, 4096, 0, ms)],
+    );
     for (j, qd) in (6..).zip([1, 2, 3, 4, 6, 8, 12, 16, 24, 32]) {
         let title = format!("randread 4k qd{qd} 3t");
-        push(j, Kind::RandomRead, &title, vec![random(qd, 100, 4096, 10 * MIB, ms)]);
+        push(
+            j,
+            Kind::RandomRead,
+            &title,
+            vec![random(qd, 100, 4096, 10 * MIB, ms)],
+        );
     }
-    push(16, Kind::Mixed, "randrw 67/33 8k qd32", vec![random(32, 67, 8192, 0, ms)]);
-    push(17, Kind::Streams, "read 128k 1 stream", vec![streams(&[(32, 8)], ms)]);
-    push(18, Kind::Streams, "read 128k 2 streams", vec![streams(&[(16, 4), (3040, 4)], ms)]);
+    push(
+        16,
+        Kind::Mixed,
+        "randrw 67/33 8k qd32",
+        vec![random(32, 67, 8192, 0, ms)],
+    );
+    push(
+        17,
+        Kind::Streams,
+        "read 128k 1 stream",
+        vec![streams(&[(32, 8)], ms)],
+    );
+    push(
+        18,
+        Kind::Streams,
+        "read 128k 2 streams",
+        vec![streams(&[(16, 4), (3040, 4)], ms)],
+    );
     let three = [(8, 2), (12, 2), (3030, 2)];
-    push(19, Kind::Streams, "read 128k 3 streams", vec![streams(&three, ms)]);
+    push(
+        19,
+        Kind::Streams,
+        "read 128k 3 streams",
+        vec![streams(&three, ms)],
+    );
     let four = [(2, 1), (6, 1), (3022, 1), (3026, 1)];
-    push(20, Kind::Streams, "read 128k 4 streams", vec![streams(&four, ms)]);
-    for (j, pct) in (21..).zip([0u64, 16, 30, 45, 58, 71, 82, 92, 100]) {
-        let mut job = random(32, 100, 4096, 0, ms);
-        let cap = HddParams::wd_re_4tb().capacity_bytes;
-        if pct < 100 {
-            let watermark = cap / 100 * pct / 4096 * 4096;
-            job.resync = Some(Resync { watermark, chunk: 64 << 10, rate_bytes_per_ms: 1000.0 });
-        }
-        push(j, Kind::Resync, &format!("randread 4k qd32, resync {pct} %"), vec![job]);
+    push(
+        20,
+        Kind::Streams,
+        "read 128k 4 streams",
+        vec![streams(&four, ms)],
+    );
+    for j in 21..=29 {
+        // the resync itself is set per policy by `runs_for`
+        let title = format!("randread 4k qd32 during resync ({j})");
+        push(j, Kind::Resync, &title, vec![random(32, 100, 4096, 0, ms)]);
     }
     v
 }
 
+/// Resync progress (%) of a resync job for `policy`: the imitated implementation's column
+/// of the published table, md's for the policies that imitate none.
+pub fn sync_pct(job: u32, policy: Policy) -> Option<f64> {
+    let name = IMPLS
+        .iter()
+        .find(|(_, p)| *p == policy)
+        .map_or("md", |(n, _)| *n);
+    published()
+        .into_iter()
+        .find(|p| p.job == job && p.implementation == name)
+        .and_then(|p| p.sync_pct)
+}
+
+/// The runs of `job` for `policy` (resync jobs start at the policy's progress).
+fn runs_for(job: &StudyJob, policy: Policy) -> Vec<Job> {
+    let mut runs = job.runs.clone();
+    if job.kind != Kind::Resync {
+        return runs;
+    }
+    let pct = sync_pct(job.job, policy).unwrap_or(100.0);
+    let cap = HddParams::wd_re_4tb().capacity_bytes;
+    for r in &mut runs {
+        r.resync = (pct < 100.0).then(|| Resync {
+            watermark: (cap as f64 * pct / 100.0) as u64 / 4096 * 4096,
+            chunk: 64 << 10,
+            rate_bytes_per_ms: 1000.0,
+        });
+    }
+    runs
+}
+
 /// Runs one study job under one policy.
 pub fn run_job(job: &StudyJob, policy: Policy, seed: u64) -> JobResult {
-    let parts: Vec<JobResult> = job
-        .runs
+    let parts: Vec<JobResult> = runs_for(job, policy)
         .iter()
         .enumerate()
         .map(|(k, j)| {
@@ -250,11 +355,20 @@ pub fn run_job(job: &StudyJob, policy: Policy, seed: u64) -> JobResult {
 /// Runs the study: `policies` on every job (all jobs when `only` is empty).
 pub fn run(seed: u64, runtime_s: f64, policies: &[Policy], only: &[u32]) -> Report {
     let mut results = Vec::new();
-    for job in jobs(runtime_s).iter().filter(|j| only.is_empty() || only.contains(&j.job)) {
+    for job in jobs(runtime_s)
+        .iter()
+        .filter(|j| only.is_empty() || only.contains(&j.job))
+    {
         for &p in policies {
             let r = run_job(job, p, seed);
             let mut row = |part, iops, kbs| {
-                results.push(LabResult { job: job.job, part, policy: p, iops, kbs });
+                results.push(LabResult {
+                    job: job.job,
+                    part,
+                    policy: p,
+                    iops,
+                    kbs,
+                });
             };
             if job.kind == Kind::Mixed {
                 row(Some("r"), r.read_iops(), r.read_kbs());
@@ -264,13 +378,21 @@ pub fn run(seed: u64, runtime_s: f64, policies: &[Policy], only: &[u32]) -> Repo
             }
         }
     }
-    Report { study: "raid1", seed, runtime_s, results, published: published() }
+    Report {
+        study: "raid1",
+        seed,
+        runtime_s,
+        results,
+        published: published(),
+    }
 }
 
 impl Report {
     /// A lab figure.
     pub fn lab(&self, job: u32, part: Option<&str>, policy: Policy) -> Option<&LabResult> {
-        self.results.iter().find(|r| r.job == job && r.part == part && r.policy == policy)
+        self.results
+            .iter()
+            .find(|r| r.job == job && r.part == part && r.policy == policy)
     }
 
     /// A published figure.
@@ -333,9 +455,14 @@ mod tests {
         let p = published();
         // 21 fio rows (1–15, 16r, 16w, 17–20) and 9 resync rows, 4 implementations each
         assert_eq!(p.len(), (21 + 9) * 4);
-        let md6 = p.iter().find(|x| x.job == 6 && x.implementation == "md").map(|x| x.iops);
+        let md6 = p
+            .iter()
+            .find(|x| x.job == 6 && x.implementation == "md")
+            .map(|x| x.iops);
         assert_eq!(md6, Some(87.0));
-        let g29 = p.iter().find(|x| x.job == 29 && x.implementation == "gflash");
+        let g29 = p
+            .iter()
+            .find(|x| x.job == 29 && x.implementation == "gflash");
         assert_eq!(g29.and_then(|x| x.sync_pct), Some(100.0));
         assert_eq!(jobs(1.0).len(), 29);
     }

@@ -6,13 +6,13 @@
 //! Saturating IOPS:  IOPS(q) = I∞ · q / (q + k)   ⇒ by Little's law the time of one
 //! command with q in flight is  t_setup(q) = q / IOPS(q) = (q + k) / I∞.
 //!
-//! Reads, fitted to QD1 = 8 959 and QD32 = 100 035 IOPS (4 KiB):
-//!   8 959·(1 + k) = I∞ and 100 035·(32 + k) = 32·I∞  ⇒  k = 15.5, I∞ = 148 k/s
-//!   t_setup(1) = 16.5 / 148 000 s = 0.111 ms  → 9 000 IOPS at QD1
-//!   t_setup(32) = 47.5 / 148 000 s = 0.321 ms → 32 / 0.321 ms = 100 k IOPS at QD32
-//! Writes, QD1 = 27 303, QD32 = 90 754:  k = 2.59, I∞ = 98 k/s.
-//! Bandwidth terms from 128 KiB QD1: read 437.9 MiB/s ⇒ 0.286 ms = 0.111 + 131 072 / bw
-//!   ⇒ bw ≈ 750 000 B/ms; write 407.8 MiB/s ⇒ bw ≈ 485 000 B/ms.
+//! Bandwidth terms from 128 KiB QD1: read 437.9 MiB/s ⇒ 0.286 ms ≈ 0.111 + 131 072 / bw
+//!   ⇒ bw ≈ 750 000 B/ms (4 KiB: 0.0055 ms); write 407.8 MiB/s ⇒ bw ≈ 485 000 B/ms.
+//! Reads, fitted to QD1 = 8 959 and QD32 = 100 035 IOPS (4 KiB), bandwidth term removed:
+//!   (1 + k)/I∞ = 1/8 959 s − 0.0055 ms = 0.1061 ms, (32 + k)/I∞ = 32/100 035 s − 0.0055 ms
+//!   = 0.3144 ms  ⇒  k = 14.8, I∞ = 148 800/s: QD1 0.1116 ms → 8 959 IOPS,
+//!   QD32 0.3199 ms per command, 32 in flight → 100 k IOPS.
+//! Writes, QD1 = 27 303, QD32 = 90 754 (bandwidth term 0.0084 ms):  k = 1.77, I∞ = 98 100/s.
 //! Write cliff (drive full, no TRIM headroom): every write also occupies one garbage-
 //!   collection engine for 0.0204 ms + len / 84 300 B/ms: 4 KiB → 14.5 k IOPS at any
 //!   depth (measured 14 370 / 14 548), 128 KiB → 80 MiB/s (measured 79.5 MiB/s).
@@ -50,10 +50,10 @@ impl SsdParams {
     pub fn with_capacity(bytes: u64) -> SsdParams {
         SsdParams {
             capacity_bytes: bytes.max(1 << 20),
-            read_iops_max: 148_000.0,
-            read_k: 15.5,
-            write_iops_max: 98_000.0,
-            write_k: 2.59,
+            read_iops_max: 148_800.0,
+            read_k: 14.8,
+            write_iops_max: 98_100.0,
+            write_k: 1.77,
             read_bytes_per_ms: 750_000.0,
             write_bytes_per_ms: 485_000.0,
             link_bytes_per_ms: 560_000.0,
@@ -136,7 +136,12 @@ impl Device for Ssd {
     }
 
     fn advance(&mut self, now: f64, out: &mut Vec<Done>) {
-        let mut due: Vec<Done> = self.inflight.iter().copied().filter(|d| d.time <= now).collect();
+        let mut due: Vec<Done> = self
+            .inflight
+            .iter()
+            .copied()
+            .filter(|d| d.time <= now)
+            .collect();
         self.inflight.retain(|d| d.time > now);
         due.sort_by(|a, b| a.time.total_cmp(&b.time).then(a.id.cmp(&b.id)));
         out.extend(due);
