@@ -1,0 +1,100 @@
+//! `cairn bench lab …`: the studies rerun on simulated disks (crate `cairn-lab`), routed
+//! beside the other `cairn bench` subcommands.
+
+use std::path::PathBuf;
+
+use cairn_lab::{raid1, Policy};
+use clap::{Args, Subcommand};
+
+/// `cairn bench …`: the bench crate's subcommands plus `lab`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchCli {
+    #[command(flatten)]
+    Core(cairn_bench::BenchCommand),
+    /// Studies rerun on simulated disks in virtual time (docs/bench/lab.md).
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+/// `cairn bench lab …` subcommands.
+#[derive(Subcommand, Debug, Clone)]
+pub enum LabCommand {
+    /// The 2015 RAID1 study (md, gflash, gmirror, ZFS mirror): 29 fio jobs on a simulated
+    /// mirror of two WD 4 TB disks, every read policy, beside the published figures.
+    Raid1(Raid1Args),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Raid1Args {
+    /// Print JSON ({results: [{job, policy, iops, kbs}], published: […]}) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Seed of the random offsets (same seed, same figures).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Virtual seconds per job (the study ran 60).
+    #[arg(long, default_value_t = 60.0)]
+    pub runtime: f64,
+    /// Read policies to run (round-robin, least-queue, load, md, nearest, auto); all when
+    /// omitted.
+    #[arg(long = "policy", num_args = 1..)]
+    pub policies: Vec<String>,
+    /// Only these jobs (1–29); all when omitted.
+    #[arg(long = "job", num_args = 1..)]
+    pub jobs: Vec<u32>,
+}
+
+/// Runs `cairn bench …`.
+pub fn run_bench(cmd: BenchCli) -> Result<(), String> {
+    match cmd {
+        BenchCli::Core(c) => cairn_bench::run(&c).map_err(|e| e.to_string()),
+        BenchCli::Lab(LabCommand::Raid1(a)) => raid1_cmd(&a),
+    }
+}
+
+fn parse_policies(names: &[String]) -> Result<Vec<Policy>, String> {
+    if names.is_empty() {
+        return Ok(Policy::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            Policy::parse(n).ok_or_else(|| {
+                let all: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown read policy `{n}`: use one of {}", all.join(", "))
+            })
+        })
+        .collect()
+}
+
+fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
+    let policies = parse_policies(&a.policies)?;
+    if !(a.runtime.is_finite() && a.runtime > 0.0 && a.runtime <= 86_400.0) {
+        return Err(format!(
+            "--runtime {}: give the virtual seconds per job, more than 0 and at most 86400",
+            a.runtime
+        ));
+    }
+    if let Some(j) = a.jobs.iter().find(|j| !(1..=29).contains(*j)) {
+        return Err(format!("--job {j}: the RAID1 study has jobs 1 to 29"));
+    }
+    let report = raid1::run(a.seed, a.runtime, &policies, &a.jobs);
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if let Some(path) = &a.out {
+        std::fs::write(path, format!("{json}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if a.json {
+        println!("{json}");
+    } else {
+        println!(
+            "RAID1 study on 2 simulated WD 4 TB disks, seed {}, {} virtual s per job",
+            a.seed, a.runtime
+        );
+        print!("{}", report.table());
+    }
+    Ok(())
+}
