@@ -7,15 +7,16 @@
 //!   + t_rotation (until the target sector's angle passes under the head)
 //!   + t_transfer (len / (spt·512·rps), plus σ revolutions per track boundary crossed)
 //!
-//! Worked example, WD 4 TB at 7200 rpm (T_rev = 8.333 ms), head idle on cylinder 0 at
-//! t = 0, read 4 KiB at model sector 150 000 000 (cylinder 4882, head 8, sector 384 of
-//! 3072, global track 48 828, σ = 1/0.93 − 1 = 0.07527 rev):
-//!   overhead 0.25 ms, seek(4882) = 2.78 ms (table)            -> head arrives at 3.03 ms
-//!   angle under the head at 3.03 ms = frac(3.03 / 8.333)      = 0.3636 rev
-//!   target angle = frac(48 828·σ + 384/3072)                   = 0.2338 rev
-//!   rotation = frac(0.2338 − 0.3636) · 8.333                   = 7.25 ms
-//!   transfer = 4096 / (3072·512) · 8.333                       = 0.022 ms
-//!   completion                                                 ≈ 10.30 ms
+//! Worked example, WD 4 TB at 7200 rpm (T_rev = 8.333 ms), head idle on cylinder 0, head
+//! 0 at t = 0, read 4 KiB at byte 150 000 000 · 512 (sector 150 000 000: zone 1, cylinder
+//! 4882, head 8, sector 384 of 3072, global track 48 828; σ = 1/0.93 − 1 = 0.075269 rev):
+//!   overhead 0.25 ms, seek(4882 · 303 104/314 054 = 4712 table cylinders) = 2.80 ms
+//!   (longer than the 1.0 ms head switch)                      -> head arrives at 3.05 ms
+//!   angle under the head at 3.05 ms = frac(3.05 / 8.333)      = 0.3660 rev
+//!   target angle = frac(48 828·σ + 384/3072) = frac(3675.2258 + 0.125) = 0.3508 rev
+//!   rotation = frac(0.3508 − 0.3660) · 8.333                   = 8.207 ms (just missed)
+//!   transfer = 4096 / (3072·512) · 8.333                       = 0.0217 ms
+//!   data under the head until                                  ≈ 11.278 ms
 //! ```
 //!
 //! The angle under the heads is the real rotational position, `(t / T_rev) mod 1`, so NCQ
@@ -646,5 +647,30 @@ impl Hdd {
                 self.acks.push(Done { id: f.id, time: t });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worked_example_of_the_module_comment() {
+        let d = Hdd::new(HddParams::wd_re_4tb());
+        let off = 150_000_000 * 512;
+        let pl = d.place(off);
+        let seek = d
+            .seek
+            .time_ms((f64::from(pl.cyl) * d.seek_scale).round() as u32);
+        let ready = d.ready_at(0.0, off, false, 0.25);
+        let xfer = d.transfer_ms(off, 4096);
+        assert_eq!(
+            (pl.zone, pl.cyl, pl.head, pl.sector, pl.track),
+            (1, 4882, 8, 384, 48_828)
+        );
+        assert_eq!((f64::from(pl.cyl) * d.seek_scale).round() as u32, 4712);
+        assert!((seek - 2.80).abs() < 0.005, "seek {seek}");
+        assert!((ready - 11.257).abs() < 0.001, "ready {ready}");
+        assert!((xfer - 0.0217).abs() < 0.0001, "transfer {xfer}");
     }
 }

@@ -466,4 +466,29 @@ mod tests {
         assert_eq!(g29.and_then(|x| x.sync_pct), Some(100.0));
         assert_eq!(jobs(1.0).len(), 29);
     }
+
+    #[test]
+    fn worked_example_of_the_module_comment() {
+        let j9 = &jobs(60.0)[8];
+        assert_eq!(j9.job, 9);
+        let want = Pattern::Random {
+            lo: 10 * MIB,
+            hi: 3 * TIB,
+            read_pct: 100,
+            qd: 4,
+        };
+        assert_eq!((j9.runs[0].bs, &j9.runs[0].pattern), (4096, &want));
+        assert_eq!(j9.runs[0].runtime_ms, 60_000.0);
+        let p = published();
+        let iops = |name: &str| p.iter().find(|x| x.job == 9 && x.implementation == name);
+        assert_eq!(iops("gflash").map(|x| x.iops), Some(212.0));
+        assert_eq!(sync_pct(24, Policy::Md), Some(45.0));
+        assert_eq!(sync_pct(24, Policy::Auto), Some(45.0));
+        assert_eq!(sync_pct(29, Policy::Load), Some(95.0));
+        let r = runs_for(&jobs(1.0)[23], Policy::Md);
+        let w = r[0]
+            .resync
+            .map(|x| x.watermark as f64 / HddParams::wd_re_4tb().capacity_bytes as f64);
+        assert!(w.is_some_and(|w| (w - 0.45).abs() < 1e-3));
+    }
 }
