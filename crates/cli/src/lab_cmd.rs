@@ -22,6 +22,9 @@ pub enum LabCommand {
     /// The 2015 RAID1 study (md, gflash, gmirror, ZFS mirror): 29 fio jobs on a simulated
     /// mirror of two WD 4 TB disks, every read policy, beside the published figures.
     Raid1(Raid1Args),
+    /// dd write then read of one file on a layout of simulated disks (the 28-disk and
+    /// MacZFS studies), e.g. --disks 5x2TB,512e --layout raidz2 --ashift 9.
+    Dd(DdArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -52,6 +55,7 @@ pub fn run_bench(cmd: BenchCli) -> Result<(), String> {
     match cmd {
         BenchCli::Core(c) => cairn_bench::run(&c).map_err(|e| e.to_string()),
         BenchCli::Lab(LabCommand::Raid1(a)) => raid1_cmd(&a),
+        BenchCli::Lab(LabCommand::Dd(a)) => dd_cmd(&a),
     }
 }
 
@@ -95,6 +99,62 @@ fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
             a.seed, a.runtime
         );
         print!("{}", report.table());
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DdArgs {
+    /// Disks: N x SIZE[,hdd|ssd][,512n|512e|4kn][,RPM], e.g. 28x1TB or 5x2TB,512e
+    /// (repeat for mixed sets).
+    #[arg(long = "disks", required = true)]
+    pub disks: Vec<String>,
+    /// [G x]KIND[-W]: raidz2, 2xraidz2-14, 14xmirror-2, 3xraidz2-9, stripe.
+    #[arg(long)]
+    pub layout: String,
+    /// Sector size exponent of the pool (9: 512 B, 12: 4 KiB).
+    #[arg(long, default_value_t = 12)]
+    pub ashift: u32,
+    /// dd's block size (the pool writes 128 KiB records whatever it is).
+    #[arg(long, default_value = "1M")]
+    pub bs: String,
+    /// File size.
+    #[arg(long, default_value = "10G")]
+    pub size: String,
+    /// Print JSON (write_mbs, read_mbs, …).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn dd_cmd(a: &DdArgs) -> Result<(), String> {
+    use cairn_lab::spec;
+    let mut disks = Vec::new();
+    for d in &a.disks {
+        disks.extend(spec::parse_disks(d).map_err(|e| e.to_string())?);
+    }
+    let layout = spec::parse_layout(&a.layout, disks.len()).map_err(|e| e.to_string())?;
+    if !(9..=16).contains(&a.ashift) {
+        return Err(format!(
+            "--ashift {}: use 9 to 16 (9: 512 B, 12: 4 KiB sectors)",
+            a.ashift
+        ));
+    }
+    let bs = spec::parse_bytes("--bs", &a.bs).map_err(|e| e.to_string())?;
+    let size = spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+    if size > 1 << 40 {
+        return Err(format!("--size {}: at most 1T in the lab", a.size));
+    }
+    let r = cairn_lab::dd::run(&disks, &layout, &a.layout, a.ashift, bs, size);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
+            a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
+        );
     }
     Ok(())
 }

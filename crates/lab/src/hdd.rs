@@ -355,7 +355,8 @@ impl Hdd {
             .find(|x| x.end == start && end - x.start <= MAX_EXTENT)
         {
             x.end = end;
-            x.rmw |= rmw;
+            // contiguous pieces cover each other's edges: only the extent's ends count
+            x.rmw = self.p.format.needs_rmw(x.start, x.end - x.start);
             return;
         }
         self.dirty.push(Extent { start, end, rmw });

@@ -6,12 +6,14 @@
 //! Time is virtual: a 60-second fio job costs a fraction of a second of CPU and the same
 //! seed gives the same figures on any machine. Models and their limits: docs/bench/lab.md.
 
+pub mod dd;
 pub mod device;
 pub mod fio;
 pub mod hdd;
 pub mod mech;
 pub mod policy;
 pub mod raid1;
+pub mod spec;
 pub mod ssd;
 
 pub use device::{Cmd, Device, Done, Op};
