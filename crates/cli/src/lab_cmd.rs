@@ -25,6 +25,19 @@ pub enum LabCommand {
     /// dd write then read of one file on a layout of simulated disks (the 28-disk and
     /// MacZFS studies), e.g. --disks 5x2TB,512e --layout raidz2 --ashift 9.
     Dd(DdArgs),
+    /// The 24-disk study's 26 layouts (dd of one file on 4 TB 7200 rpm disks) beside the
+    /// published bonnie++ figures, with Spearman rank correlations.
+    Layouts(LayoutsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LayoutsArgs {
+    /// File size (the study wrote 16 GiB).
+    #[arg(long, default_value = "16G")]
+    pub size: String,
+    /// Print JSON (rows with write_mbs and read_mbs, Spearman ρ).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -56,6 +69,7 @@ pub fn run_bench(cmd: BenchCli) -> Result<(), String> {
         BenchCli::Core(c) => cairn_bench::run(&c).map_err(|e| e.to_string()),
         BenchCli::Lab(LabCommand::Raid1(a)) => raid1_cmd(&a),
         BenchCli::Lab(LabCommand::Dd(a)) => dd_cmd(&a),
+        BenchCli::Lab(LabCommand::Layouts(a)) => layouts_cmd(&a),
     }
 }
 
@@ -155,6 +169,23 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
             "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
             a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
         );
+    }
+    Ok(())
+}
+
+fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
+    let size = cairn_lab::spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+    if size > 1 << 40 {
+        return Err(format!("--size {}: at most 1T in the lab", a.size));
+    }
+    let r = cairn_lab::layouts::run(size).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", r.table());
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod dd;
 pub mod device;
 pub mod fio;
 pub mod hdd;
+pub mod layouts;
 pub mod mech;
 pub mod policy;
 pub mod raid1;

@@ -102,7 +102,7 @@ pub struct Report {
 /// Parses the published figures (fio jobs 1–20 and resync jobs 21–29).
 pub fn published() -> Vec<Published> {
     let mut out = Vec::new();
-    for row in csv_rows(FIO_CSV) {
+    for row in csv_rows(FIO_CSV, "job,") {
         let (job, part) = match row[0].as_str() {
             "16r" => (16, Some("r")),
             "16w" => (16, Some("w")),
@@ -127,7 +127,7 @@ pub fn published() -> Vec<Published> {
             }
         }
     }
-    for row in csv_rows(RESYNC_CSV) {
+    for row in csv_rows(RESYNC_CSV, "job,") {
         let Ok(job) = row[0].parse::<u32>() else {
             continue;
         };
@@ -150,11 +150,11 @@ pub fn published() -> Vec<Published> {
 }
 
 /// Splits CSV lines (no comments, no header) into fields; quoted fields may hold commas.
-fn csv_rows(text: &str) -> Vec<Vec<String>> {
+pub(crate) fn csv_rows(text: &str, header: &str) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
     for line in text
         .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with("job,"))
+        .filter(|l| !l.starts_with('#') && !l.starts_with(header))
     {
         let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
         for ch in line.chars() {
