@@ -38,6 +38,10 @@ pub struct LayoutsArgs {
     /// Print JSON (rows with write_mbs and read_mbs, Spearman ρ).
     #[arg(long)]
     pub json: bool,
+    /// Cap writes at this many MB/s, the host's own ceiling (default: the study machine's
+    /// 700; 0: the disks alone).
+    #[arg(long, default_value_t = cairn_lab::layouts::STUDY_HOST_WRITE_MBS)]
+    pub host_write_mbs: f64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -138,6 +142,16 @@ pub struct DdArgs {
     /// Print JSON (write_mbs, read_mbs, …).
     #[arg(long)]
     pub json: bool,
+    /// Cap writes at this many MB/s, the host's own ceiling (0: no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub host_write_mbs: f64,
+}
+
+fn host_cap(mbs: f64) -> Result<Option<f64>, String> {
+    if !mbs.is_finite() || mbs < 0.0 {
+        return Err(format!("--host-write-mbs {mbs}: give MB/s, 0 for no cap"));
+    }
+    Ok((mbs > 0.0).then_some(mbs))
 }
 
 fn dd_cmd(a: &DdArgs) -> Result<(), String> {
@@ -158,7 +172,14 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
     if size > 1 << 40 {
         return Err(format!("--size {}: at most 1T in the lab", a.size));
     }
-    let r = cairn_lab::dd::run(&disks, &layout, &a.layout, a.ashift, bs, size);
+    let host_write_mbs = host_cap(a.host_write_mbs)?;
+    let job = cairn_lab::dd::DdJob {
+        ashift: a.ashift,
+        bs,
+        size,
+        host_write_mbs,
+    };
+    let r = cairn_lab::dd::run(&disks, &layout, &a.layout, job);
     if a.json {
         println!(
             "{}",
@@ -178,7 +199,8 @@ fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
     if size > 1 << 40 {
         return Err(format!("--size {}: at most 1T in the lab", a.size));
     }
-    let r = cairn_lab::layouts::run(size).map_err(|e| e.to_string())?;
+    let cap = host_cap(a.host_write_mbs)?;
+    let r = cairn_lab::layouts::run(size, cap).map_err(|e| e.to_string())?;
     if a.json {
         println!(
             "{}",

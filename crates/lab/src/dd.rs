@@ -145,15 +145,25 @@ pub fn drive(dev: &mut dyn Device, reqs: &[(u64, u64)], write: bool) -> f64 {
     }
 }
 
-/// Writes then reads a file of `size` bytes on `disks` laid out as `layout`.
-pub fn run(
-    disks: &[DiskModel],
-    l: &LayoutSpec,
-    name: &str,
-    ashift: u32,
-    bs: u64,
-    size: u64,
-) -> DdResult {
+/// What to write: a file of `size` bytes with dd's block size `bs` on a pool of sector
+/// size `1 << ashift`; `host_write_mbs` caps the write rate (the host's own ceiling:
+/// checksums, copies, the transaction-group sync), `None` for no cap.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DdJob {
+    pub ashift: u32,
+    pub bs: u64,
+    pub size: u64,
+    pub host_write_mbs: Option<f64>,
+}
+
+/// Writes then reads a file on `disks` laid out as `l` (named `name`).
+pub fn run(disks: &[DiskModel], l: &LayoutSpec, name: &str, job: DdJob) -> DdResult {
+    let DdJob {
+        ashift,
+        bs,
+        size,
+        host_write_mbs,
+    } = job;
     let n = l.groups * l.width;
     let phase = |write: bool| {
         let reqs = requests(l, ashift, size, write);
@@ -162,10 +172,14 @@ pub fn run(
             let mut dev = d.build();
             worst = worst.max(drive(dev.as_mut(), r, write));
         }
-        if worst > 0.0 {
+        let mbs = if worst > 0.0 {
             size as f64 / 1e6 / (worst / 1000.0)
         } else {
             0.0
+        };
+        match host_write_mbs {
+            Some(cap) if write && cap > 0.0 => mbs.min(cap),
+            _ => mbs,
         }
     };
     DdResult {
@@ -209,8 +223,14 @@ mod tests {
             kind: GroupKind::Stripe,
             width: 0,
         });
-        let a9 = run(&disks, &l, "raidz2", 9, 1 << 20, 1 << 30);
-        let a12 = run(&disks, &l, "raidz2", 12, 1 << 20, 1 << 30);
+        let job = |ashift| DdJob {
+            ashift,
+            bs: 1 << 20,
+            size: 1 << 30,
+            host_write_mbs: None,
+        };
+        let a9 = run(&disks, &l, "raidz2", job(9));
+        let a12 = run(&disks, &l, "raidz2", job(12));
         println!("{a9:?}\n{a12:?}");
         assert!(
             a9.write_mbs < 0.8 * a12.write_mbs,

@@ -419,13 +419,19 @@ fn the_study_is_deterministic() {
 
 #[test]
 fn layouts_rank_like_the_published_24_disk_study() {
-    let r = cairn_lab::layouts::run(2 * GIB).expect("the embedded layouts parse");
+    use cairn_lab::layouts::{run, STUDY_HOST_WRITE_MBS};
+    // with the study machine's write ceiling (700 MB/s, visible in its own table)
+    let r = run(2 * GIB, Some(STUDY_HOST_WRITE_MBS)).expect("the embedded layouts parse");
     println!("{}", r.table());
     assert_eq!(r.rows.len(), 26);
     assert!(r.spearman_read >= 0.8, "read ρ {:.2}", r.spearman_read);
-    // The issue asks 0.8 for writes too; the lab gives 0.77 (2 GiB and 16 GiB files): the
-    // published writes plateau near 700 MB/s from 10 disks on (bonnie++, ZFS's throttle and
-    // the machine's CPU), which the lab does not model. Stated in docs/bench/lab.md; this
-    // bound only guards against a regression.
-    assert!(r.spearman_write >= 0.7, "write ρ {:.2}", r.spearman_write);
+    assert!(r.spearman_write >= 0.8, "write ρ {:.2}", r.spearman_write);
+    // the disks alone (no ceiling) rank writes at 0.76 only: the issue's 0.8 needs the
+    // host's ceiling (docs/bench/lab.md)
+    let bare = run(2 * GIB, None).expect("the embedded layouts parse");
+    assert!(
+        bare.spearman_write >= 0.7,
+        "write ρ without ceiling {:.2}",
+        bare.spearman_write
+    );
 }
