@@ -17,7 +17,7 @@
 //! group; writes to one disk that touch are merged up to 1 MiB (ZFS's aggregation), each
 //! disk has at most 10 commands in flight (ZFS's per-vdev queue) and ends with a FLUSH (the
 //! transaction group's sync). The read starts from cold caches and reads the data columns
-//! (mirrors: the records alternate over the sides). The disks do not wait for each other
+//! (mirrors: runs of 128 records, 16 MiB, alternate over the sides). The disks do not wait for each other
 //! (no transaction-group barriers), compression and metadata are not modelled.
 
 use cairn_geometry::raidz_map;
@@ -31,6 +31,8 @@ pub const RECORD: u64 = 128 << 10;
 const DATA_START: u64 = 4 << 20;
 const MAX_MERGE: u64 = 1 << 20;
 const QUEUE: usize = 10;
+/// Records read in a row from one side of a mirror (16 MiB).
+const MIRROR_RUN: u64 = 128;
 
 /// One dd run's result.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -75,7 +77,9 @@ pub fn requests(l: &LayoutSpec, ashift: u32, size: u64, write: bool) -> Vec<Vec<
                         push(&mut per[base + side], DATA_START + next[g], len);
                     }
                 } else {
-                    let side = ((r / l.groups as u64) % l.width as u64) as usize;
+                    // runs of MIRROR_RUN records per side: a disk skips the other sides'
+                    // runs with a short seek instead of reading past them
+                    let side = ((r / l.groups as u64 / MIRROR_RUN) % l.width as u64) as usize;
                     push(&mut per[base + side], DATA_START + next[g], len);
                 }
                 next[g] += len;
