@@ -25,6 +25,12 @@
 //! linearly; a write adds the settle time.
 //! ```
 //!
+//! The seek time comes from the measured table, not from a fitted curve: DiskSim's "HPL"
+//! form (Ruemmler & Wilkes: `a + b·√d` below a knee, `c + e·d` above; for this drive
+//! 1.50 + 0.0190·√d ms below 40 000 cylinders, 4.42 + 3.18e-5·d above) and Lee & Katz's
+//! 3-point curve (`t(x) = c + b·(x−1) + a·√(x−1)` from min / average / max seek) are the
+//! alternatives when only a datasheet is known; the table keeps the measured bumps.
+//!
 //! Simplification: DiskSim's layout is serpentine (each head runs 128 cylinders out and back
 //! before the next head); here a zone is cylinder-major. Seek distances between LBAs differ
 //! by at most a 128-cylinder band, far below the random-seek lengths that matter.
