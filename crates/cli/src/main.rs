@@ -8,6 +8,7 @@ mod device_cmds;
 mod events_cmd;
 mod history_cmd;
 mod iostat_cmd;
+mod lab_cmd;
 mod mount_cmds;
 mod mount_table;
 mod pool_cmds;
@@ -108,9 +109,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Plan a pool: capacity, data-loss risk, speed and rebuild time of every layout.
     Plan(cairn_plan::PlanArgs),
-    /// Benchmarks (parity kernels, …).
+    /// Benchmarks (parity kernels, …; `lab`: studies on simulated disks).
     #[command(subcommand)]
-    Bench(cairn_bench::BenchCommand),
+    Bench(lab_cmd::BenchCli),
     /// Torture: seeded random layouts, workloads and faults within redundancy, checked
     /// against a model (docs/torture.md). Prints the seed; replay with --seed S.
     Torture(cairn_torture::torture::TortureArgs),
@@ -334,7 +335,7 @@ fn main() {
         Command::Umount(a) => mount_cmds::umount(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
-        Command::Bench(cmd) => cairn_bench::run(&cmd).map_err(|e| e.to_string()),
+        Command::Bench(cmd) => lab_cmd::run_bench(cmd),
         Command::Torture(a) => torture(&a),
         Command::Crashloop(a) => crashloop(&a),
         Command::History(a) => history_cmd::history(a),

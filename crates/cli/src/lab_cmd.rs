@@ -1,0 +1,213 @@
+//! `cairn bench lab …`: the studies rerun on simulated disks (crate `cairn-lab`), routed
+//! beside the other `cairn bench` subcommands.
+
+use std::path::PathBuf;
+
+use cairn_lab::{raid1, Policy};
+use clap::{Args, Subcommand};
+
+/// `cairn bench …`: the bench crate's subcommands plus `lab`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchCli {
+    #[command(flatten)]
+    Core(cairn_bench::BenchCommand),
+    /// Studies rerun on simulated disks in virtual time (docs/bench/lab.md).
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+/// `cairn bench lab …` subcommands.
+#[derive(Subcommand, Debug, Clone)]
+pub enum LabCommand {
+    /// The 2015 RAID1 study (md, gflash, gmirror, ZFS mirror): 29 fio jobs on a simulated
+    /// mirror of two WD 4 TB disks, every read policy, beside the published figures.
+    Raid1(Raid1Args),
+    /// dd write then read of one file on a layout of simulated disks (the 28-disk and
+    /// MacZFS studies), e.g. --disks 5x2TB,512e --layout raidz2 --ashift 9.
+    Dd(DdArgs),
+    /// The 24-disk study's 26 layouts (dd of one file on 4 TB 7200 rpm disks) beside the
+    /// published bonnie++ figures, with Spearman rank correlations.
+    Layouts(LayoutsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LayoutsArgs {
+    /// File size (the study wrote 16 GiB).
+    #[arg(long, default_value = "16G")]
+    pub size: String,
+    /// Print JSON (rows with write_mbs and read_mbs, Spearman ρ).
+    #[arg(long)]
+    pub json: bool,
+    /// Cap writes at this many MB/s, the host's own ceiling (default: the study machine's
+    /// 700; 0: the disks alone).
+    #[arg(long, default_value_t = cairn_lab::layouts::STUDY_HOST_WRITE_MBS)]
+    pub host_write_mbs: f64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Raid1Args {
+    /// Print JSON ({results: [{job, policy, iops, kbs}], published: […]}) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Seed of the random offsets (same seed, same figures).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Virtual seconds per job (the study ran 60).
+    #[arg(long, default_value_t = 60.0)]
+    pub runtime: f64,
+    /// Read policies to run (round-robin, least-queue, load, md, nearest, auto); all when
+    /// omitted.
+    #[arg(long = "policy", num_args = 1..)]
+    pub policies: Vec<String>,
+    /// Only these jobs (1–29); all when omitted.
+    #[arg(long = "job", num_args = 1..)]
+    pub jobs: Vec<u32>,
+}
+
+/// Runs `cairn bench …`.
+pub fn run_bench(cmd: BenchCli) -> Result<(), String> {
+    match cmd {
+        BenchCli::Core(c) => cairn_bench::run(&c).map_err(|e| e.to_string()),
+        BenchCli::Lab(LabCommand::Raid1(a)) => raid1_cmd(&a),
+        BenchCli::Lab(LabCommand::Dd(a)) => dd_cmd(&a),
+        BenchCli::Lab(LabCommand::Layouts(a)) => layouts_cmd(&a),
+    }
+}
+
+fn parse_policies(names: &[String]) -> Result<Vec<Policy>, String> {
+    if names.is_empty() {
+        return Ok(Policy::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            Policy::parse(n).ok_or_else(|| {
+                let all: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown read policy `{n}`: use one of {}", all.join(", "))
+            })
+        })
+        .collect()
+}
+
+fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
+    let policies = parse_policies(&a.policies)?;
+    if !(a.runtime.is_finite() && a.runtime > 0.0 && a.runtime <= 86_400.0) {
+        return Err(format!(
+            "--runtime {}: give the virtual seconds per job, more than 0 and at most 86400",
+            a.runtime
+        ));
+    }
+    if let Some(j) = a.jobs.iter().find(|j| !(1..=29).contains(*j)) {
+        return Err(format!("--job {j}: the RAID1 study has jobs 1 to 29"));
+    }
+    let report = raid1::run(a.seed, a.runtime, &policies, &a.jobs);
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if let Some(path) = &a.out {
+        std::fs::write(path, format!("{json}\n"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if a.json {
+        println!("{json}");
+    } else {
+        println!(
+            "RAID1 study on 2 simulated WD 4 TB disks, seed {}, {} virtual s per job",
+            a.seed, a.runtime
+        );
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DdArgs {
+    /// Disks: N x SIZE[,hdd|ssd][,512n|512e|4kn][,RPM], e.g. 28x1TB or 5x2TB,512e
+    /// (repeat for mixed sets).
+    #[arg(long = "disks", required = true)]
+    pub disks: Vec<String>,
+    /// [G x]KIND[-W]: raidz2, 2xraidz2-14, 14xmirror-2, 3xraidz2-9, stripe.
+    #[arg(long)]
+    pub layout: String,
+    /// Sector size exponent of the pool (9: 512 B, 12: 4 KiB).
+    #[arg(long, default_value_t = 12)]
+    pub ashift: u32,
+    /// dd's block size (the pool writes 128 KiB records whatever it is).
+    #[arg(long, default_value = "1M")]
+    pub bs: String,
+    /// File size.
+    #[arg(long, default_value = "10G")]
+    pub size: String,
+    /// Print JSON (write_mbs, read_mbs, …).
+    #[arg(long)]
+    pub json: bool,
+    /// Cap writes at this many MB/s, the host's own ceiling (0: no cap).
+    #[arg(long, default_value_t = 0.0)]
+    pub host_write_mbs: f64,
+}
+
+fn host_cap(mbs: f64) -> Result<Option<f64>, String> {
+    if !mbs.is_finite() || mbs < 0.0 {
+        return Err(format!("--host-write-mbs {mbs}: give MB/s, 0 for no cap"));
+    }
+    Ok((mbs > 0.0).then_some(mbs))
+}
+
+fn dd_cmd(a: &DdArgs) -> Result<(), String> {
+    use cairn_lab::spec;
+    let mut disks = Vec::new();
+    for d in &a.disks {
+        disks.extend(spec::parse_disks(d).map_err(|e| e.to_string())?);
+    }
+    let layout = spec::parse_layout(&a.layout, disks.len()).map_err(|e| e.to_string())?;
+    if !(9..=16).contains(&a.ashift) {
+        return Err(format!(
+            "--ashift {}: use 9 to 16 (9: 512 B, 12: 4 KiB sectors)",
+            a.ashift
+        ));
+    }
+    let bs = spec::parse_bytes("--bs", &a.bs).map_err(|e| e.to_string())?;
+    let size = spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+    if size > 1 << 40 {
+        return Err(format!("--size {}: at most 1T in the lab", a.size));
+    }
+    let host_write_mbs = host_cap(a.host_write_mbs)?;
+    let job = cairn_lab::dd::DdJob {
+        ashift: a.ashift,
+        bs,
+        size,
+        host_write_mbs,
+    };
+    let r = cairn_lab::dd::run(&disks, &layout, &a.layout, job);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
+            a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
+        );
+    }
+    Ok(())
+}
+
+fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
+    let size = cairn_lab::spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+    if size > 1 << 40 {
+        return Err(format!("--size {}: at most 1T in the lab", a.size));
+    }
+    let cap = host_cap(a.host_write_mbs)?;
+    let r = cairn_lab::layouts::run(size, cap).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", r.table());
+    }
+    Ok(())
+}
