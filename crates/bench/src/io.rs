@@ -74,7 +74,7 @@ struct Report {
     ratios_vs_zfs_fuse: Vec<(String, f64, f64)>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (n, m) = match s.chars().last() {
         Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
@@ -129,7 +129,7 @@ fn peak_rss_mib() -> f64 {
     ru.ru_maxrss as f64 / 1024.0
 }
 
-fn pattern() -> Vec<u8> {
+pub(crate) fn pattern() -> Vec<u8> {
     let mut p = vec![0u8; PATTERN];
     rand::rngs::StdRng::seed_from_u64(1).fill_bytes(&mut p);
     p
@@ -142,9 +142,10 @@ fn chunk_at(pattern: &[u8], offset: u64, len: usize) -> &[u8] {
 }
 
 /// Whether leaf files are preallocated (set once from the command line).
-static PREALLOCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+pub(crate) static PREALLOCATE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
 
-fn make_leaves(dir: &Path, n: usize, size: u64) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn make_leaves(dir: &Path, n: usize, size: u64) -> Result<Vec<PathBuf>, String> {
     use std::os::unix::fs::FileExt;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let preallocate = PREALLOCATE.load(std::sync::atomic::Ordering::Relaxed);
@@ -256,12 +257,12 @@ fn bench_cairn(
 }
 
 /// A zfs-fuse daemon for the duration of the benchmark.
-struct ZfsFuse {
+pub(crate) struct ZfsFuse {
     daemon: Child,
 }
 
 impl ZfsFuse {
-    fn start() -> Result<ZfsFuse, String> {
+    pub(crate) fn start() -> Result<ZfsFuse, String> {
         let daemon = Command::new("zfs-fuse")
             .args(["--no-daemon", "--no-kstat-mount"])
             .stdout(Stdio::null())
@@ -290,7 +291,7 @@ impl Drop for ZfsFuse {
     }
 }
 
-fn run_cmd(cmd: &str, args: &[&str]) -> Result<(), String> {
+pub(crate) fn run_cmd(cmd: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(cmd)
         .args(args)
         .output()
@@ -394,7 +395,7 @@ fn bench_zfs_fuse(
     result
 }
 
-fn zfs_fuse_installed() -> bool {
+pub(crate) fn zfs_fuse_installed() -> bool {
     Command::new("zfs-fuse").arg("--help").output().is_ok()
 }
 
@@ -506,7 +507,7 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -3,9 +3,11 @@
 
 pub mod io;
 pub mod parity;
+pub mod snapshots;
 
 pub use io::IoBenchArgs;
 pub use parity::ParityBenchArgs;
+pub use snapshots::SnapshotBenchArgs;
 
 /// `cairn bench …` subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -15,6 +17,9 @@ pub enum BenchCommand {
     /// Sequential write/read of a large file through the whole stack on tmpfs leaves, per
     /// layout, side by side with zfs-fuse when it is installed.
     Io(IoBenchArgs),
+    /// Snapshot create and destroy times as the dataset grows (1 GiB, 64 GiB), side by
+    /// side with zfs-fuse when it is installed.
+    Snapshot(SnapshotBenchArgs),
 }
 
 /// Runs a benchmark, printing to stdout.
@@ -22,5 +27,6 @@ pub fn run(cmd: &BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
         BenchCommand::Parity(args) => parity::run(args),
         BenchCommand::Io(args) => io::run(args),
+        BenchCommand::Snapshot(args) => snapshots::run(args),
     }
 }
