@@ -78,13 +78,11 @@ fn chunk(pattern: &[u8], seed: u64) -> Vec<u8> {
     out
 }
 
+/// Where `fill` sends each chunk: (offset, bytes).
+type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), String> + 'a;
+
 /// Writes file `i` (`bytes` long) through `write(offset, data)`.
-fn fill(
-    pattern: &[u8],
-    i: u64,
-    bytes: u64,
-    write: &mut dyn FnMut(u64, &[u8]) -> Result<(), String>,
-) -> Result<(), String> {
+fn fill(pattern: &[u8], i: u64, bytes: u64, write: &mut Sink<'_>) -> Result<(), String> {
     let mut off = 0u64;
     while off < bytes {
         let c = chunk(pattern, i * 1024 + off / (1 << 20));
