@@ -24,8 +24,12 @@ const MIN_SPACE_MAP_CHUNK: usize = 16 << 10;
 ///  release_deferred_frees    frees of txg−2 go back to the allocator
 ///  flush_dirty_dirs          directories changed in memory are encoded into their objects
 ///  write_dirty_objects       every dirty object but the tables (new blocks only), and the
-///                            datasets' space accounting
+///                            datasets' space accounting; blocks a snapshot holds go to
+///                            their dataset's head dead list (`crate::snapshot`)
+///  write_dead_lists          what the dead lists gained, appended to their objects
 ///  write_dataset_table       the dataset table (object 1), if it changed
+///  save_overrides            the committed dnode of each object first changed since its
+///                            dataset's newest snapshot, into that snapshot's override list
 ///  write_object_table        dirty dnodes into the object table (object 0), then its blocks
 ///  write_space_map_and_root  space map chunks and the root block (allocated first, so the
 ///                            map includes it)
