@@ -12,6 +12,7 @@
 //!    mount SPEC    mounts DATASET[=DIR][:ro] in the serving process (`cairn mount`)
 //!    snapshot [-r] DS@NAME…   takes snapshots in the serving process: `ok` or `error: …`
 //!    destroy-snapshot DS@NAME destroys one: the bytes freed, or `error: …`
+//!    diff FROM TO  `cairn diff` in the serving process, as JSON
 //!    snapshots     every snapshot (`cairn_objset::snapshot_ops::SnapshotInfo`) as JSON
 //! ```
 
@@ -65,7 +66,10 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
             let errors = crate::data_cmds::data_errors(store.error_log());
             render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }
-        r if r.starts_with("snapshot ") || r.starts_with("destroy-snapshot ") => {
+        r if r.starts_with("snapshot ")
+            || r.starts_with("destroy-snapshot ")
+            || r.starts_with("diff ") =>
+        {
             crate::snapshot_cmds::serve_request(store, r)
         }
         "snapshots" => store

@@ -53,6 +53,8 @@ enum Command {
     /// Roll a dataset back to a snapshot: `cairn rollback [-r] POOL/DS@NAME` (the newest,
     /// or with -r destroying the newer ones).
     Rollback(snapshot_cmds::RollbackArgs),
+    /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
+    Diff(snapshot_cmds::DiffArgs),
     /// Reset error counters and lift faults: `cairn clear POOL [DEVICE]` (resilvers a
     /// device that missed writes).
     Clear(device_cmds::ClearArgs),
@@ -311,6 +313,7 @@ fn main() {
         Command::Destroy(a) => destroy(a),
         Command::Snapshot(a) => snapshot_cmds::snapshot(a),
         Command::Rollback(a) => snapshot_cmds::rollback(a),
+        Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Clear(a) => device_cmds::clear(a),
         Command::Offline(a) => device_cmds::offline(a),
         Command::Online(a) => device_cmds::online(a),

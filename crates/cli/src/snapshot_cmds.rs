@@ -80,6 +80,12 @@ pub fn serve_request(store: &Store, request: &str) -> String {
                     .map_err(err)
             }
         }
+        "diff" if rest.len() == 2 => {
+            return match store.diff(&rest[0], &rest[1]) {
+                Ok(c) => serde_json::to_string(&c).unwrap_or_default(),
+                Err(e) => format!("error: {e}\n"),
+            };
+        }
         "destroy-snapshot" if rest.len() == 1 => store
             .snapshot_destroy(&rest[0])
             .map(|freed| freed.to_string())
@@ -92,6 +98,52 @@ pub fn serve_request(store: &Store, request: &str) -> String {
     match result {
         Ok(answer) => format!("{answer}\n"),
         Err(why) => format!("error: {why}\n"),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Scripted: no alignment, tab-separated (as `zfs diff -H`).
+    #[arg(short = 'H')]
+    scripted: bool,
+    /// Print JSON: {"changes": [{change, path, new_path, kind}]}.
+    #[arg(long)]
+    json: bool,
+    /// POOL/DS@SNAPSHOT.
+    from: String,
+    /// A later snapshot of the same dataset, or the dataset (default).
+    to: Option<String>,
+}
+
+/// `cairn diff POOL/DS@A [POOL/DS@B|POOL/DS]`: `M`, `+`, `-`, `R` lines as zfs prints them.
+pub fn diff(a: DiffArgs) -> Result<(), String> {
+    let (ds, _) = a.from.split_once('@').ok_or("give POOL/DATASET@SNAPSHOT")?;
+    let to = a.to.clone().unwrap_or_else(|| ds.to_string());
+    let changes = match ask(pool_of(ds), &format!("diff {} {to}", a.from)) {
+        Some(answer) => serde_json::from_str(&answer?).map_err(err)?,
+        None => {
+            let store = open(pool_of(ds))?;
+            let changes = store.diff(&a.from, &to).map_err(err);
+            finish(store)?;
+            changes?
+        }
+    };
+    print_diff(&changes, a.scripted, a.json);
+    Ok(())
+}
+
+fn print_diff(changes: &[cairn_objset::diff::DiffEntry], scripted: bool, json: bool) {
+    if json {
+        println!("{}", serde_json::json!({ "changes": changes }));
+        return;
+    }
+    for c in changes {
+        let rest = match &c.new_path {
+            Some(n) if scripted => format!("\t{n}"),
+            Some(n) => format!(" -> {n}"),
+            None => String::new(),
+        };
+        println!("{}\t{}{rest}", c.change, c.path);
     }
 }
 

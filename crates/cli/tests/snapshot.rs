@@ -65,6 +65,23 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     let by_snaps = ok(&cairn(&home, &["get", "-H", "usedbysnapshots", "tank/fs"]));
     assert!(by_snaps.contains(&monday_used.to_string()), "{by_snaps}");
 
+    // diff: what changed since monday (the file was replaced: same name, new object).
+    ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));
+    let d = ok(&cairn(&home, &["diff", "tank/fs@monday"]));
+    assert!(d.lines().any(|l| l == "+\t/newdir"), "{d}");
+    assert!(d.lines().any(|l| l == "M\t/"), "{d}");
+    assert!(d.lines().any(|l| l.ends_with("\t/file")), "{d}");
+    let d = ok(&cairn(
+        &home,
+        &["diff", "tank/fs@tuesday", "tank/fs@wednesday"],
+    ));
+    assert_eq!(d, "", "nothing changed between tuesday and wednesday");
+    let e = fails(&cairn(
+        &home,
+        &["diff", "tank/fs@tuesday", "tank/fs@monday"],
+    ));
+    assert!(e.contains("later snapshot"), "{e}");
+
     // Rollback to monday needs -r (newer snapshots exist); then the old file is back.
     let e = fails(&cairn(&home, &["rollback", "tank/fs@monday"]));
     assert!(e.contains("rollback -r"), "{e}");

@@ -10,6 +10,7 @@ pub mod codec;
 pub mod config;
 pub mod core;
 pub mod dataset;
+pub mod diff;
 pub mod dir;
 pub mod dir2;
 pub(crate) mod dircache;

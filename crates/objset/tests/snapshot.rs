@@ -399,3 +399,50 @@ fn scrub_repairs_blocks_only_a_snapshot_holds() {
     );
     assert!(read_live(&store, "tank/fs/a") == new);
 }
+
+#[test]
+fn diff_names_modified_renamed_added_and_removed_objects() {
+    use cairn_objset::posix::RenameMode;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
+    let store = open_store(&home);
+    store
+        .dataset_create(
+            "tank/fs",
+            DatasetKind::Filesystem,
+            Default::default(),
+            None,
+            false,
+        )
+        .unwrap();
+    let mut live = Files::new();
+    for name in ["a", "b", "gone"] {
+        write_at(&store, &mut live, name, 0, name.as_bytes());
+    }
+    store.mkdir("tank/fs/d").unwrap();
+    store
+        .snapshot_create(&["tank/fs@one".to_string()], false)
+        .unwrap();
+    write_at(&store, &mut live, "a", 0, b"changed");
+    let (_, root) = store.fs_root("tank/fs").unwrap();
+    store
+        .rename(root, "b", root, "c", RenameMode::Replace)
+        .unwrap();
+    store.remove("tank/fs/gone", false).unwrap();
+    write_at(&store, &mut live, "new", 0, b"x");
+    let lines: Vec<String> = store
+        .diff("tank/fs@one", "tank/fs")
+        .unwrap()
+        .into_iter()
+        .map(|e| match e.new_path {
+            Some(n) => format!("{} {} -> {n}", e.change, e.path),
+            None => format!("{} {}", e.change, e.path),
+        })
+        .collect();
+    assert_eq!(lines, ["M /", "M /a", "R /b -> /c", "- /gone", "+ /new"]);
+    store
+        .snapshot_create(&["tank/fs@two".to_string()], false)
+        .unwrap();
+    assert!(store.diff("tank/fs@two", "tank/fs").unwrap().is_empty());
+    assert_eq!(store.diff("tank/fs@one", "tank/fs@two").unwrap().len(), 5);
+}
