@@ -55,6 +55,11 @@ enum Command {
     Rollback(snapshot_cmds::RollbackArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
+    /// Write a snapshot as a stream: `cairn send POOL/DS@SNAP > FILE`.
+    Send(snapshot_cmds::SendArgs),
+    /// Create a dataset from a stream: `cairn receive POOL/NEWDS < FILE`.
+    #[command(alias = "recv")]
+    Receive(snapshot_cmds::ReceiveArgs),
     /// Reset error counters and lift faults: `cairn clear POOL [DEVICE]` (resilvers a
     /// device that missed writes).
     Clear(device_cmds::ClearArgs),
@@ -314,6 +319,8 @@ fn main() {
         Command::Snapshot(a) => snapshot_cmds::snapshot(a),
         Command::Rollback(a) => snapshot_cmds::rollback(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
+        Command::Send(a) => snapshot_cmds::send(a),
+        Command::Receive(a) => snapshot_cmds::receive(a),
         Command::Clear(a) => device_cmds::clear(a),
         Command::Offline(a) => device_cmds::offline(a),
         Command::Online(a) => device_cmds::online(a),
@@ -388,6 +395,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Destroy(a) => Some((a.name.clone(), Record::Before)),
         Command::Snapshot(a) => after(a.names.first()?),
         Command::Rollback(a) => after(&a.name),
+        Command::Receive(a) => after(&a.target),
         Command::Clear(a) => after(&a.pool),
         Command::Offline(a) => after(&a.pool),
         Command::Online(a) => after(&a.pool),

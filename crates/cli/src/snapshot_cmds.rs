@@ -148,6 +148,68 @@ fn print_diff(changes: &[cairn_objset::diff::DiffEntry], scripted: bool, json: b
 }
 
 #[derive(Args, Debug)]
+pub struct SendArgs {
+    /// POOL/DS@SNAPSHOT: a full stream of it goes to standard output.
+    snapshot: String,
+    /// Print what was sent on standard error.
+    #[arg(short = 'v')]
+    verbose: bool,
+}
+
+/// `cairn send POOL/DS@SNAP > FILE` (or `| cairn receive …`, `| ssh host cairn receive …`).
+pub fn send(a: SendArgs) -> Result<(), String> {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        return Err(
+            "the stream is binary: redirect it to a file or a pipe (`cairn send DS@SNAP > FILE`)"
+                .into(),
+        );
+    }
+    let store = open(pool_of(&a.snapshot))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let stats = store.send(&a.snapshot, &mut out).map_err(err);
+    drop(out);
+    finish(store)?;
+    let stats = stats?;
+    if a.verbose {
+        eprintln!(
+            "sent {}: {} objects, {} of data, {} stream bytes",
+            a.snapshot,
+            stats.objects,
+            format_zfs_size(stats.data_bytes),
+            stats.stream_bytes
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct ReceiveArgs {
+    /// POOL/NEWDS: created from the stream on standard input, with the sent snapshot.
+    pub target: String,
+    /// Print what was received.
+    #[arg(short = 'v')]
+    verbose: bool,
+}
+
+pub fn receive(a: ReceiveArgs) -> Result<(), String> {
+    let store = open(pool_of(&a.target))?;
+    let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+    let stats = store.receive(&a.target, &mut input).map_err(err);
+    finish(store)?;
+    let stats = stats?;
+    if a.verbose {
+        println!(
+            "received {}: {} objects, {} of data",
+            a.target,
+            stats.objects,
+            format_zfs_size(stats.data_bytes)
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
 pub struct RollbackArgs {
     /// Destroy the snapshots newer than the one rolled back to.
     #[arg(short = 'r')]

@@ -65,6 +65,29 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     let by_snaps = ok(&cairn(&home, &["get", "-H", "usedbysnapshots", "tank/fs"]));
     assert!(by_snaps.contains(&monday_used.to_string()), "{by_snaps}");
 
+    // send | receive: a stream in a file, into a second pool.
+    let stream = dir.path().join("stream");
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "tank/fs@monday"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::create_dir(dir.path().join("two")).unwrap();
+    let e2 = files(&dir.path().join("two"), 1, 128 * MIB);
+    ok(&cairn(&home, &["create", "backup", &e2[0]]));
+    let st = support::cairn_cmd(&home)
+        .args(["receive", "backup/fs"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs/file"])) == v1);
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@monday/file"])) == v1);
+    let e = fails(&cairn(&home, &["send", "tank/fs@nope"]));
+    assert!(e.contains("tank/fs@nope"), "{e}");
+
     // diff: what changed since monday (the file was replaced: same name, new object).
     ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));
     let d = ok(&cairn(&home, &["diff", "tank/fs@monday"]));

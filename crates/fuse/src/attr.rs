@@ -96,7 +96,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::NoAttribute(_) => libc::ENODATA,
         E::AttributesFull(_) => libc::ENOSPC,
         E::TooLarge(_) | E::PastEnd { .. } => libc::EFBIG,
-        E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) => libc::EINVAL,
+        E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) | E::BadStream(_) => libc::EINVAL,
         E::Pool(_) | E::Corrupt(_) | E::DataLost(_) | E::LocalIo { .. } => libc::EIO,
         E::NewerFormat(_) => libc::EOPNOTSUPP,
     };

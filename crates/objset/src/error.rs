@@ -10,6 +10,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("{0} is newer than this cairn understands: upgrade cairn to open this pool")]
     NewerFormat(String),
+    #[error("not a valid send stream: {0}; nothing was received")]
+    BadStream(String),
     #[error("object {0} is too large to address")]
     TooLarge(u64),
     #[error("dataset '{0}' does not exist; see `cairn dataset list`")]

@@ -31,6 +31,7 @@ pub mod snapshot_ops;
 pub mod snapshot_read;
 pub mod space;
 pub mod store;
+pub mod stream;
 pub mod txg;
 pub mod walk;
 pub mod writer;

@@ -143,6 +143,27 @@ impl StoreCore {
         Ok(())
     }
 
+    /// Gives a received snapshot the guid it had where it was sent from (an incremental
+    /// stream names the snapshot it starts from by guid).
+    pub(crate) fn set_snapshot_guid(
+        &self,
+        id: u32,
+        snap: &str,
+        guid: u64,
+    ) -> Result<(), StoreError> {
+        let mut st = self.wait_for_writer(self.lock());
+        let rec = st
+            .datasets
+            .snapshots
+            .records
+            .iter_mut()
+            .find(|r| r.dataset == id && r.name == snap);
+        rec.ok_or_else(|| StoreError::NotFound(snap.into()))?.guid = guid;
+        st.datasets_dirty = true;
+        self.sync_locked(&mut st)?;
+        Ok(())
+    }
+
     /// The dead list after snapshot `idx` (the next snapshot's, or the head's) and the txg
     /// of the snapshot before it (0: none).
     fn neighbours(st: &State, rec: &SnapshotRecord) -> (u64, u64) {

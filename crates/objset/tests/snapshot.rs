@@ -26,19 +26,29 @@ fn read_live(store: &Store, path: &str) -> Vec<u8> {
     buf
 }
 
-/// Every file of a snapshot (flat: the test keeps its files in the dataset's root).
+/// Every file of a snapshot by path (a directory as `path/`, with no contents).
 fn read_snapshot(store: &Store, v: &SnapshotView) -> Files {
     let mut out = Files::new();
-    for (name, e) in store.snapshot_read_dir(v, v.root).unwrap() {
+    read_snapshot_dir(store, v, v.root, "", &mut out);
+    out
+}
+
+fn read_snapshot_dir(store: &Store, v: &SnapshotView, dir: u64, prefix: &str, out: &mut Files) {
+    for (name, e) in store.snapshot_read_dir(v, dir).unwrap() {
         let dn = store.snapshot_dnode(v, e.object).unwrap();
+        if dn.kind == cairn_objset::dnode::ObjectKind::Directory {
+            let path = format!("{prefix}{name}/");
+            read_snapshot_dir(store, v, e.object, &path, out);
+            out.insert(path, Vec::new());
+            continue;
+        }
         let mut buf = vec![0u8; dn.size as usize];
         assert_eq!(
             store.snapshot_read(v, e.object, 0, &mut buf).unwrap(),
             buf.len()
         );
-        out.insert(name, buf);
+        out.insert(format!("{prefix}{name}"), buf);
     }
-    out
 }
 
 fn check_all(store: &Store, live: &Files, snaps: &BTreeMap<String, Files>, step: usize) {
@@ -445,4 +455,95 @@ fn diff_names_modified_renamed_added_and_removed_objects() {
         .unwrap();
     assert!(store.diff("tank/fs@two", "tank/fs").unwrap().is_empty());
     assert_eq!(store.diff("tank/fs@one", "tank/fs@two").unwrap().len(), 5);
+}
+
+/// A full stream round-trips a file system byte for byte into another pool — files (sparse
+/// and large), directories, hard links, symlinks, extended attributes, owners and times — and
+/// a stream with one flipped byte, or cut short, is refused and leaves nothing behind.
+#[test]
+fn send_and_receive_round_trip_and_refuse_damage() {
+    use cairn_objset::posix::NewNode;
+    use cairn_objset::xattr::SetMode;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB);
+    let src = open_store(&home);
+    src.dataset_create(
+        "tank/fs",
+        DatasetKind::Filesystem,
+        Default::default(),
+        None,
+        false,
+    )
+    .unwrap();
+    src.set_property("tank/fs", "recordsize", "64K").unwrap();
+    let mut live = Files::new();
+    let mut big = vec![0u8; 5 * MIB as usize + 777];
+    rand::rngs::StdRng::seed_from_u64(9).fill_bytes(&mut big);
+    write_at(&src, &mut live, "big", 0, &big);
+    write_at(&src, &mut live, "sparse", 40 * MIB as usize, b"tail");
+    src.mkdir("tank/fs/d/e").unwrap();
+    let (_, root) = src.fs_root("tank/fs").unwrap();
+    let (big_id, _) = src.lookup(root, "big").unwrap();
+    let (d, _) = src.lookup(root, "d").unwrap();
+    src.link(big_id, d, "hard").unwrap();
+    let node = NewNode {
+        kind: cairn_objset::dnode::ObjectKind::Symlink,
+        mode: 0o120777,
+        uid: 7,
+        gid: 8,
+        rdev: 0,
+    };
+    src.make_node(d, "ln", node, Some(b"../big")).unwrap();
+    src.set_xattr(big_id, "user.DOSATTRIB", Some(b"0x23"), SetMode::Any)
+        .unwrap();
+    src.snapshot_create(&["tank/fs@s1".to_string()], false)
+        .unwrap();
+    let mut stream = Vec::new();
+    let sent = src.send("tank/fs@s1", &mut stream).unwrap();
+    assert!(sent.data_bytes < 6 * MIB, "holes are not sent: {sent:?}");
+
+    // Into a second pool, under another name.
+    let dir2 = tempfile::tempdir().unwrap();
+    let (home2, _) = new_pool(dir2.path(), "", 1, 256 * MIB);
+    let dst = open_store(&home2);
+    dst.receive("tank/copy", &mut &stream[..]).unwrap();
+    let view = |s: &Store, n: &str| s.snapshot_view(n).unwrap();
+    let (a, b) = (view(&src, "tank/fs@s1"), view(&dst, "tank/copy@s1"));
+    assert_eq!(read_snapshot(&src, &a), read_snapshot(&dst, &b));
+    assert_eq!(read_live(&dst, "tank/copy/big"), big);
+    assert_eq!(
+        read_live(&dst, "tank/copy/sparse").len(),
+        40 * MIB as usize + 4
+    );
+    assert_eq!(read_live(&dst, "tank/copy/d/hard"), big);
+    let (_, droot) = dst.fs_root("tank/copy").unwrap();
+    let (dd, _) = dst.lookup(droot, "d").unwrap();
+    let (ln, lnd) = dst.lookup(dd, "ln").unwrap();
+    assert_eq!(dst.read_link(ln).unwrap(), b"../big");
+    assert_eq!((lnd.uid, lnd.gid), (7, 8));
+    let (bid, bd) = dst.lookup(droot, "big").unwrap();
+    assert_eq!(bd.nlink, 2);
+    assert_eq!(dst.get_xattr(bid, "user.DOSATTRIB").unwrap(), b"0x23");
+    let (_, sd) = src.lookup(root, "big").unwrap();
+    assert_eq!((bd.mtime_ns, bd.mode), (sd.mtime_ns, sd.mode));
+    let guids = |s: &Store, ds| s.snapshots(Some(ds)).unwrap()[0].guid;
+    assert_eq!(guids(&src, "tank/fs"), guids(&dst, "tank/copy"));
+
+    // Damage: every kind is refused, and the target does not exist afterwards.
+    let mut flipped = stream.clone();
+    let at = flipped.len() / 2;
+    flipped[at] ^= 0x10;
+    let e = dst.receive("tank/bad", &mut &flipped[..]).unwrap_err();
+    assert!(e.to_string().contains("check"), "{e}");
+    let e = dst
+        .receive("tank/bad", &mut &stream[..stream.len() - 20])
+        .unwrap_err();
+    assert!(e.to_string().contains("ends early"), "{e}");
+    let e = dst
+        .receive("tank/bad", &mut &b"not a stream at all"[..])
+        .unwrap_err();
+    assert!(e.to_string().contains("send stream"), "{e}");
+    assert!(dst.datasets().by_name("tank/bad").is_none());
+    let e = dst.receive("tank/copy", &mut &stream[..]).unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
 }
