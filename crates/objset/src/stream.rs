@@ -565,3 +565,37 @@ impl StoreCore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever bytes arrive, reading a header and records returns errors, never panics.
+        #[test]
+        fn any_bytes_are_refused_without_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let mut slice = &bytes[..];
+            let mut input = Input { input: &mut slice, kept: Vec::new(), bytes: 0 };
+            if input.header().is_ok() {
+                let mut check = header_check(&input.kept);
+                while input.record(&mut check).is_ok() {}
+            }
+            let _ = decode_object(&bytes);
+        }
+
+        /// A valid header followed by random records: every record fails its check.
+        #[test]
+        fn records_without_the_chain_fail(tail in proptest::collection::vec(any::<u8>(), 21..300)) {
+            let mut h = Writer::new();
+            h.u64(MAGIC).u32(VERSION).u8(1).str("s").u64(1).u64(2).u64(3).u64(0);
+            let mut bytes = h.buf.clone();
+            bytes.extend_from_slice(&tail);
+            let mut slice = &bytes[..];
+            let mut input = Input { input: &mut slice, kept: Vec::new(), bytes: 0 };
+            prop_assert!(input.header().is_ok());
+            let mut check = header_check(&input.kept);
+            prop_assert!(input.record(&mut check).is_err());
+        }
+    }
+}
