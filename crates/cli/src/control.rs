@@ -13,6 +13,7 @@
 //!    snapshot [-r] DS@NAME…   takes snapshots in the serving process: `ok` or `error: …`
 //!    destroy-snapshot DS@NAME destroys one: the bytes freed, or `error: …`
 //!    diff FROM TO  `cairn diff` in the serving process, as JSON
+//!    hold|release [-r] TAG DS@NAME…   user holds: `ok` or `error: …`
 //!    snapshots     every snapshot (`cairn_objset::snapshot_ops::SnapshotInfo`) as JSON
 //! ```
 
@@ -68,7 +69,9 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
         }
         r if r.starts_with("snapshot ")
             || r.starts_with("destroy-snapshot ")
-            || r.starts_with("diff ") =>
+            || r.starts_with("diff ")
+            || r.starts_with("hold ")
+            || r.starts_with("release ") =>
         {
             crate::snapshot_cmds::serve_request(store, r)
         }

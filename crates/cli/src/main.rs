@@ -55,6 +55,12 @@ enum Command {
     Rollback(snapshot_cmds::RollbackArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
+    /// Hold snapshots (a held one cannot be destroyed): `cairn hold [-r] TAG POOL/DS@SNAP…`.
+    Hold(snapshot_cmds::HoldArgs),
+    /// Release a hold: `cairn release [-r] TAG POOL/DS@SNAP…`.
+    Release(snapshot_cmds::HoldArgs),
+    /// List the holds of snapshots: `cairn holds POOL/DS@SNAP…`.
+    Holds(HoldsArgs),
     /// Write a snapshot as a stream: `cairn send POOL/DS@SNAP > FILE`.
     Send(snapshot_cmds::SendArgs),
     /// Create a dataset from a stream: `cairn receive POOL/NEWDS < FILE`.
@@ -235,6 +241,13 @@ struct DestroyArgs {
 }
 
 #[derive(Args, Debug)]
+struct HoldsArgs {
+    /// POOL/DS@SNAPSHOT…
+    #[arg(required = true)]
+    names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 struct TunablesArgs {
     /// Print JSON: {"tunables": [{name, number, text, source}]}.
     #[arg(long)]
@@ -320,6 +333,9 @@ fn main() {
         Command::Rollback(a) => snapshot_cmds::rollback(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Send(a) => snapshot_cmds::send(a),
+        Command::Hold(a) => snapshot_cmds::hold(a, true),
+        Command::Release(a) => snapshot_cmds::hold(a, false),
+        Command::Holds(a) => snapshot_cmds::holds(&a.names),
         Command::Receive(a) => snapshot_cmds::receive(a),
         Command::Clear(a) => device_cmds::clear(a),
         Command::Offline(a) => device_cmds::offline(a),
@@ -396,6 +412,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Snapshot(a) => after(a.names.first()?),
         Command::Rollback(a) => after(&a.name),
         Command::Receive(a) => after(&a.target),
+        Command::Hold(a) | Command::Release(a) => after(a.names.first()?),
         Command::Clear(a) => after(&a.pool),
         Command::Offline(a) => after(&a.pool),
         Command::Online(a) => after(&a.pool),

@@ -80,6 +80,17 @@ pub fn serve_request(store: &Store, request: &str) -> String {
                     .map_err(err)
             }
         }
+        "hold" | "release" if !rest.is_empty() => {
+            let recursive = rest[0] == "-r";
+            let rest = &rest[usize::from(recursive)..];
+            match rest.split_first() {
+                Some((tag, names)) if !names.is_empty() => store
+                    .snapshot_hold(names, tag, recursive, verb == "hold")
+                    .map(|()| "ok".to_string())
+                    .map_err(err),
+                _ => Err("give TAG POOL/DS@SNAP…".to_string()),
+            }
+        }
         "diff" if rest.len() == 2 => {
             return match store.diff(&rest[0], &rest[1]) {
                 Ok(c) => serde_json::to_string(&c).unwrap_or_default(),
@@ -145,6 +156,62 @@ fn print_diff(changes: &[cairn_objset::diff::DiffEntry], scripted: bool, json: b
         };
         println!("{}\t{}{rest}", c.change, c.path);
     }
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// The same snapshot name in every descendant that has it.
+    #[arg(short = 'r')]
+    recursive: bool,
+    /// The hold's tag.
+    tag: String,
+    /// POOL/DS@SNAPSHOT…
+    #[arg(required = true)]
+    pub names: Vec<String>,
+}
+
+/// `cairn hold` (`add`) and `cairn release`: a held snapshot cannot be destroyed.
+pub fn hold(a: HoldArgs, add: bool) -> Result<(), String> {
+    let pool = one_pool(&a.names)?;
+    let verb = if add { "hold" } else { "release" };
+    let flag = if a.recursive { "-r " } else { "" };
+    if a.tag.contains(char::is_whitespace) {
+        return Err(format!("tag '{}': no spaces", a.tag));
+    }
+    let request = format!("{verb} {flag}{} {}", a.tag, a.names.join(" "));
+    if let Some(answer) = ask(pool, &request) {
+        return answer.map(|_| ());
+    }
+    let store = open(pool)?;
+    store
+        .snapshot_hold(&a.names, &a.tag, a.recursive, add)
+        .map_err(err)?;
+    finish(store)
+}
+
+/// `cairn holds POOL/DS@SNAP…`: NAME TAG lines.
+pub fn holds(names: &[String]) -> Result<(), String> {
+    let pool = one_pool(names)?;
+    let snaps: Vec<SnapshotInfo> = match ask(pool, "snapshots") {
+        Some(answer) => serde_json::from_str(&answer?).map_err(err)?,
+        None => {
+            let store = open(pool)?;
+            let s = store.snapshots(None).map_err(err);
+            finish(store)?;
+            s?
+        }
+    };
+    println!("{:<40} TAG", "NAME");
+    for n in names {
+        let s = snaps
+            .iter()
+            .find(|s| &s.name == n)
+            .ok_or_else(|| format!("could not find snapshot '{n}'"))?;
+        for tag in &s.holds {
+            println!("{:<40} {tag}", s.name);
+        }
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]

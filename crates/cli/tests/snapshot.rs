@@ -113,6 +113,26 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     let list = ok(&cairn(&home, &["list", "-t", "snapshot", "-H", "tank"]));
     assert_eq!(list.lines().count(), 2, "{list}");
 
+    // A held snapshot cannot be destroyed until released.
+    ok(&cairn(&home, &["hold", "-r", "keep", "tank/fs@monday"]));
+    let holds = ok(&cairn(
+        &home,
+        &["holds", "tank/fs@monday", "tank/fs/child@monday"],
+    ));
+    assert_eq!(
+        holds.lines().filter(|l| l.ends_with(" keep")).count(),
+        2,
+        "{holds}"
+    );
+    let e = fails(&cairn(&home, &["destroy", "tank/fs/child@monday"]));
+    assert!(
+        e.contains("is held (keep)") && e.contains("cairn release"),
+        "{e}"
+    );
+    let e = fails(&cairn(&home, &["hold", "keep", "tank/fs@monday"]));
+    assert!(e.contains("already has a hold"), "{e}");
+    ok(&cairn(&home, &["release", "-r", "keep", "tank/fs@monday"]));
+
     // Destroy: -n changes nothing, -r takes the child's too, then the dataset can go.
     ok(&cairn(&home, &["snapshot", "tank/fs@a", "tank/fs@b"]));
     let dry = ok(&cairn(&home, &["destroy", "-n", "tank/fs@monday%b"]));

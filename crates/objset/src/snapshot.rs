@@ -55,6 +55,8 @@ pub struct SnapshotRecord {
     /// Pool objects holding its dead list and its override list.
     pub dead_object: u64,
     pub override_object: u64,
+    /// User holds (`cairn hold TAG`): a held snapshot cannot be destroyed.
+    pub holds: Vec<String>,
 }
 
 /// The snapshots of a pool: a section of the dataset table after the pool section.
@@ -63,7 +65,8 @@ pub struct SnapshotRecord {
 ///  u32 magic "SNP1" | u64 nheads | nheads × (dataset u32, head dead-list object u64)
 ///  u64 nrecords | nrecords × (dataset u32 | name str | txg u64 | created_ns u64 |
 ///                              guid u64 | referenced u64 | logical u64 | physical u64 |
-///                              dead_object u64 | override_object u64)
+///                              dead_object u64 | override_object u64 |
+///                              nholds u64 | nholds × tag str)
 /// ```
 /// Records are kept in (dataset, txg) order, oldest first. A pool with snapshots writes
 /// root block version 2, so a cairn that does not know them refuses it instead of freeing
@@ -77,7 +80,7 @@ pub struct SnapshotSection {
 
 const SECTION_MAGIC: u32 = 0x3150_4e53; // "SNP1"
 /// Bytes of one record besides its name (for `Reader::count`).
-const RECORD_MIN: usize = 4 + 4 + 8 * 8;
+const RECORD_MIN: usize = 4 + 4 + 9 * 8;
 
 impl SnapshotSection {
     pub fn is_empty(&self) -> bool {
@@ -129,6 +132,10 @@ impl SnapshotSection {
                 .u64(r.logical)
                 .u64(r.physical);
             w.u64(r.dead_object).u64(r.override_object);
+            w.u64(r.holds.len() as u64);
+            for tag in &r.holds {
+                w.str(tag);
+            }
         }
     }
 
@@ -160,6 +167,10 @@ impl SnapshotSection {
                 physical: r.u64()?,
                 dead_object: r.u64()?,
                 override_object: r.u64()?,
+                holds: {
+                    let n = r.count(4)?;
+                    (0..n).map(|_| r.str()).collect::<Result<_, _>>()?
+                },
             });
         }
         let section = SnapshotSection { records, heads };
@@ -183,6 +194,9 @@ impl SnapshotSection {
             }
             if !self.heads.contains_key(&r.dataset) {
                 return Err(format!("snapshot '{}' has no head dead list", r.name));
+            }
+            if r.holds.iter().any(|t| t.is_empty() || t.len() > 255) {
+                return Err(format!("snapshot '{}' has an invalid hold tag", r.name));
             }
             for o in [r.dead_object, r.override_object] {
                 if o <= 1 || !objects.insert(o) {
@@ -332,6 +346,7 @@ mod tests {
             physical: 1 << 19,
             dead_object: objects.0,
             override_object: objects.1,
+            holds: vec!["keep".into()],
         }
     }
 

@@ -29,6 +29,9 @@ pub struct SnapshotInfo {
     pub referenced: u64,
     pub logical: u64,
     pub physical: u64,
+    /// Tags of its user holds.
+    #[serde(default)]
+    pub holds: Vec<String>,
 }
 
 /// Splits `pool/ds@name` into its dataset and snapshot name, checking the name.
@@ -137,9 +140,74 @@ impl StoreCore {
             physical: ds.physical,
             dead_object,
             override_object,
+            holds: Vec::new(),
         };
         st.datasets.snapshots.heads.insert(id, head);
         st.datasets.snapshots.insert(record);
+        Ok(())
+    }
+
+    /// `cairn hold TAG DS@SNAP…` (`add`) and `cairn release TAG DS@SNAP…`: with `recursive`,
+    /// the same snapshot name in every descendant that has it. All or nothing, one txg.
+    pub fn snapshot_hold(
+        &self,
+        names: &[String],
+        tag: &str,
+        recursive: bool,
+        add: bool,
+    ) -> Result<(), StoreError> {
+        if tag.is_empty() || tag.len() > 255 {
+            return Err(StoreError::BadName(
+                tag.into(),
+                "a tag has 1 to 255 bytes".into(),
+            ));
+        }
+        let mut st = self.wait_for_writer(self.lock());
+        let mut targets = Vec::new();
+        for full in names {
+            let (ds, snap) = split_snapshot_name(full)?;
+            let id = st
+                .datasets
+                .by_name(ds)
+                .ok_or_else(|| StoreError::NoSuchDataset(ds.into()))?
+                .id;
+            if st.datasets.snapshots.find(id, snap).is_none() {
+                return Err(StoreError::NotFound(full.clone()));
+            }
+            targets.push((id, snap.to_string()));
+            if recursive {
+                for c in descendants(&st.datasets, id) {
+                    if st.datasets.snapshots.find(c, snap).is_some() {
+                        targets.push((c, snap.to_string()));
+                    }
+                }
+            }
+        }
+        for (id, snap) in &targets {
+            let rec = st.datasets.snapshots.find(*id, snap).expect("checked");
+            let held = rec.holds.iter().any(|t| t == tag);
+            if held == add {
+                let what = if add { "already has" } else { "has no" };
+                return Err(StoreError::NotPermitted(format!(
+                    "{snap} {what} a hold '{tag}'"
+                )));
+            }
+        }
+        for (id, snap) in targets {
+            let rec = st.datasets.snapshots.records.iter_mut();
+            let rec = rec
+                .into_iter()
+                .find(|r| r.dataset == id && r.name == snap)
+                .expect("checked");
+            if add {
+                rec.holds.push(tag.to_string());
+                rec.holds.sort();
+            } else {
+                rec.holds.retain(|t| t != tag);
+            }
+        }
+        st.datasets_dirty = true;
+        self.sync_locked(&mut st)?;
         Ok(())
     }
 
@@ -226,6 +294,7 @@ impl StoreCore {
                 referenced: r.referenced,
                 logical: r.logical,
                 physical: r.physical,
+                holds: r.holds.clone(),
             });
         }
         Ok(out)
@@ -263,6 +332,18 @@ impl StoreCore {
         st: &mut State,
         rec: &SnapshotRecord,
     ) -> Result<u64, StoreError> {
+        if !rec.holds.is_empty() {
+            let ds = st
+                .datasets
+                .by_id(rec.dataset)
+                .map_or("?", |d| d.name.as_str());
+            return Err(StoreError::NotPermitted(format!(
+                "{ds}@{} is held ({}); `cairn release TAG {ds}@{}` first",
+                rec.name,
+                rec.holds.join(", "),
+                rec.name
+            )));
+        }
         let (next, prev_txg) = Self::neighbours(st, rec);
         let mine = st.snaps.dead.remove(&rec.dead_object).unwrap_or_default();
         let list = st.snaps.dead.entry(next).or_default();
