@@ -192,15 +192,7 @@ pub fn hold(a: HoldArgs, add: bool) -> Result<(), String> {
 /// `cairn holds POOL/DS@SNAP…`: NAME TAG lines.
 pub fn holds(names: &[String]) -> Result<(), String> {
     let pool = one_pool(names)?;
-    let snaps: Vec<SnapshotInfo> = match ask(pool, "snapshots") {
-        Some(answer) => serde_json::from_str(&answer?).map_err(err)?,
-        None => {
-            let store = open(pool)?;
-            let s = store.snapshots(None).map_err(err);
-            finish(store)?;
-            s?
-        }
-    };
+    let snaps = all_snapshots(pool)?;
     println!("{:<40} TAG", "NAME");
     for n in names {
         let s = snaps
@@ -433,6 +425,17 @@ fn select(
     Ok(picked.into_iter().map(|i| snaps[i].name.clone()).collect())
 }
 
+/// Every snapshot of `pool`, from the process serving it or from the pool itself.
+fn all_snapshots(pool: &str) -> Result<Vec<SnapshotInfo>, String> {
+    if let Some(answer) = ask(pool, "snapshots") {
+        return serde_json::from_str(&answer?).map_err(err);
+    }
+    let store = open(pool)?;
+    let snaps = store.snapshots(None).map_err(err);
+    finish(store)?;
+    snaps
+}
+
 /// `cairn list -t TYPE[,TYPE] POOL|DS`: datasets (`filesystem`, `volume`, `all`) and/or
 /// snapshots (`snapshot`, `all`).
 pub fn list_typed(
@@ -474,15 +477,7 @@ pub fn list_typed(
 /// `cairn list -t snapshot [POOL|DS]`: NAME USED AVAIL REFER MOUNTPOINT, as zfs shows them.
 pub fn list(target: &str, scripted: bool, parsable: bool, json: bool) -> Result<(), String> {
     let only = target.contains('/').then_some(target);
-    let mut snaps = match ask(pool_of(target), "snapshots") {
-        Some(answer) => serde_json::from_str::<Vec<SnapshotInfo>>(&answer?).map_err(err)?,
-        None => {
-            let store = open(pool_of(target))?;
-            let snaps = store.snapshots(None).map_err(err);
-            finish(store)?;
-            snaps?
-        }
-    };
+    let mut snaps = all_snapshots(pool_of(target))?;
     if let Some(ds) = only {
         snaps.retain(|s| s.name.split_once('@').is_some_and(|p| p.0 == ds));
     }

@@ -43,6 +43,20 @@ pub fn split_snapshot_name(full: &str) -> Result<(&str, &str), StoreError> {
     Ok((ds, snap))
 }
 
+/// The record of `pool/ds@name`.
+fn find_snapshot(st: &State, full: &str) -> Result<SnapshotRecord, StoreError> {
+    let (ds_name, snap) = split_snapshot_name(full)?;
+    let ds = st
+        .datasets
+        .by_name(ds_name)
+        .ok_or_else(|| StoreError::NoSuchDataset(ds_name.into()))?;
+    st.datasets
+        .snapshots
+        .find(ds.id, snap)
+        .cloned()
+        .ok_or_else(|| StoreError::NotFound(full.into()))
+}
+
 /// Reads every list the dataset table names into memory (at open).
 pub(crate) fn load_lists(pool: &Pool, st: &mut State) -> Result<(), StoreError> {
     let section = st.datasets.snapshots.clone();
@@ -309,19 +323,8 @@ impl StoreCore {
 
     /// `cairn destroy POOL/DS@NAME`: frees what only this snapshot held; returns those bytes.
     pub fn snapshot_destroy(&self, full: &str) -> Result<u64, StoreError> {
-        let (ds_name, snap) = split_snapshot_name(full)?;
         let mut st = self.wait_for_writer(self.lock());
-        let id = st
-            .datasets
-            .by_name(ds_name)
-            .ok_or_else(|| StoreError::NoSuchDataset(ds_name.into()))?
-            .id;
-        let rec = st
-            .datasets
-            .snapshots
-            .find(id, snap)
-            .cloned()
-            .ok_or_else(|| StoreError::NotFound(full.into()))?;
+        let rec = find_snapshot(&st, full)?;
         let freed = self.destroy_snapshot_locked(&mut st, &rec)?;
         self.sync_locked(&mut st)?;
         Ok(freed)
@@ -411,19 +414,9 @@ impl StoreCore {
     /// Only to the newest snapshot, unless `destroy_newer` destroys the ones after it (as
     /// `zfs rollback -r`). The dataset must not be in use (mounted or exported).
     pub fn snapshot_rollback(&self, full: &str, destroy_newer: bool) -> Result<(), StoreError> {
-        let (ds_name, snap) = split_snapshot_name(full)?;
         let mut st = self.wait_for_writer(self.lock());
-        let id = st
-            .datasets
-            .by_name(ds_name)
-            .ok_or_else(|| StoreError::NoSuchDataset(ds_name.into()))?
-            .id;
-        let rec = st
-            .datasets
-            .snapshots
-            .find(id, snap)
-            .cloned()
-            .ok_or_else(|| StoreError::NotFound(full.into()))?;
+        let rec = find_snapshot(&st, full)?;
+        let (ds_name, id) = (full.split_once('@').expect("checked").0, rec.dataset);
         let newer: Vec<SnapshotRecord> = st
             .datasets
             .snapshots

@@ -70,6 +70,27 @@ fn check_all(store: &Store, live: &Files, snaps: &BTreeMap<String, Files>, step:
     }
 }
 
+/// A pool of `n` × `size` files in `layout` with an empty file system `tank/fs`.
+fn pool_with_fs(
+    dir: &std::path::Path,
+    layout: &str,
+    n: usize,
+    size: u64,
+) -> (cairn_pool::Home, Vec<std::path::PathBuf>, Store) {
+    let (home, leaves) = new_pool(dir, layout, n, size);
+    let store = open_store(&home);
+    store
+        .dataset_create(
+            "tank/fs",
+            DatasetKind::Filesystem,
+            Default::default(),
+            None,
+            false,
+        )
+        .unwrap();
+    (home, leaves, store)
+}
+
 fn write_at(store: &Store, live: &mut Files, name: &str, off: usize, data: &[u8]) {
     let path = format!("tank/fs/{name}");
     if !live.contains_key(name) {
@@ -159,17 +180,7 @@ fn step(
 #[test]
 fn snapshots_read_back_what_they_saw_through_a_random_workload() {
     let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "raidz1", 3, 256 * MIB);
-    let mut store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    let (home, _, mut store) = pool_with_fs(dir.path(), "raidz1", 3, 256 * MIB);
     store.sync().unwrap();
     let baseline = store.space().used;
     let mut rng = rand::rngs::StdRng::seed_from_u64(16);
@@ -232,17 +243,7 @@ fn snapshots_read_back_what_they_saw_through_a_random_workload() {
 #[test]
 fn snapshot_space_is_what_destroy_frees() {
     let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB);
-    let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    let (home, _, store) = pool_with_fs(dir.path(), "mirror", 2, 256 * MIB);
     let mut live = Files::new();
     let mut data = vec![0u8; 8 * MIB as usize];
     rand::rngs::StdRng::seed_from_u64(3).fill_bytes(&mut data);
@@ -363,17 +364,7 @@ fn wreck_leaf(path: &std::path::Path, seed: u64) {
 #[test]
 fn scrub_repairs_blocks_only_a_snapshot_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let (home, leaves) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
-    let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    let (home, leaves, store) = pool_with_fs(dir.path(), "mirror", 2, 128 * MIB);
     store.set_property("tank/fs", "compression", "off").unwrap();
     let mut live = Files::new();
     let mut old = vec![0u8; 6 * MIB as usize];
@@ -414,17 +405,7 @@ fn scrub_repairs_blocks_only_a_snapshot_holds() {
 fn diff_names_modified_renamed_added_and_removed_objects() {
     use cairn_objset::posix::RenameMode;
     let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "mirror", 2, 128 * MIB);
-    let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    let (home, _, store) = pool_with_fs(dir.path(), "mirror", 2, 128 * MIB);
     let mut live = Files::new();
     for name in ["a", "b", "gone"] {
         write_at(&store, &mut live, name, 0, name.as_bytes());
