@@ -313,10 +313,15 @@ impl Filesystem for CairnFs {
         // caller without CAP_FSETID), so the kernel need not fetch the mode first: one
         // GETATTR fewer per chown (tar sets the owner of every file it writes).
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
-        // No writeback cache: with it the kernel acknowledges write() from its page cache
-        // and a full pool or a quota surfaces only later, as EIO at close or fsync (seen in
-        // quota_is_edquot_through_the_mount). Writes reach the store at write() time and
-        // fail there with ENOSPC / EDQUOT.
+        // The kernel's writeback cache gathers small writes into large ones, but it
+        // acknowledges write() from its page cache: a refusal comes later, at fsync or
+        // close. So it is on only where no quota can refuse a write (decided at mount):
+        // under a quota or refquota, writes reach the store at write() time and fail there
+        // with EDQUOT (quota_is_edquot_through_the_mount). A full pool, without a quota,
+        // reports ENOSPC at fsync (README, limits).
+        if !self.options.readonly && !self.store.is_quota_limited(self.dataset) {
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         Ok(())
     }
 
