@@ -318,7 +318,7 @@ impl Filesystem for CairnFs {
         // close. So it is on only where no quota can refuse a write (decided at mount):
         // under a quota or refquota, writes reach the store at write() time and fail there
         // with EDQUOT (quota_is_edquot_through_the_mount). A full pool, without a quota,
-        // reports ENOSPC at fsync (README, limits).
+        // is reported as ENOSPC by fsync, or by close (README, limits).
         if !self.options.readonly && !self.store.is_quota_limited(self.dataset) {
             let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }
