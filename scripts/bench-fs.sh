@@ -130,7 +130,8 @@ teardown() {
     zfs-fuse)
       # (zfs-fuse may still be busy with the rm just before: retry, then give up quietly)
       for _ in 1 2 3 4 5; do zpool destroy -f benchfs 2>/dev/null && break; sleep 2; done
-      kill "$(cat "$work/zfs-fuse.pid")"
+      # (it may have exited already: zpool destroy can end it)
+      kill "$(cat "$work/zfs-fuse.pid")" 2>/dev/null || true
       for _ in $(seq 50); do pgrep -x zfs-fuse >/dev/null || break; sleep 0.1; done
       rm -rf "$work/zfs" "$work/zfs-fuse.pid" ;;
     bindfs) umount "$2"; rm -rf "$work/bindfs-src" ;;

@@ -308,8 +308,9 @@ fn fsynced_appends_survive_kill_9() {
     assert!(scrub.contains("0 errors"), "{scrub}");
 }
 
-/// A refquota through the mount: statfs shows it, writing past it fails with EDQUOT (at the
-/// write or, with the kernel's writeback cache, at fsync), and the file system stays usable.
+/// A refquota through the mount: statfs shows it, writing past it fails with EDQUOT at the
+/// write itself (the kernel's writeback cache, which would acknowledge writes and report at
+/// fsync, is off for a dataset under a quota), and the file system stays usable.
 #[test]
 fn quota_is_edquot_through_the_mount() {
     if !fuse_available() {
@@ -322,12 +323,11 @@ fn quota_is_edquot_through_the_mount() {
     let st = nix_statvfs(&s.mnt);
     assert!(st <= 8 << 20, "statfs AVAIL {st} > refquota");
     let big = pseudo_random(16 << 20, 3);
-    let r = (|| -> std::io::Result<()> {
-        let mut f = fs::File::create(s.mnt.join("big"))?;
-        f.write_all(&big)?;
-        f.sync_all()
-    })();
-    let e = r.expect_err("16 MiB past an 8 MiB refquota");
+    let mut f = fs::File::create(s.mnt.join("big")).unwrap();
+    let e = f
+        .write_all(&big)
+        .expect_err("write() of 16 MiB past an 8 MiB refquota");
+    drop(f);
     assert_eq!(e.raw_os_error(), Some(libc::EDQUOT), "{e}");
     fs::remove_file(s.mnt.join("big")).unwrap();
     let small = pseudo_random(2 << 20, 4);
@@ -337,6 +337,66 @@ fn quota_is_edquot_through_the_mount() {
     drop(f);
     umount(&s);
     assert!(ok_bytes(&cairn(&s.home, &["cat", "tank/fs/small"])) == small);
+}
+
+/// Set-user-ID and set-group-ID bits are cleared by the file system
+/// (FUSE_HANDLE_KILLPRIV_V2), as Linux clears them: on chown (by root too), on a write or
+/// truncate by a user without CAP_FSETID, not on root's write.
+#[test]
+fn set_id_bits_are_cleared_as_linux_clears_them() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    // (The test's temporary directory is 0700; the unprivileged writer must reach the mount.)
+    fs::set_permissions(s._tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    mount(&s);
+    let f = s.mnt.join("prog");
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    let as_user = |script: &str| {
+        use std::os::unix::process::CommandExt;
+        let st = std::process::Command::new("sh")
+            .args(["-c", script, "sh", f.to_str().unwrap()])
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}: {st}");
+    };
+    fs::write(&f, b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"# root\n")
+        .unwrap();
+    assert_eq!(mode(&f), 0o6777, "root's write keeps them");
+    as_user("printf x >> \"$1\"");
+    assert_eq!(
+        mode(&f),
+        0o0777,
+        "an unprivileged write clears both (group-exec is set)"
+    );
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6767)).unwrap();
+    as_user("truncate -s 1 \"$1\"");
+    assert_eq!(
+        mode(&f),
+        0o2767,
+        "truncate: set-group-ID without group-exec stays"
+    );
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6755)).unwrap();
+    std::os::unix::fs::chown(&f, Some(65534), None).unwrap();
+    assert_eq!(mode(&f), 0o0755, "chown by root clears both");
+    let d = s.mnt.join("dir");
+    fs::create_dir(&d).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o2775)).unwrap();
+    std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
+    assert_eq!(mode(&d), 0o2775, "a directory keeps set-group-ID");
+    umount(&s);
+    mount(&s);
+    assert_eq!(mode(&f), 0o0755, "as stored");
+    umount(&s);
 }
 
 fn nix_statvfs(p: &Path) -> u64 {

@@ -27,12 +27,27 @@ use crate::nodes::Nodes;
 use crate::snapdir::{self, Node, SnapDir};
 use crate::{AtimeMode, FsOptions};
 
-/// How long the kernel may trust attributes and names it was given: every change goes
-/// through this process, which tells the kernel of its own changes by its replies.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may trust attributes and names it was given. Every change to a
+/// mounted dataset goes through this mount (the pool has one serving process, and its
+/// control socket changes no file), and the kernel learns of each change from the reply
+/// to its own request, so nothing it caches goes stale: the timeout only bounds memory.
+/// (At 1 s, `rm -r` of a tree untarred a minute earlier paid a LOOKUP and a GETATTR per
+/// file to revalidate what the kernel already knew.)
+const TTL: Duration = Duration::from_secs(3600);
 /// Largest write the kernel sends (FUSE's max_write).
 pub const MAX_WRITE: u32 = 1 << 20;
 const RELATIME_AGE_NS: u64 = 24 * 3600 * 1_000_000_000;
+/// Clears set-user-ID and set-group-ID as Linux does (see `SetAttr::kill_suidgid`).
+const KILL_SUIDGID: SetAttr = SetAttr {
+    mode: None,
+    uid: None,
+    gid: None,
+    size: None,
+    atime: None,
+    mtime: None,
+    ctime: None,
+    kill_suidgid: true,
+};
 
 pub struct CairnFs {
     store: Arc<Store>,
@@ -239,12 +254,17 @@ impl CairnFs {
         }
     }
 
-    fn write_at(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// Writes `data`; `kill_privs`: the kernel asks (FUSE_WRITE_KILL_SUIDGID, the writer
+    /// lacks CAP_FSETID) that set-user-ID and set-group-ID go first.
+    fn write_at(&self, obj: u64, offset: u64, data: &[u8], kill_privs: bool) -> Result<u32> {
         let dn = self.dnode(obj)?;
         if dn.kind != ObjectKind::File {
             return Err(Errno::EINVAL);
         }
         offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if kill_privs && dn.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            self.set_attr(self.ino(obj), KILL_SUIDGID)?;
+        }
         self.store
             .write(&self.resolved(obj, &dn), offset, data)
             .map_err(err)?;
@@ -321,10 +341,19 @@ impl Filesystem for CairnFs {
         // Lookups and creates in one directory run in parallel (the store serializes what
         // must be).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // No writeback cache: with it the kernel acknowledges write() from its page cache
-        // and a full pool or a quota surfaces only later, as EIO at close or fsync (seen in
-        // quota_is_edquot_through_the_mount). Writes reach the store at write() time and
-        // fail there with ENOSPC / EDQUOT.
+        // Set-user-ID and set-group-ID are cleared here (chown, writes and truncates by a
+        // caller without CAP_FSETID), so the kernel need not fetch the mode first: one
+        // GETATTR fewer per chown (tar sets the owner of every file it writes).
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // The kernel's writeback cache gathers small writes into large ones, but it
+        // acknowledges write() from its page cache: a refusal comes later, at fsync or
+        // close. So it is on only where no quota can refuse a write (decided at mount):
+        // under a quota or refquota, writes reach the store at write() time and fail there
+        // with EDQUOT (quota_is_edquot_through_the_mount). A full pool, without a quota,
+        // is reported as ENOSPC by fsync, or by close (README, limits).
+        if !self.options.readonly && !self.store.is_quota_limited(self.dataset) {
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         Ok(())
     }
 
@@ -374,7 +403,7 @@ impl Filesystem for CairnFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -398,6 +427,9 @@ impl Filesystem for CairnFs {
             atime: time_of(atime),
             mtime: time_of(mtime),
             ctime: ctime.map(from_system_time),
+            // A new owner always; a new size when the caller is not root (the kernel's
+            // FATTR_KILL_SUIDGID, which fuser does not pass on, says "lacks CAP_FSETID").
+            kill_suidgid: uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0),
         };
         match self.set_attr(ino, set) {
             Ok(dn) => reply.attr(&TTL, &file_attr(ino, &dn)),
@@ -638,12 +670,13 @@ impl Filesystem for CairnFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.write_at(self.object(ino), offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.write_at(self.object(ino), offset, data, kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -919,7 +952,7 @@ impl Filesystem for CairnFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -930,6 +963,10 @@ impl Filesystem for CairnFs {
         let obj = self.object(ino);
         let r = (|| -> Result<()> {
             let dn = self.dnode(obj)?;
+            // (As a write: the kernel leaves set-user-ID to us, FUSE_HANDLE_KILLPRIV_V2.)
+            if req.uid() != 0 && dn.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                self.set_attr(ino, KILL_SUIDGID)?;
+            }
             let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
             let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
             match mode & !libc::FALLOC_FL_KEEP_SIZE {

@@ -72,6 +72,11 @@ pub(crate) struct Presync {
     pub taken_bytes: u64,
     /// Blocks that landed in `written` since the store opened.
     pub landed_blocks: u64,
+    /// Objects given a whole dirty block since the writer last looked at them: the only
+    /// ones `take_batch` looks at (scanning every object in memory, under the state lock,
+    /// each time a few MiB of small files had been written cost more than the writes).
+    /// A superset is harmless: an object with nothing to take is dropped from it.
+    pub candidates: BTreeSet<u64>,
 }
 
 /// The state and pool behind an open store, shared with its background writer.

@@ -639,6 +639,10 @@ impl ReadPlan {
             let within = (from - block_start) as usize;
             if within == 0 && out.len() == bp.lsize as usize {
                 targets.push((*bp, out));
+            } else if let Some(block) = pool.cache.get_before_read(bp) {
+                // A part of a cached block (a dnode of the object table, a small random
+                // read): copy that part, not the whole block into a scratch buffer first.
+                copy_part(out, &block, within);
             } else {
                 partial.push((
                     targets.len(),
@@ -659,16 +663,20 @@ impl ReadPlan {
         }
         drop(targets);
         for ((_, within, at, len), data) in partial.iter().zip(&spare) {
-            let out = &mut buf[*at..*at + *len];
-            // A block stored shorter than the object's block size (the single block of a
-            // file that was small when written, since extended) reads as zeros past its end.
-            let stored = data.get(*within..).unwrap_or(&[]);
-            let avail = stored.len().min(*len);
-            out[..avail].copy_from_slice(&stored[..avail]);
-            out[avail..].fill(0);
+            copy_part(&mut buf[*at..*at + *len], data, *within);
         }
         Ok(())
     }
+}
+
+/// Copies the part of `block` from `within` into `out`. A block stored shorter than the
+/// object's block size (the single block of a file that was small when written, since
+/// extended) reads as zeros past its end.
+fn copy_part(out: &mut [u8], block: &[u8], within: usize) {
+    let stored = block.get(within..).unwrap_or(&[]);
+    let avail = stored.len().min(out.len());
+    out[..avail].copy_from_slice(&stored[..avail]);
+    out[avail..].fill(0);
 }
 
 /// Where the current contents of a block come from, for a read-modify-write.

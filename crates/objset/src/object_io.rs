@@ -171,6 +171,7 @@ impl StoreCore {
                 // A whole block: take the data as is (no zero fill, no second copy).
                 obj.dirty.insert(blkid, piece.to_vec());
                 obj.written_whole.insert(blkid);
+                st.presync.candidates.insert(id);
             } else {
                 obj.written_whole.remove(&blkid);
                 let block = obj

@@ -31,6 +31,9 @@ pub const S_IFMT: u32 = 0o170000;
 pub const S_IFDIR: u32 = 0o040000;
 pub const S_IFREG: u32 = 0o100000;
 pub const S_IFLNK: u32 = 0o120000;
+const S_ISUID: u32 = 0o4000;
+const S_ISGID: u32 = 0o2000;
+const S_IXGRP: u32 = 0o0010;
 
 /// A node to create.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +56,10 @@ pub struct SetAttr {
     pub atime: Option<u64>,
     pub mtime: Option<u64>,
     pub ctime: Option<u64>,
+    /// Clears set-user-ID, and set-group-ID when group-execute is set (what Linux does
+    /// when a file changes owner, or is written or truncated by a caller without
+    /// CAP_FSETID); after `mode`. Directories keep theirs.
+    pub kill_suidgid: bool,
 }
 
 /// How `rename` treats an existing target (Linux renameat2 flags).
@@ -438,6 +445,12 @@ impl StoreCore {
         let d = &mut o.dnode;
         if let Some(mode) = set.mode {
             d.mode = (d.mode & S_IFMT) | (mode & !S_IFMT);
+        }
+        if set.kill_suidgid && d.kind != ObjectKind::Directory {
+            d.mode &= !S_ISUID;
+            if d.mode & S_IXGRP != 0 {
+                d.mode &= !S_ISGID;
+            }
         }
         d.uid = set.uid.unwrap_or(d.uid);
         d.gid = set.gid.unwrap_or(d.gid);

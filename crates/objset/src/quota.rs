@@ -162,6 +162,17 @@ impl StoreCore {
         avail
     }
 
+    /// Whether a quota can refuse writes to `dataset` (by id): a refquota of its own, or a
+    /// quota on it or on an ancestor.
+    pub fn is_quota_limited(&self, dataset: u32) -> bool {
+        let st = self.lock();
+        let t = &st.datasets;
+        limit(t, dataset, "refquota").is_some()
+            || lineage(t, dataset)
+                .into_iter()
+                .any(|id| limit(t, id, "quota").is_some())
+    }
+
     /// AVAIL of dataset `dataset` (by id), for statfs.
     pub fn dataset_avail(&self, dataset: u32) -> u64 {
         let st = self.lock();

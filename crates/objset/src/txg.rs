@@ -333,6 +333,7 @@ impl TxgSync<'_> {
         st.damaged_dirty = false;
         st.dirty_bytes = 0;
         st.presync.taken_bytes = 0;
+        st.presync.candidates.clear();
         st.objects.retain(|_, o| o.is_dirty());
         st.dirs.trim();
         st.pending.clear();

@@ -164,15 +164,14 @@ impl StoreCore {
         let props = self.write_props(st);
         let mut items = Vec::new();
         let mut bytes = 0u64;
-        let mut ids: Vec<u64> = st
-            .objects
-            .iter()
-            .filter(|(&id, o)| id != DATASET_TABLE_OBJECT && !o.dirty.is_empty())
-            .map(|(&id, _)| id)
-            .collect();
-        ids.sort_unstable();
-        'objects: for id in ids {
-            let obj = st.objects.get_mut(&id).expect("listed");
+        // (In id order; an object stays a candidate only if the batch filled up in it.)
+        while let Some(id) = st.presync.candidates.pop_first() {
+            if id == DATASET_TABLE_OBJECT {
+                continue;
+            }
+            let Some(obj) = st.objects.get_mut(&id) else {
+                continue;
+            };
             let Some(&p) = props.get(&obj.dnode.dataset) else {
                 continue;
             };
@@ -194,8 +193,13 @@ impl StoreCore {
                     props: p,
                 });
                 if bytes >= self.config.background_batch {
-                    break 'objects;
+                    break;
                 }
+            }
+            if bytes >= self.config.background_batch {
+                // (It may have more whole blocks.)
+                st.presync.candidates.insert(id);
+                break;
             }
         }
         if items.is_empty() {

@@ -141,7 +141,13 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
                 jobs.push_back(job);
             }
         }
-        q.ready.notify_all();
+        // One wakeup per job queued: waking all 32 threads for a small batch made each of
+        // them take the lock and sleep again (most of a txg sync of many small files went
+        // into those wakeups). A thread re-checks the queue before it sleeps, so a job
+        // queued while every thread is busy is taken when one finishes.
+        for _ in 1..n {
+            q.ready.notify_one();
+        }
         *first_slot = Some(catch_unwind(AssertUnwindSafe(|| f(first))));
         latch.wait();
     }

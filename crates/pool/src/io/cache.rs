@@ -116,6 +116,16 @@ impl BlockCache {
 
     /// The logical contents of the block `bp` points to, if cached.
     pub fn get(&self, bp: &BlockPointer) -> Option<Arc<Vec<u8>>> {
+        self.lookup(bp, true)
+    }
+
+    /// `get` for a caller that reads the block through `Pool::read_bps_into` on a miss
+    /// (which counts the miss itself).
+    pub fn get_before_read(&self, bp: &BlockPointer) -> Option<Arc<Vec<u8>>> {
+        self.lookup(bp, false)
+    }
+
+    fn lookup(&self, bp: &BlockPointer, count_miss: bool) -> Option<Arc<Vec<u8>>> {
         if self.max_bytes == 0 || bp.is_hole() {
             return None;
         }
@@ -132,7 +142,7 @@ impl BlockCache {
                 Some(Arc::clone(&e.data))
             }
             _ => {
-                inner.misses += 1;
+                inner.misses += u64::from(count_miss);
                 None
             }
         }
