@@ -243,7 +243,7 @@ fn snapshots_read_back_what_they_saw_through_a_random_workload() {
 #[test]
 fn snapshot_space_is_what_destroy_frees() {
     let dir = tempfile::tempdir().unwrap();
-    let (home, _, store) = pool_with_fs(dir.path(), "mirror", 2, 256 * MIB);
+    let (_, _, store) = pool_with_fs(dir.path(), "mirror", 2, 256 * MIB);
     let mut live = Files::new();
     let mut data = vec![0u8; 8 * MIB as usize];
     rand::rngs::StdRng::seed_from_u64(3).fill_bytes(&mut data);
@@ -405,7 +405,7 @@ fn scrub_repairs_blocks_only_a_snapshot_holds() {
 fn diff_names_modified_renamed_added_and_removed_objects() {
     use cairn_objset::posix::RenameMode;
     let dir = tempfile::tempdir().unwrap();
-    let (home, _, store) = pool_with_fs(dir.path(), "mirror", 2, 128 * MIB);
+    let (_, _, store) = pool_with_fs(dir.path(), "mirror", 2, 128 * MIB);
     let mut live = Files::new();
     for name in ["a", "b", "gone"] {
         write_at(&store, &mut live, name, 0, name.as_bytes());
