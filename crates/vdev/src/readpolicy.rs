@@ -50,11 +50,15 @@ pub struct DiskView {
     pub load: f64,
     pub nonrot: bool,
     /// `Some(w)`: the side is being resynchronised and holds valid data below byte `w`.
+    /// `Some(0)` says it holds nothing a read may use (a real mirror also marks a side
+    /// that is offline, faulted or missing so); a real mirror, whose resilver copies in
+    /// block-tree order rather than by offset, sets `w` per read: above the read when the
+    /// resilver already copied it there, else 0.
     pub resync: Option<u64>,
 }
 
 /// A read policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     RoundRobin,
@@ -62,7 +66,26 @@ pub enum Policy {
     Load,
     Md,
     Nearest,
+    #[default]
     Auto,
+}
+
+/// A `readpolicy` value that names no policy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad readpolicy '{0}': valid values are auto, round-robin, least-queue, load, md, nearest")]
+pub struct BadPolicy(pub String);
+
+impl std::str::FromStr for Policy {
+    type Err = BadPolicy;
+    fn from_str(s: &str) -> Result<Policy, BadPolicy> {
+        Policy::parse(s).ok_or_else(|| BadPolicy(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Policy {
