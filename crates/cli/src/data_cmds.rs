@@ -643,7 +643,10 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
         let (v, src) = if is_pool_prop(k, &a.second) {
             let v = store.pool().property(k).map_err(err)?;
             let dflt = cairn_vdev::PoolProps::default().get(k).map_err(err)?;
-            (v.clone(), if v == dflt { "default" } else { "local" }.into())
+            (
+                v.clone(),
+                if v == dflt { "default" } else { "local" }.into(),
+            )
         } else {
             store.get_property(&a.second, k).map_err(err)?
         };

@@ -132,7 +132,10 @@ fn readpolicy_persists_across_export_and_import_and_bad_values_are_refused() {
     }
     assert!(msg.contains("'fastest'"), "{msg}");
     let e = pool.set_property("speed", "1").unwrap_err();
-    assert!(e.to_string().contains("unknown pool property 'speed'"), "{e}");
+    assert!(
+        e.to_string().contains("unknown pool property 'speed'"),
+        "{e}"
+    );
     assert_eq!(pool.property("readpolicy").unwrap(), "least-queue");
     pool.export().unwrap();
     let home = Home::at(dir.path().join("home"));
@@ -146,7 +149,10 @@ fn labels_without_props_read_as_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let pool = mirror_pool(dir.path(), Policy::Auto);
     let mut json = serde_json::to_value(pool.live_config()).unwrap();
-    assert!(json.get("props").is_none(), "defaults are not written: {json}");
+    assert!(
+        json.get("props").is_none(),
+        "defaults are not written: {json}"
+    );
     json.as_object_mut().unwrap().remove("props");
     let back: cairn_vdev::PoolConfig = serde_json::from_value(json).unwrap();
     assert_eq!(back.props, PoolProps::default());
@@ -176,7 +182,11 @@ fn resync_reads(policy: Policy) -> (u64, u64) {
     let below = read_many(top, &stats, 4, 50, 0..half)[1];
     let above = read_many(top, &stats, 4, 50, half..BLOCKS)[1];
     let (r, w, c) = top.children[1].stats.snapshot();
-    assert_eq!((r, w, c), (0, 0, 0), "{policy}: no error is charged to side 1");
+    assert_eq!(
+        (r, w, c),
+        (0, 0, 0),
+        "{policy}: no error is charged to side 1"
+    );
     (below, above)
 }
 
@@ -184,7 +194,10 @@ fn resync_reads(policy: Policy) -> (u64, u64) {
 fn a_resilvering_side_serves_reads_only_where_it_was_already_written() {
     for policy in [Policy::Md, Policy::Nearest, Policy::Auto] {
         let (below, above) = resync_reads(policy);
-        assert!(below > 20, "{policy}: side 1 served {below} of 200 copied reads");
+        assert!(
+            below > 20,
+            "{policy}: side 1 served {below} of 200 copied reads"
+        );
         assert_eq!(above, 0, "{policy}: side 1 served not-yet-copied blocks");
     }
     for policy in [Policy::RoundRobin, Policy::LeastQueue, Policy::Load] {

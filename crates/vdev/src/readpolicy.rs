@@ -58,7 +58,9 @@ pub struct DiskView {
 }
 
 /// A read policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     RoundRobin,
@@ -447,6 +449,19 @@ mod tests {
             } else {
                 assert_eq!(below, Some(0), "{p:?}");
             }
+        }
+    }
+
+    #[test]
+    fn property_values_parse_print_and_bad_ones_list_every_policy() {
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse::<Policy>(), Ok(p));
+            assert_eq!(p.to_string(), p.name());
+        }
+        assert_eq!(Policy::default(), Policy::Auto);
+        let msg = "fastest".parse::<Policy>().unwrap_err().to_string();
+        for p in Policy::ALL {
+            assert!(msg.contains(p.name()), "{msg}");
         }
     }
 
