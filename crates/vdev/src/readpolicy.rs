@@ -344,6 +344,23 @@ impl MirrorState {
         choose(policy, &self.views, offset, len, self.rotor)
     }
 
+    /// As [`MirrorState::choose`], but the sides are offered starting at a rotating one,
+    /// so sides the policy finds equally good take turns (a real mirror: every side is
+    /// read, and latent damage on any of them is found; ZFS picks among ties at random).
+    pub fn choose_rotated(&mut self, policy: Policy, offset: u64, len: u64) -> Option<usize> {
+        self.rotor = self.rotor.wrapping_add(1);
+        let n = self.views.len();
+        if n == 0 || policy == Policy::RoundRobin {
+            // round-robin rotates by itself (rotating the views too would cancel it)
+            return choose(policy, &self.views, offset, len, self.rotor);
+        }
+        let start = (self.rotor % n as u64) as usize;
+        let views: Vec<DiskView> = (0..n)
+            .map(|i| self.views[(start + i) % n].clone())
+            .collect();
+        choose(policy, &views, offset, len, self.rotor).map(|i| (start + i) % n)
+    }
+
     /// Records an I/O issued to `side`.
     pub fn issued(&mut self, side: usize, offset: u64, len: u64, read: bool) {
         let Some(v) = self.views.get_mut(side) else {

@@ -359,7 +359,7 @@ impl MirrorReads {
         for (c, &m) in marks.iter().enumerate() {
             st.set_resync(c, m);
         }
-        st.choose(policy, leaf_offset, len)
+        st.choose_rotated(policy, leaf_offset, len)
     }
 }
 
@@ -928,6 +928,13 @@ impl TopVdev {
                     }
                 },
             );
+        }
+        // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
+        // side the policy chose, as a missing raidz column does.
+        for (c, child) in self.children.iter().enumerate() {
+            if child.usable().is_none() && !report.failed_children.contains(&c) {
+                report.failed_children.push(c);
+            }
         }
         report.reconstructed =
             !report.failed_children.is_empty() || !report.checksum_failed_children.is_empty();
