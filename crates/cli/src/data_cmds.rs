@@ -558,6 +558,12 @@ pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
     }
 }
 
+/// Whether `prop` of `target` is a pool property (`readpolicy` of a pool name, no `/`):
+/// the pool's label config holds it, not the root dataset.
+fn is_pool_prop(prop: &str, target: &str) -> bool {
+    !target.contains(['/', '@']) && cairn_vdev::PoolProps::NAMES.contains(&prop)
+}
+
 #[derive(Args, Debug)]
 pub struct SetArgs {
     /// PROP=VALUE
@@ -570,7 +576,12 @@ pub fn set(a: SetArgs) -> Result<(), String> {
     let (k, v) = a
         .assignment
         .split_once('=')
-        .ok_or("use `cairn set PROP=VALUE DATASET`")?;
+        .ok_or("use `cairn set PROP=VALUE DATASET` or `cairn set PROP=VALUE POOL`")?;
+    if is_pool_prop(k, &a.target) {
+        let mut pool = Pool::open(&crate::home(), &a.target).map_err(err)?;
+        pool.set_property(k, v).map_err(err)?;
+        return pool.save_record().map_err(err);
+    }
     let store = open(pool_of(&a.target))?;
     store.set_property(&a.target, k, v).map_err(err)?;
     finish(store)
@@ -617,13 +628,28 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
                 .iter()
                 .map(|p| p.0.to_string()),
         )
+        .chain(
+            cairn_vdev::PoolProps::NAMES
+                .iter()
+                .filter(|p| is_pool_prop(p, &a.second))
+                .map(|p| p.to_string()),
+        )
         .collect()
     } else {
         a.first.split(',').map(String::from).collect()
     };
     let mut rows = Vec::new();
     for k in &keys {
-        let (v, src) = store.get_property(&a.second, k).map_err(err)?;
+        let (v, src) = if is_pool_prop(k, &a.second) {
+            let v = store.pool().property(k).map_err(err)?;
+            let dflt = cairn_vdev::PoolProps::default().get(k).map_err(err)?;
+            (
+                v.clone(),
+                if v == dflt { "default" } else { "local" }.into(),
+            )
+        } else {
+            store.get_property(&a.second, k).map_err(err)?
+        };
         rows.push((k.clone(), v, src));
     }
     if a.json {

@@ -20,6 +20,7 @@ fn parse_create_options(a: &CreateArgs) -> Result<CreateOptions, String> {
         force: a.force,
         dry_run: a.dry_run,
         direct: a.direct,
+        props: Default::default(),
     };
     for o in &a.options {
         match o.split_once('=') {
@@ -29,9 +30,12 @@ fn parse_create_options(a: &CreateArgs) -> Result<CreateOptions, String> {
                     .map_err(|_| format!("ashift must be a number from 9 to 16, got '{v}'"))?;
                 opts.ashift = Some(n);
             }
+            Some((k, v)) if cairn_vdev::PoolProps::NAMES.contains(&k) => {
+                opts.props.set(k, v).map_err(err)?;
+            }
             _ => {
                 return Err(format!(
-                    "unknown pool property '{o}'; supported: -o ashift=9..16"
+                    "unknown pool property '{o}'; supported: -o ashift=9..16, -o readpolicy=auto|round-robin|least-queue|load|md|nearest"
                 ))
             }
         }

@@ -363,3 +363,56 @@ fn data_path_put_get_datasets_properties_and_scrub() {
     let scrub = ok(&cairn(&home, &["scrub", "tank"]));
     assert!(scrub.contains(", 0 errors"), "{scrub}");
 }
+
+#[test]
+fn readpolicy_is_a_pool_property_set_at_create_and_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 64 * MIB);
+    let e = fails(&cairn(
+        &home,
+        &[
+            "create",
+            "-o",
+            "readpolicy=fast",
+            "tank",
+            "mirror",
+            &d[0],
+            &d[1],
+        ],
+    ));
+    assert!(
+        e.contains("bad readpolicy 'fast'") && e.contains("round-robin, least-queue, load, md"),
+        "{e}"
+    );
+    ok(&cairn(
+        &home,
+        &[
+            "create",
+            "-o",
+            "readpolicy=md",
+            "tank",
+            "mirror",
+            &d[0],
+            &d[1],
+        ],
+    ));
+    let got = ok(&cairn(&home, &["get", "-H", "readpolicy", "tank"]));
+    assert_eq!(got.trim(), "tank\treadpolicy\tmd\tlocal", "{got}");
+    ok(&cairn(&home, &["set", "readpolicy=nearest", "tank"]));
+    let e = fails(&cairn(&home, &["set", "readpolicy=fastest", "tank"]));
+    assert!(e.contains("valid values are auto, round-robin"), "{e}");
+    // Dataset properties of the root dataset are still set through the pool name.
+    ok(&cairn(&home, &["set", "compression=off", "tank"]));
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let got = ok(&cairn(
+        &home,
+        &["get", "-H", "readpolicy,compression", "tank"],
+    ));
+    assert!(got.contains("tank\treadpolicy\tnearest\tlocal"), "{got}");
+    assert!(got.contains("tank\tcompression\toff"), "{got}");
+}

@@ -12,7 +12,9 @@ pub mod fio;
 pub mod hdd;
 pub mod layouts;
 pub mod mech;
-pub mod policy;
+/// The mirror read policies live in the vdev crate, so real mirrors and the lab share
+/// one copy of the decision functions.
+pub use cairn_vdev::readpolicy as policy;
 pub mod raid1;
 pub mod spec;
 pub mod ssd;

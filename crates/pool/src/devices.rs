@@ -669,7 +669,9 @@ impl Pool {
                 .map(|(lc, l)| Child::new(lc.guid, lc.path.clone(), Some(l)))
                 .collect();
             self.config.vdevs.push(config.clone());
-            self.tops.push(TopVdev::new(config, children));
+            let top = TopVdev::new(config, children);
+            top.set_read_policy(self.config.props.readpolicy);
+            self.tops.push(top);
         }
         self.config.validate().map_err(PoolError::BadSpec)?;
         self.commit_config_keeping(newest)?;
@@ -723,6 +725,7 @@ impl Pool {
     fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Slot>) {
         self.config.vdevs[t] = config.clone();
         self.tops[t] = TopVdev::from_slots(config, children);
+        self.tops[t].set_read_policy(self.config.props.readpolicy);
     }
 
     /// The newest uberblock, found before leaf GUIDs change (which changes the GUID sum

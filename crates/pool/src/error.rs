@@ -10,6 +10,8 @@ pub enum PoolError {
     BadName { name: String, why: String },
     #[error("invalid vdev specification: {0}")]
     BadSpec(String),
+    #[error(transparent)]
+    Prop(#[from] cairn_vdev::PropError),
     #[error("invalid vdev specification: {0}\nuse '-f' to override the following errors")]
     MismatchedReplication(String),
     #[error("pool '{0}' already exists; pick another name or export/destroy it first")]

@@ -37,6 +37,8 @@ pub struct CreateOptions {
     pub dry_run: bool,
     /// Open leaves with O_DIRECT.
     pub direct: bool,
+    /// Pool properties (`-o readpolicy=…`).
+    pub props: cairn_vdev::PoolProps,
 }
 
 /// Health of a leaf, a top-level vdev or the pool, as `zpool status` names it.
@@ -358,6 +360,7 @@ impl Pool {
             vdevs,
             resilver: None,
             spares: Vec::new(),
+            props: opts.props,
         };
         config.validate().map_err(PoolError::BadSpec)?;
         let space = config_space(&config);
@@ -855,6 +858,23 @@ impl Pool {
         self.write_labels(false)
     }
 
+    /// Sets pool property `name` (`cairn set PROP=VALUE POOL`): in force for the next
+    /// read, and in the labels (config only, no new txg) so it survives export/import.
+    pub fn set_property(&mut self, name: &str, value: &str) -> Result<(), PoolError> {
+        let mut props = self.config.props;
+        props.set(name, value)?;
+        self.config.props = props;
+        for top in &self.tops {
+            top.set_read_policy(self.config.props.readpolicy);
+        }
+        self.write_config_labels(0)
+    }
+
+    /// The text form of pool property `name`.
+    pub fn property(&self, name: &str) -> Result<String, PoolError> {
+        Ok(self.config.props.get(name)?)
+    }
+
     /// The config with each leaf's current state (offline, faulted, DTL) and the resilver
     /// resume point, as the labels should say.
     pub fn live_config(&self) -> PoolConfig {
@@ -1210,6 +1230,7 @@ pub(crate) fn build_tops(
                 })
                 .collect();
             let top = TopVdev::from_slots(tc.clone(), children);
+            top.set_read_policy(config.props.readpolicy);
             trust_stale_if_needed(&top);
             top
         })

@@ -32,6 +32,11 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
     let home = Home::at(dir.path().join("home"));
     let opts = CreateOptions {
         ashift: Some(ashift),
+        // Every side must be read for the failure checks below; `auto` keeps a
+        // sequential reader on one side.
+        props: cairn_vdev::PoolProps {
+            readpolicy: cairn_vdev::readpolicy::Policy::RoundRobin,
+        },
         ..CreateOptions::default()
     };
     let pool = Pool::create(&home, "tank", &tokens, opts)

@@ -33,6 +33,55 @@ pub struct PoolConfig {
     /// Hot spares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<SpareConfig>,
+    /// Pool properties (absent in labels written before they existed: the defaults).
+    #[serde(default, skip_serializing_if = "PoolProps::is_default")]
+    pub props: PoolProps,
+}
+
+/// Pool-wide properties kept in the label config, where the pool layer reads them before
+/// any store is open (`cairn create -o PROP=V`, `cairn set PROP=V POOL`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolProps {
+    /// Which mirror side serves a read (`crate::readpolicy`).
+    #[serde(default)]
+    pub readpolicy: crate::readpolicy::Policy,
+}
+
+impl PoolProps {
+    /// Every pool property name `set`/`get` know.
+    pub const NAMES: [&'static str; 1] = ["readpolicy"];
+
+    pub fn is_default(&self) -> bool {
+        *self == PoolProps::default()
+    }
+
+    /// Sets property `name` from its text form.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), PropError> {
+        match name {
+            "readpolicy" => {
+                self.readpolicy = value.parse().map_err(PropError::BadReadPolicy)?;
+                Ok(())
+            }
+            _ => Err(PropError::Unknown(name.to_string())),
+        }
+    }
+
+    /// The text form of property `name`.
+    pub fn get(&self, name: &str) -> Result<String, PropError> {
+        match name {
+            "readpolicy" => Ok(self.readpolicy.name().to_string()),
+            _ => Err(PropError::Unknown(name.to_string())),
+        }
+    }
+}
+
+/// A pool property that cannot be set.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PropError {
+    #[error("unknown pool property '{0}' (pool properties: readpolicy)")]
+    Unknown(String),
+    #[error(transparent)]
+    BadReadPolicy(crate::readpolicy::BadPolicy),
 }
 
 /// A hot spare: AVAIL, or standing in for a failed leaf (`replacing`).

@@ -369,6 +369,9 @@ impl Leaf for FaultLeaf {
     fn physical_sector_size(&self) -> u32 {
         self.inner.physical_sector_size()
     }
+    fn nonrot(&self) -> bool {
+        self.inner.nonrot()
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if let Some(e) = self.read_fault() {
             return Err(e);
@@ -457,6 +460,9 @@ impl Leaf for CrashLeaf {
     }
     fn physical_sector_size(&self) -> u32 {
         self.inner.physical_sector_size()
+    }
+    fn nonrot(&self) -> bool {
+        self.inner.nonrot()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.inner.read_at(buf, offset)

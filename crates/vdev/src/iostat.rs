@@ -200,6 +200,9 @@ impl Leaf for MeteredLeaf {
     fn physical_sector_size(&self) -> u32 {
         self.inner.physical_sector_size()
     }
+    fn nonrot(&self) -> bool {
+        self.inner.nonrot()
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let n = buf.len() as u64;
         self.timed(READ, n, || self.inner.read_at(buf, offset))

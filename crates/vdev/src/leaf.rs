@@ -47,6 +47,12 @@ pub trait Leaf: Send + Sync + fmt::Debug {
     fn io_stats(&self) -> Option<&std::sync::Arc<crate::iostat::IoStats>> {
         None
     }
+    /// Whether the device has no moving head (SSD, tmpfs or page-cached file): mirror read
+    /// policies then weigh queue length rather than seek distance. Files are taken as
+    /// non-rotating unless known otherwise.
+    fn nonrot(&self) -> bool {
+        true
+    }
 }
 
 /// How to open a leaf.
@@ -71,6 +77,8 @@ pub struct FileLeaf {
     sector: u32,
     is_block_device: bool,
     direct: bool,
+    /// No moving head (see `Leaf::nonrot`).
+    nonrot: bool,
 }
 
 impl fmt::Debug for FileLeaf {
@@ -125,6 +133,7 @@ impl FileLeaf {
         } else {
             FILE_SECTOR_SIZE
         };
+        let nonrot = !(is_block_device && block_device_rotational(&meta));
         Ok(FileLeaf {
             path: shown,
             file,
@@ -132,6 +141,7 @@ impl FileLeaf {
             sector,
             is_block_device,
             direct: opts.direct,
+            nonrot,
         })
     }
 
@@ -171,6 +181,25 @@ fn block_device_physical_sector(file: &File) -> Option<u32> {
     (rc == 0 && size.is_power_of_two()).then_some(size)
 }
 
+/// `/sys/dev/block/MAJ:MIN/queue/rotational` of a block device (its disk's for a
+/// partition); false when sysfs does not say.
+fn block_device_rotational(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.rdev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let Ok(dir) = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")) else {
+        return false;
+    };
+    let own = dir.join("queue/rotational");
+    let parent = dir.parent().map(|p| p.join("queue/rotational"));
+    [Some(own), parent]
+        .into_iter()
+        .flatten()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|s| s.trim() == "1")
+}
+
 /// Alignment O_DIRECT needs for buffers, offsets and lengths.
 const DIRECT_ALIGN: usize = 4096;
 
@@ -183,6 +212,9 @@ impl Leaf for FileLeaf {
     }
     fn physical_sector_size(&self) -> u32 {
         self.sector
+    }
+    fn nonrot(&self) -> bool {
+        self.nonrot
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if self.direct && !is_direct_aligned(buf.as_ptr(), buf.len(), offset) {

@@ -14,18 +14,21 @@ pub mod iostat;
 pub mod label;
 pub mod label_io;
 pub mod leaf;
+pub mod readpolicy;
 pub mod rebuild;
 pub mod threads;
 pub mod top;
 
 pub use config::{
-    LeafConfig, Owner, PoolConfig, ResilverCheckpoint, SpareConfig, TopConfig, DTL_EVERYTHING,
+    LeafConfig, Owner, PoolConfig, PoolProps, PropError, ResilverCheckpoint, SpareConfig,
+    TopConfig, DTL_EVERYTHING,
 };
 pub use error::VdevError;
 pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};
 pub use label::{LabelConfig, LabelError, PoolState, Uberblock};
 pub use leaf::{FileLeaf, Leaf, LeafOptions};
-pub use top::{Child, IoReport, MirrorReadPolicy, RoundRobin, Slot, TopVdev};
+pub use readpolicy::Policy as ReadPolicy;
+pub use top::{Child, IoReport, Slot, TopVdev};
 
 /// A new random 64-bit GUID (never 0).
 pub fn new_guid() -> u64 {

@@ -13,10 +13,31 @@
 //! Reads fetch only data columns; parity is read when a column is missing, fails, or the
 //! caller's checksum says the assembled block is wrong (then every combination of up to
 //! `parity` columns is tried, as OpenZFS's `vdev_raidz_combrec` does).
+//!
+//! Mirror reads choose a side with the pool's `readpolicy` (`crate::readpolicy`, the same
+//! decision functions the bench lab runs on simulated disks):
+//!
+//! ```text
+//!   read_copies ─► sides' watermarks (no lock held) ─► lock MirrorReads.state:
+//!                  set_resync per side, choose, issued(side) ─► unlock ─► read_at
+//!                  ─► lock: completed(side) ─► unlock ─► verify, fall back, self-heal
+//! ```
+//! Rules that keep it correct:
+//! - The policy only orders the sides; every side is still read through
+//!   `Child::readable_for`, so a policy can never make a side serve a block it does not
+//!   hold. A side being resilvered is eligible for a read only where the running resilver
+//!   already wrote it (`Child::resilvered`, dropped on any failed write to the side), and
+//!   only for policies that read from resyncing sides (md, nearest, auto); for the others it
+//!   is tried only after every readable side failed, as before.
+//! - Unusable sides (offline, faulted, removed, missing) have watermark 0: never chosen.
+//! - One small mutex per vdev guards the per-side state (in flight, head position, recent
+//!   read ends, centroid, load); it is held only to choose and record, never across I/O,
+//!   and no other lock is taken while it is held. Every `issued` is paired with one
+//!   `completed`, whatever the I/O's outcome, so in-flight counts return to 0.
+//! - The policy itself is an atomic: `set_read_policy` takes effect on the next read.
 
-use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
@@ -25,6 +46,7 @@ use cairn_parity::RaidzParity;
 use crate::config::{top_display_name, TopConfig};
 use crate::error::VdevError;
 use crate::leaf::Leaf;
+use crate::readpolicy::{MirrorState, Policy};
 
 /// Per-leaf error counters, as `zpool status` shows them.
 #[derive(Debug, Default)]
@@ -297,24 +319,52 @@ impl DerefMut for Slot {
     }
 }
 
-/// Chooses which mirror child serves a read.
-pub trait MirrorReadPolicy: Send + Sync + fmt::Debug {
-    /// Writes into `order` the children to try, best first (all of `0..n`).
-    fn order(&self, offset: u64, n: usize, order: &mut Vec<usize>);
+/// The read policy of a mirror and what it knows about each side (see the module comment).
+#[derive(Debug)]
+struct MirrorReads {
+    /// Index into `Policy::ALL`.
+    policy: AtomicU8,
+    state: Mutex<MirrorState>,
 }
 
-/// Rotates the first choice over the children, read after read.
-#[derive(Debug, Default)]
-pub struct RoundRobin {
-    next: AtomicUsize,
-}
-
-impl MirrorReadPolicy for RoundRobin {
-    fn order(&self, _offset: u64, n: usize, order: &mut Vec<usize>) {
-        let first = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        order.clear();
-        order.extend((0..n).map(|i| (first + i) % n));
+impl MirrorReads {
+    fn new(children: &[Slot]) -> MirrorReads {
+        let nonrot: Vec<bool> = children
+            .iter()
+            .map(|slot| {
+                let child: &Child = slot;
+                child.leaf.as_ref().is_none_or(|l| l.nonrot())
+            })
+            .collect();
+        MirrorReads {
+            policy: AtomicU8::new(policy_index(Policy::default())),
+            state: Mutex::new(MirrorState::new(&nonrot)),
+        }
     }
+
+    fn policy(&self) -> Policy {
+        let i = self.policy.load(Ordering::Relaxed) as usize;
+        Policy::ALL.get(i).copied().unwrap_or_default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, MirrorState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chooses a side for a read of `len` bytes at `leaf_offset` and records it as issued.
+    /// `marks[c]` is side c's resync watermark for this read (`DiskView::resync`).
+    fn choose(&self, marks: &[Option<u64>], leaf_offset: u64, len: u64) -> Option<usize> {
+        let policy = self.policy();
+        let mut st = self.state();
+        for (c, &m) in marks.iter().enumerate() {
+            st.set_resync(c, m);
+        }
+        st.choose_rotated(policy, leaf_offset, len)
+    }
+}
+
+fn policy_index(p: Policy) -> u8 {
+    Policy::ALL.iter().position(|&q| q == p).unwrap_or(0) as u8
 }
 
 /// What happened during one block I/O besides success.
@@ -344,7 +394,7 @@ pub struct TopVdev {
     pub config: TopConfig,
     /// One slot per configured leaf; each dereferences to the device serving it.
     pub children: Vec<Slot>,
-    policy: Box<dyn MirrorReadPolicy>,
+    mirror: MirrorReads,
     parity: &'static RaidzParity,
 }
 
@@ -361,16 +411,28 @@ impl TopVdev {
             "one child per configured leaf"
         );
         TopVdev {
+            mirror: MirrorReads::new(&children),
             config,
             children,
-            policy: Box::<RoundRobin>::default(),
             parity: cairn_parity::default_parity(),
         }
     }
 
-    pub fn with_policy(mut self, policy: Box<dyn MirrorReadPolicy>) -> TopVdev {
-        self.policy = policy;
-        self
+    /// The mirror read policy in force (pool property `readpolicy`).
+    pub fn read_policy(&self) -> Policy {
+        self.mirror.policy()
+    }
+
+    /// Sets the mirror read policy; the next read uses it.
+    pub fn set_read_policy(&self, policy: Policy) {
+        self.mirror
+            .policy
+            .store(policy_index(policy), Ordering::Relaxed);
+    }
+
+    /// What the read policy knows about each side now (in flight, head position, …).
+    pub fn read_views(&self) -> Vec<crate::readpolicy::DiskView> {
+        self.mirror.state().views().to_vec()
     }
 
     pub(crate) fn parity(&self) -> &RaidzParity {
@@ -766,7 +828,14 @@ impl TopVdev {
         let jobs: Vec<(usize, u64, &[u8])> = (0..self.children.len())
             .map(|c| (c, LEAF_DATA_START + offset, data))
             .collect();
-        let failed = self.issue_writes(&jobs, data.len() as u64);
+        let len = data.len() as u64;
+        for &(c, at, _) in &jobs {
+            self.mirror.state().issued(c, at, len, false);
+        }
+        let failed = self.issue_writes(&jobs, len);
+        for &(c, at, _) in &jobs {
+            self.mirror.state().completed(c, at);
+        }
         if failed.len() == self.children.len() {
             return Err(VdevError::TooManyFailures {
                 vdev: self.display_name(),
@@ -781,16 +850,42 @@ impl TopVdev {
         })
     }
 
+    /// The sides to try for a read, best first: the policy's choice, then the others.
+    fn read_order(&self, leaf_offset: u64, len: u64) -> Vec<usize> {
+        let n = self.children.len();
+        let marks: Vec<Option<u64>> = (0..n)
+            .map(|c| self.side_watermark(c, leaf_offset, len))
+            .collect();
+        let first = self.mirror.choose(&marks, leaf_offset, len).unwrap_or(0);
+        (0..n).map(|i| (first + i) % n).collect()
+    }
+
+    /// Side `c`'s resync watermark for a read of `[leaf_offset, leaf_offset + len)`:
+    /// `None` for a side that holds everything, above the read for a resilvering side that
+    /// already holds it, 0 for one that cannot serve it.
+    fn side_watermark(&self, c: usize, leaf_offset: u64, len: u64) -> Option<u64> {
+        let child = &self.children[c];
+        if child.usable().is_none() {
+            return Some(0);
+        }
+        if !child.stale.load(Ordering::Relaxed) {
+            return None;
+        }
+        match child.readable_for(leaf_offset, len) {
+            Some(_) => Some(leaf_offset.saturating_add(len)),
+            None => Some(0),
+        }
+    }
+
     fn read_copies(
         &self,
         offset: u64,
         out: &mut [u8],
         verify: Option<Verifier<'_>>,
     ) -> Result<IoReport, VdevError> {
-        let mut order = Vec::with_capacity(self.children.len());
-        self.policy.order(offset, self.children.len(), &mut order);
-        let mut report = IoReport::default();
         let leaf_offset = LEAF_DATA_START + offset;
+        let order = self.read_order(leaf_offset, out.len() as u64);
+        let mut report = IoReport::default();
         let mut good = None;
         for &c in &order {
             let child = &self.children[c];
@@ -798,7 +893,12 @@ impl TopVdev {
                 report.failed_children.push(c);
                 continue;
             };
-            if let Err(e) = leaf.read_at(out, leaf_offset) {
+            self.mirror
+                .state()
+                .issued(c, leaf_offset, out.len() as u64, true);
+            let result = leaf.read_at(out, leaf_offset);
+            self.mirror.state().completed(c, leaf_offset);
+            if let Err(e) = result {
                 child.note_error(&child.stats.read_errors, &e);
                 report.failed_children.push(c);
                 continue;
@@ -828,6 +928,13 @@ impl TopVdev {
                     }
                 },
             );
+        }
+        // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
+        // side the policy chose, as a missing raidz column does.
+        for (c, child) in self.children.iter().enumerate() {
+            if child.usable().is_none() && !report.failed_children.contains(&c) {
+                report.failed_children.push(c);
+            }
         }
         report.reconstructed =
             !report.failed_children.is_empty() || !report.checksum_failed_children.is_empty();

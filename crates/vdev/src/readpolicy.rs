@@ -50,11 +50,17 @@ pub struct DiskView {
     pub load: f64,
     pub nonrot: bool,
     /// `Some(w)`: the side is being resynchronised and holds valid data below byte `w`.
+    /// `Some(0)` says it holds nothing a read may use (a real mirror also marks a side
+    /// that is offline, faulted or missing so); a real mirror, whose resilver copies in
+    /// block-tree order rather than by offset, sets `w` per read: above the read when the
+    /// resilver already copied it there, else 0.
     pub resync: Option<u64>,
 }
 
 /// A read policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     RoundRobin,
@@ -62,7 +68,26 @@ pub enum Policy {
     Load,
     Md,
     Nearest,
+    #[default]
     Auto,
+}
+
+/// A `readpolicy` value that names no policy.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad readpolicy '{0}': valid values are auto, round-robin, least-queue, load, md, nearest")]
+pub struct BadPolicy(pub String);
+
+impl std::str::FromStr for Policy {
+    type Err = BadPolicy;
+    fn from_str(s: &str) -> Result<Policy, BadPolicy> {
+        Policy::parse(s).ok_or_else(|| BadPolicy(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Policy {
@@ -319,6 +344,23 @@ impl MirrorState {
         choose(policy, &self.views, offset, len, self.rotor)
     }
 
+    /// As [`MirrorState::choose`], but the sides are offered starting at a rotating one,
+    /// so sides the policy finds equally good take turns (a real mirror: every side is
+    /// read, and latent damage on any of them is found; ZFS picks among ties at random).
+    pub fn choose_rotated(&mut self, policy: Policy, offset: u64, len: u64) -> Option<usize> {
+        self.rotor = self.rotor.wrapping_add(1);
+        let n = self.views.len();
+        if n == 0 || policy == Policy::RoundRobin {
+            // round-robin rotates by itself (rotating the views too would cancel it)
+            return choose(policy, &self.views, offset, len, self.rotor);
+        }
+        let start = (self.rotor % n as u64) as usize;
+        let views: Vec<DiskView> = (0..n)
+            .map(|i| self.views[(start + i) % n].clone())
+            .collect();
+        choose(policy, &views, offset, len, self.rotor).map(|i| (start + i) % n)
+    }
+
     /// Records an I/O issued to `side`.
     pub fn issued(&mut self, side: usize, offset: u64, len: u64, read: bool) {
         let Some(v) = self.views.get_mut(side) else {
@@ -424,6 +466,19 @@ mod tests {
             } else {
                 assert_eq!(below, Some(0), "{p:?}");
             }
+        }
+    }
+
+    #[test]
+    fn property_values_parse_print_and_bad_ones_list_every_policy() {
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse::<Policy>(), Ok(p));
+            assert_eq!(p.to_string(), p.name());
+        }
+        assert_eq!(Policy::default(), Policy::Auto);
+        let msg = "fastest".parse::<Policy>().unwrap_err().to_string();
+        for p in Policy::ALL {
+            assert!(msg.contains(p.name()), "{msg}");
         }
     }
 
