@@ -234,13 +234,8 @@ fn gflash(disks: &[DiskView], ok: &[usize], offset: u64) -> usize {
     if let Some(i) = continuing(disks, ok, offset) {
         return i;
     }
-    let idle: Vec<usize> = ok
-        .iter()
-        .copied()
-        .filter(|&i| disks[i].inflight == 0)
-        .collect();
-    if !idle.is_empty() {
-        return argmin(&idle, |i| disks[i].last_end.abs_diff(offset) as f64);
+    if let Some(i) = nearest_idle(disks, ok, offset) {
+        return i;
     }
     argmin(ok, |i| {
         let d = &disks[i];
@@ -249,10 +244,29 @@ fn gflash(disks: &[DiskView], ok: &[usize], offset: u64) -> usize {
 }
 
 fn continuing(disks: &[DiskView], ok: &[usize], offset: u64) -> Option<usize> {
-    ok.iter().copied().find(|&i| {
-        let e = disks[i].last_end;
-        offset >= e && offset - e <= STREAM_WINDOW
-    })
+    ok.iter()
+        .copied()
+        .find(|&i| within_stream(disks[i].last_end, offset))
+}
+
+/// A read at `offset` continues a stream that ended at `end`.
+fn within_stream(end: u64, offset: u64) -> bool {
+    offset >= end && offset - end <= STREAM_WINDOW
+}
+
+/// It continues the side's last read or one of its recent ones.
+fn continues_recent(d: &DiskView, offset: u64) -> bool {
+    within_stream(d.last_end, offset) || d.recent_ends.iter().any(|&e| within_stream(e, offset))
+}
+
+/// Among idle sides, the one whose head is nearest (`None` when every side is busy).
+fn nearest_idle(disks: &[DiskView], ok: &[usize], offset: u64) -> Option<usize> {
+    let idle: Vec<usize> = ok
+        .iter()
+        .copied()
+        .filter(|&i| disks[i].inflight == 0)
+        .collect();
+    (!idle.is_empty()).then(|| argmin(&idle, |i| disks[i].last_end.abs_diff(offset) as f64))
 }
 
 /// cairn's default. A read continuing one of the recent streams of any side (within
@@ -262,30 +276,23 @@ fn continuing(disks: &[DiskView], ok: &[usize], offset: u64) -> Option<usize> {
 /// first, nearest head; busy sides: min (queue + 1) · (|offset − centroid| + 1 MiB). SSDs:
 /// shortest queue.
 fn auto(disks: &[DiskView], ok: &[usize], offset: u64) -> usize {
-    let cont = ok.iter().copied().find(|&i| {
-        let near = |e: u64| offset >= e && offset - e <= STREAM_WINDOW;
-        near(disks[i].last_end) || disks[i].recent_ends.iter().any(|&e| near(e))
-    });
-    if cont.is_some() {
+    if ok.iter().any(|&i| continues_recent(&disks[i], offset)) {
         // streams: the side with the fewest commands, a continuing side winning ties
-        let near = |d: &DiskView| {
-            let n = |e: u64| offset >= e && offset - e <= STREAM_WINDOW;
-            n(d.last_end) || d.recent_ends.iter().any(|&e| n(e))
-        };
         return argmin(ok, |i| {
-            disks[i].inflight as f64 + if near(&disks[i]) { 0.0 } else { 1.0 }
+            let d = &disks[i];
+            d.inflight as f64
+                + if continues_recent(d, offset) {
+                    0.0
+                } else {
+                    1.0
+                }
         });
     }
     if ok.iter().all(|&i| disks[i].nonrot) {
         return argmin(ok, |i| disks[i].inflight as f64);
     }
-    let idle: Vec<usize> = ok
-        .iter()
-        .copied()
-        .filter(|&i| disks[i].inflight == 0)
-        .collect();
-    if !idle.is_empty() {
-        return argmin(&idle, |i| disks[i].last_end.abs_diff(offset) as f64);
+    if let Some(i) = nearest_idle(disks, ok, offset) {
+        return i;
     }
     argmin(ok, |i| {
         let d = &disks[i];
