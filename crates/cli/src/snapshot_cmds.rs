@@ -8,8 +8,11 @@ use std::path::Path;
 use cairn_geometry::units::format_zfs_size;
 use cairn_objset::dnode::ObjectKind;
 use cairn_objset::fs::kind_name;
+use cairn_objset::receive::ReceiveOptions;
+use cairn_objset::send::SendOptions;
 use cairn_objset::snapshot_ops::SnapshotInfo;
 use cairn_objset::snapshot_read::SnapshotView;
+use cairn_objset::stream::StreamStats;
 use cairn_objset::{ListEntry, Store};
 use clap::Args;
 
@@ -208,8 +211,19 @@ pub fn holds(names: &[String]) -> Result<(), String> {
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
-    /// POOL/DS@SNAPSHOT: a full stream of it goes to standard output.
+    /// POOL/DS@SNAPSHOT: a stream of it goes to standard output.
     snapshot: String,
+    /// An incremental from this earlier snapshot (`@a`, `a` or `POOL/DS@a`): only what
+    /// changed since it is sent.
+    #[arg(short = 'i', value_name = "SNAPSHOT", conflicts_with = "intermediates")]
+    incremental: Option<String>,
+    /// As -i, with every snapshot in between (a stream each).
+    #[arg(short = 'I', value_name = "SNAPSHOT")]
+    intermediates: Option<String>,
+    /// A replication stream: the dataset, its descendants, and all their snapshots up to
+    /// this one (from -i/-I's on, if given).
+    #[arg(short = 'R')]
+    replicate: bool,
     /// Print what was sent on standard error.
     #[arg(short = 'v')]
     verbose: bool,
@@ -224,28 +238,45 @@ pub fn send(a: SendArgs) -> Result<(), String> {
                 .into(),
         );
     }
+    let opts = SendOptions {
+        from: a.incremental.clone().or(a.intermediates.clone()),
+        intermediates: a.intermediates.is_some(),
+        replicate: a.replicate,
+    };
     let store = open(pool_of(&a.snapshot))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
-    let stats = store.send(&a.snapshot, &mut out).map_err(err);
+    let stats = store.send(&a.snapshot, &opts, &mut out).map_err(err);
     drop(out);
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        eprintln!(
-            "sent {}: {} objects, {} of data, {} stream bytes",
-            a.snapshot,
-            stats.objects,
-            format_zfs_size(stats.data_bytes),
-            stats.stream_bytes
-        );
+        eprintln!("sent {}: {}", a.snapshot, stream_summary(&stats));
     }
     Ok(())
 }
 
+/// "N streams, N objects (N freed), SIZE of data, N stream bytes".
+fn stream_summary(s: &StreamStats) -> String {
+    format!(
+        "{} stream{}, {} objects ({} freed), {} of data, {} stream bytes",
+        s.streams,
+        if s.streams == 1 { "" } else { "s" },
+        s.objects,
+        s.freed_objects,
+        format_zfs_size(s.data_bytes),
+        s.stream_bytes
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct ReceiveArgs {
-    /// POOL/NEWDS: created from the stream on standard input, with the sent snapshot.
+    /// POOL/DS: a full stream creates it; an incremental updates it (it must hold the
+    /// stream's origin snapshot). A replication stream's descendants go below it.
     pub target: String,
+    /// Roll the target back to the incremental's origin first (destroying newer snapshots
+    /// and changes made since).
+    #[arg(short = 'F')]
+    force: bool,
     /// Print what was received.
     #[arg(short = 'v')]
     verbose: bool,
@@ -254,16 +285,12 @@ pub struct ReceiveArgs {
 pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     let store = open(pool_of(&a.target))?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
-    let stats = store.receive(&a.target, &mut input).map_err(err);
+    let opts = ReceiveOptions { force: a.force };
+    let stats = store.receive(&a.target, &opts, &mut input).map_err(err);
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        println!(
-            "received {}: {} objects, {} of data",
-            a.target,
-            stats.objects,
-            format_zfs_size(stats.data_bytes)
-        );
+        println!("received {}: {}", a.target, stream_summary(&stats));
     }
     Ok(())
 }

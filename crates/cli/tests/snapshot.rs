@@ -87,6 +87,25 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@monday/file"])) == v1);
     let e = fails(&cairn(&home, &["send", "tank/fs@nope"]));
     assert!(e.contains("tank/fs@nope"), "{e}");
+    // An incremental from monday: only the change travels, and the copy follows.
+    ok(&cairn(&home, &["snapshot", "tank/fs@inc"]));
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "-i", "@monday", "tank/fs@inc"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(std::fs::metadata(&stream).unwrap().len() < 2 * v1.len() as u64);
+    let got = support::cairn_cmd(&home)
+        .args(["receive", "-v", "backup/fs"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&got.stdout);
+    assert!(got.status.success() && said.contains("1 stream,"), "{said}");
+    let now = ok_bytes(&cairn(&home, &["cat", "tank/fs/file"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@inc/file"])) == now);
 
     // diff: what changed since monday (the file was replaced: same name, new object).
     ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));

@@ -101,7 +101,7 @@ pub fn validate_dataset_name(name: &str) -> Result<(), StoreError> {
     if name.contains('@') {
         return Err(StoreError::BadName(
             name.to_string(),
-            "'@' names a snapshot, and cairn has no snapshots yet; a dataset is POOL/NAME".into(),
+            "'@' names a snapshot; a dataset is POOL/NAME".into(),
         ));
     }
     if !name.contains('/') {

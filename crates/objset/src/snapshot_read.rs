@@ -72,6 +72,17 @@ impl StoreCore {
             .ok_or_else(|| StoreError::NotFound(format!("{}: object {id}", v.name)))
     }
 
+    /// Object `id` as the snapshot shows it, or `None` if it is not part of it.
+    pub(crate) fn snapshot_dnode_if_any(
+        &self,
+        v: &SnapshotView,
+        id: u64,
+    ) -> Result<Option<Dnode>, StoreError> {
+        let mut st = self.lock();
+        let rec = record(&st, v)?;
+        snapshot_dnode_locked(&self.pool, &mut st, &rec, id)
+    }
+
     /// Reads from object `id` of the snapshot; returns the bytes read (0 at its end).
     pub fn snapshot_read(
         &self,

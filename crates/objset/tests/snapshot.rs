@@ -7,49 +7,15 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cairn_objset::receive::ReceiveOptions;
 use cairn_objset::scrub::ScrubControl;
-use cairn_objset::snapshot_read::SnapshotView;
+use cairn_objset::send::SendOptions;
 use cairn_objset::{DatasetKind, Store};
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 
 const MIB: u64 = 1 << 20;
 const FILES: usize = 6;
-
-type Files = BTreeMap<String, Vec<u8>>;
-
-fn read_live(store: &Store, path: &str) -> Vec<u8> {
-    let r = store.resolve(path).unwrap();
-    let size = store.object_dnode(&r).unwrap().size as usize;
-    let mut buf = vec![0u8; size];
-    assert_eq!(store.read(&r, 0, &mut buf).unwrap(), size);
-    buf
-}
-
-/// Every file of a snapshot by path (a directory as `path/`, with no contents).
-fn read_snapshot(store: &Store, v: &SnapshotView) -> Files {
-    let mut out = Files::new();
-    read_snapshot_dir(store, v, v.root, "", &mut out);
-    out
-}
-
-fn read_snapshot_dir(store: &Store, v: &SnapshotView, dir: u64, prefix: &str, out: &mut Files) {
-    for (name, e) in store.snapshot_read_dir(v, dir).unwrap() {
-        let dn = store.snapshot_dnode(v, e.object).unwrap();
-        if dn.kind == cairn_objset::dnode::ObjectKind::Directory {
-            let path = format!("{prefix}{name}/");
-            read_snapshot_dir(store, v, e.object, &path, out);
-            out.insert(path, Vec::new());
-            continue;
-        }
-        let mut buf = vec![0u8; dn.size as usize];
-        assert_eq!(
-            store.snapshot_read(v, e.object, 0, &mut buf).unwrap(),
-            buf.len()
-        );
-        out.insert(format!("{prefix}{name}"), buf);
-    }
-}
 
 fn check_all(store: &Store, live: &Files, snaps: &BTreeMap<String, Files>, step: usize) {
     for (name, want) in live {
@@ -480,14 +446,17 @@ fn send_and_receive_round_trip_and_refuse_damage() {
     src.snapshot_create(&["tank/fs@s1".to_string()], false)
         .unwrap();
     let mut stream = Vec::new();
-    let sent = src.send("tank/fs@s1", &mut stream).unwrap();
+    let sent = src
+        .send("tank/fs@s1", &SendOptions::default(), &mut stream)
+        .unwrap();
     assert!(sent.data_bytes < 6 * MIB, "holes are not sent: {sent:?}");
 
     // Into a second pool, under another name.
     let dir2 = tempfile::tempdir().unwrap();
     let (home2, _) = new_pool(dir2.path(), "", 1, 256 * MIB);
     let dst = open_store(&home2);
-    dst.receive("tank/copy", &mut &stream[..]).unwrap();
+    dst.receive("tank/copy", &ReceiveOptions::default(), &mut &stream[..])
+        .unwrap();
     let view = |s: &Store, n: &str| s.snapshot_view(n).unwrap();
     let (a, b) = (view(&src, "tank/fs@s1"), view(&dst, "tank/copy@s1"));
     assert_eq!(read_snapshot(&src, &a), read_snapshot(&dst, &b));
@@ -514,17 +483,29 @@ fn send_and_receive_round_trip_and_refuse_damage() {
     let mut flipped = stream.clone();
     let at = flipped.len() / 2;
     flipped[at] ^= 0x10;
-    let e = dst.receive("tank/bad", &mut &flipped[..]).unwrap_err();
+    let e = dst
+        .receive("tank/bad", &ReceiveOptions::default(), &mut &flipped[..])
+        .unwrap_err();
     assert!(e.to_string().contains("check"), "{e}");
     let e = dst
-        .receive("tank/bad", &mut &stream[..stream.len() - 20])
+        .receive(
+            "tank/bad",
+            &ReceiveOptions::default(),
+            &mut &stream[..stream.len() - 20],
+        )
         .unwrap_err();
     assert!(e.to_string().contains("ends early"), "{e}");
     let e = dst
-        .receive("tank/bad", &mut &b"not a stream at all"[..])
+        .receive(
+            "tank/bad",
+            &ReceiveOptions::default(),
+            &mut &b"not a stream at all"[..],
+        )
         .unwrap_err();
     assert!(e.to_string().contains("send stream"), "{e}");
     assert!(dst.datasets().by_name("tank/bad").is_none());
-    let e = dst.receive("tank/copy", &mut &stream[..]).unwrap_err();
+    let e = dst
+        .receive("tank/copy", &ReceiveOptions::default(), &mut &stream[..])
+        .unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
 }
