@@ -22,8 +22,9 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// Pool name of `POOL[/…]`.
+/// The pool of `POOL/DS…`, `POOL@SNAP` or `POOL/DS@SNAP/PATH`.
 pub(crate) fn pool_of(path: &str) -> &str {
-    path.split('/').next().unwrap_or(path)
+    path.split(['/', '@']).next().unwrap_or(path)
 }
 
 /// Opens the pool and its store.
@@ -620,6 +621,7 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             "usedbychildren",
             "written",
             "compressratio",
+            "receive_resume_token",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -12,7 +12,7 @@ use cairn_objset::receive::ReceiveOptions;
 use cairn_objset::send::SendOptions;
 use cairn_objset::snapshot_ops::SnapshotInfo;
 use cairn_objset::snapshot_read::SnapshotView;
-use cairn_objset::stream::StreamStats;
+use cairn_objset::stream::{ResumeToken, StreamStats};
 use cairn_objset::{ListEntry, Store};
 use clap::Args;
 
@@ -212,7 +212,12 @@ pub fn holds(names: &[String]) -> Result<(), String> {
 #[derive(Args, Debug)]
 pub struct SendArgs {
     /// POOL/DS@SNAPSHOT: a stream of it goes to standard output.
-    snapshot: String,
+    #[arg(required_unless_present = "token")]
+    snapshot: Option<String>,
+    /// Resume a receive that `receive -s` kept: TOKEN is the receiving dataset's
+    /// receive_resume_token; the rest of its stream is sent.
+    #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["snapshot", "incremental", "intermediates", "replicate"])]
+    token: Option<String>,
     /// An incremental from this earlier snapshot (`@a`, `a` or `POOL/DS@a`): only what
     /// changed since it is sent.
     #[arg(short = 'i', value_name = "SNAPSHOT", conflicts_with = "intermediates")]
@@ -243,14 +248,27 @@ pub fn send(a: SendArgs) -> Result<(), String> {
         intermediates: a.intermediates.is_some(),
         replicate: a.replicate,
     };
-    let store = open(pool_of(&a.snapshot))?;
+    let (what, pool) = match (&a.snapshot, &a.token) {
+        (Some(snapshot), _) => (snapshot.clone(), pool_of(snapshot).to_string()),
+        (None, Some(token)) => {
+            let t = ResumeToken::decode(token).map_err(err)?;
+            (format!("the rest of {}", t.to), pool_of(&t.to).to_string())
+        }
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let store = open(&pool)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
-    let stats = store.send(&a.snapshot, &opts, &mut out).map_err(err);
+    let stats = match (&a.snapshot, &a.token) {
+        (Some(snapshot), _) => store.send(snapshot, &opts, &mut out),
+        (None, Some(token)) => store.send_resume(token, &mut out),
+        (None, None) => unreachable!("clap requires one"),
+    }
+    .map_err(err);
     drop(out);
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        eprintln!("sent {}: {}", a.snapshot, stream_summary(&stats));
+        eprintln!("sent {what}: {}", stream_summary(&stats));
     }
     Ok(())
 }
@@ -277,6 +295,14 @@ pub struct ReceiveArgs {
     /// and changes made since).
     #[arg(short = 'F')]
     force: bool,
+    /// If the stream stops part-way, keep what arrived: `cairn send -t TOKEN` (TOKEN from
+    /// `cairn get receive_resume_token DS`) sends the rest.
+    #[arg(short = 's')]
+    resumable: bool,
+    /// Discard a partial receive kept by -s (the dataset it was making, or what it applied
+    /// since the incremental's origin); reads no stream.
+    #[arg(short = 'A', conflicts_with_all = ["force", "resumable"])]
+    abort: bool,
     /// Print what was received.
     #[arg(short = 'v')]
     verbose: bool,
@@ -284,8 +310,16 @@ pub struct ReceiveArgs {
 
 pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     let store = open(pool_of(&a.target))?;
+    if a.abort {
+        let done = store.receive_abort(&a.target).map_err(err);
+        finish(store)?;
+        return done;
+    }
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
-    let opts = ReceiveOptions { force: a.force };
+    let opts = ReceiveOptions {
+        force: a.force,
+        resumable: a.resumable,
+    };
     let stats = store.receive(&a.target, &opts, &mut input).map_err(err);
     finish(store)?;
     let stats = stats?;

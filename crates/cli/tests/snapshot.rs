@@ -106,6 +106,40 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     assert!(got.status.success() && said.contains("1 stream,"), "{said}");
     let now = ok_bytes(&cairn(&home, &["cat", "tank/fs/file"]));
     assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@inc/file"])) == now);
+    // A stream cut in half, received with -s, resumes with send -t.
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "tank/fs@inc"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bytes = std::fs::read(&stream).unwrap();
+    std::fs::write(&stream, &bytes[..bytes.len() / 2]).unwrap();
+    let cut = support::cairn_cmd(&home)
+        .args(["receive", "-s", "backup/half"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&cut.stderr);
+    assert!(!cut.status.success() && e.contains("send -t"), "{e}");
+    let token = ok(&cairn(&home, &["get", "-H", "receive_resume_token", "backup/half"]));
+    let token = token.split('\t').nth(2).unwrap().trim().to_string();
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "-t", &token])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(std::fs::metadata(&stream).unwrap().len() < bytes.len() as u64);
+    let st = support::cairn_cmd(&home)
+        .args(["receive", "-s", "backup/half"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/half@inc/file"])) == now);
 
     // diff: what changed since monday (the file was replaced: same name, new object).
     ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));

@@ -333,6 +333,13 @@ impl StoreCore {
                 "-".into(),
             ),
             "written" => (info.written.to_string(), "-".into()),
+            "receive_resume_token" => (
+                ds.props
+                    .get(crate::receive::RESUME_TOKEN_PROP)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                "-".into(),
+            ),
             "compressratio" => (format!("{:.2}x", info.compressratio), "-".into()),
             "type" => (
                 match info.kind {

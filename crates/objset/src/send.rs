@@ -30,7 +30,8 @@ use crate::receive::RECEIVE_MAP_PROP;
 use crate::snapshot_ops::split_snapshot_name;
 use crate::snapshot_read::SnapshotView;
 use crate::stream::{
-    object_record, Header, Sender, StreamStats, DATA, DATA_CHUNK, DIR, FREE, HOLE, OBJECT,
+    object_record, Header, Position, ResumeToken, Sender, StreamStats, DATA, DATA_CHUNK, DIR, FREE,
+    HOLE, OBJECT,
 };
 
 /// What `cairn send` sends besides the snapshot named.
@@ -54,6 +55,8 @@ struct Step {
     from: Option<String>,
     to: String,
     path: String,
+    /// `send -t`: the token naming where the stream resumes.
+    resume: Option<ResumeToken>,
 }
 
 /// Objects of a snapshot with their dnodes, in id order.
@@ -88,6 +91,36 @@ impl StoreCore {
             total.add(&self.send_stream(&step, out)?);
         }
         Ok(total)
+    }
+
+    /// `cairn send -t TOKEN`: the rest of a stream that `receive -s` kept a part of.
+    pub fn send_resume(&self, token: &str, out: &mut dyn Write) -> Result<StreamStats, StoreError> {
+        let t = ResumeToken::decode(token)?;
+        let (dataset, to) = split_snapshot_name(&t.to)?;
+        let from = if t.from_guid == 0 {
+            None
+        } else {
+            let table = self.datasets();
+            let ds = table
+                .by_name(dataset)
+                .ok_or_else(|| StoreError::NoSuchDataset(dataset.into()))?;
+            let origin = table.snapshots.of(ds.id).find(|r| r.guid == t.from_guid);
+            let origin = origin.ok_or_else(|| {
+                StoreError::NotFound(format!(
+                    "the snapshot of {dataset} the resumed incremental starts from (guid {:016x}): it was destroyed, so the receive cannot be resumed; `cairn receive -A` discards it",
+                    t.from_guid
+                ))
+            })?;
+            Some(origin.name.clone())
+        };
+        let step = Step {
+            dataset: dataset.to_string(),
+            from,
+            to: to.to_string(),
+            path: String::new(),
+            resume: Some(t),
+        };
+        self.send_stream(&step, out)
     }
 
     /// The streams of a send, parents before children, oldest snapshot first.
@@ -143,6 +176,7 @@ impl StoreCore {
                 from: from.map(|i| names[i].to_string()),
                 to: names[to].to_string(),
                 path: path.to_string(),
+                resume: None,
             };
             let every = opts.intermediates || opts.replicate;
             match (start, every) {
@@ -184,7 +218,18 @@ impl StoreCore {
             props,
             from_guid: va.as_ref().map_or(0, guid_of),
             path: step.path.clone(),
+            source: step.dataset.clone(),
+            resume: step.resume.as_ref().map(|t| t.at),
         };
+        if let Some(t) = &step.resume {
+            // The snapshots must be the very ones the token names.
+            if (header.guid, header.from_guid) != (t.to_guid, t.from_guid) {
+                return Err(StoreError::NotFound(format!(
+                    "{} as the resume token names it (guid {:016x}): it was destroyed or replaced, so the receive cannot be resumed; `cairn receive -A` discards it",
+                    t.to, t.to_guid
+                )));
+            }
+        }
         let mut s = Sender::start(out, &header)?;
         match &va {
             None => self.send_full(&vb, &mut s)?,
@@ -196,6 +241,9 @@ impl StoreCore {
     fn send_full(&self, v: &SnapshotView, s: &mut Sender<'_>) -> Result<(), StoreError> {
         let (objects, dirs) = self.collect(v)?;
         for (id, dn) in &objects {
+            if !s.sends_object(*id) {
+                continue;
+            }
             s.record(OBJECT, &object_record(*id, dn))?;
             s.stats.objects += 1;
             if dn.kind != ObjectKind::Directory {
@@ -203,7 +251,9 @@ impl StoreCore {
             }
         }
         for dir in dirs {
-            self.send_dir(v, dir, s)?;
+            if s.sends(Position::DIRS, dir, 0) {
+                self.send_dir(v, dir, s)?;
+            }
         }
         Ok(())
     }
@@ -216,6 +266,9 @@ impl StoreCore {
     ) -> Result<(), StoreError> {
         let changes = self.changes(va, vb)?;
         for (&id, (dn, existed)) in &changes.objects {
+            if !s.sends_object(id) {
+                continue;
+            }
             s.record(OBJECT, &object_record(id, dn))?;
             s.stats.objects += 1;
             match (dn.kind, existed) {
@@ -225,11 +278,14 @@ impl StoreCore {
             }
         }
         for (&id, (dn, _)) in &changes.objects {
-            if dn.kind == ObjectKind::Directory {
+            if dn.kind == ObjectKind::Directory && s.sends(Position::DIRS, id, 0) {
                 self.send_dir(vb, id, s)?;
             }
         }
         for id in changes.freed {
+            if !s.sends(Position::FREES, id, 0) {
+                continue;
+            }
             s.record(FREE, &id.to_le_bytes())?;
             s.stats.freed_objects += 1;
         }
@@ -348,7 +404,7 @@ impl StoreCore {
                 BlockChange::Hole { first, count } => (first, count),
             };
             let off = first.saturating_mul(bs);
-            if off >= dn.size {
+            if off >= dn.size || !s.sends(Position::OBJECTS, id, off) {
                 continue;
             }
             let len = count.saturating_mul(bs).min(dn.size - off);
@@ -375,7 +431,7 @@ impl StoreCore {
         s: &mut Sender<'_>,
     ) -> Result<(), StoreError> {
         let mut buf = vec![0u8; DATA_CHUNK];
-        let mut off = 0u64;
+        let mut off = s.data_start(id);
         while off < dn.size {
             let n = self.snapshot_read(v, id, off, &mut buf)?;
             if n == 0 {

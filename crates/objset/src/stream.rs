@@ -6,7 +6,8 @@
 //!           snapshot name str | guid u64 | txg u64 | root src id u64 | nprops u64 |
 //!           (key str, value str)… |
 //!           v2: from guid u64 (0: a full stream) | dataset path str ("" the sent dataset,
-//!               "a/b" a descendant of it, in a replication stream)
+//!               "a/b" a descendant of it, in a replication stream) | sender's dataset
+//!               name str | resumed u8 (1: `send -t`) [| phase u8 | object u64 | offset u64]
 //!  record   type u8 | length u32 | payload | check 16 B
 //!           check = blake3(previous check ‖ type ‖ length ‖ payload)[..16], the first
 //!           previous check being the header's own: any flipped, missing, reordered or
@@ -26,6 +27,12 @@
 //! same way. Records come in this order: objects (each followed by its data and holes) in
 //! id order, directories in id order, frees, end. Several streams may follow each other
 //! (`send -I`, `send -R`): each has its header and its own chain.
+//!
+//! Resuming (`receive -s`, `send -t`): records have a position — OBJECT and DATA/HOLE
+//! (phase 0, object, offset), DIR (1, dir, 0), FREE (2, object, 0). A receive cut short
+//! with `-s` keeps what it applied and a token naming the position after it; the resumed
+//! stream sends only records from there on (and the OBJECT record of the object it starts
+//! in, so its attributes are applied again).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -92,6 +99,38 @@ pub(crate) struct Header {
     pub from_guid: u64,
     /// Where the dataset sits below the one sent ("" for itself).
     pub path: String,
+    /// The dataset's name on the sender (for resume tokens).
+    pub source: String,
+    /// A resumed stream (`send -t`): it starts at this position.
+    pub resume: Option<Position>,
+}
+
+/// A place in a stream (see "Resuming" above); ordered as records are sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub phase: u8,
+    pub object: u64,
+    pub offset: u64,
+}
+
+impl Position {
+    pub const OBJECTS: u8 = 0;
+    pub const DIRS: u8 = 1;
+    pub const FREES: u8 = 2;
+
+    /// Whether a resumed stream starting here sends object `id`'s OBJECT record.
+    pub fn sends_object(&self, id: u64) -> bool {
+        self.phase == Self::OBJECTS && id >= self.object
+    }
+
+    /// Whether it sends a record at `phase`/`object`/`offset`.
+    pub fn sends(&self, phase: u8, object: u64, offset: u64) -> bool {
+        Position {
+            phase,
+            object,
+            offset,
+        } >= *self
+    }
 }
 
 impl Header {
@@ -109,7 +148,11 @@ impl Header {
         for (k, val) in &self.props {
             h.str(k).str(val);
         }
-        h.u64(self.from_guid).str(&self.path);
+        h.u64(self.from_guid).str(&self.path).str(&self.source);
+        match self.resume {
+            None => h.u8(0),
+            Some(p) => h.u8(1).u8(p.phase).u64(p.object).u64(p.offset),
+        };
         h.buf
     }
 }
@@ -119,6 +162,8 @@ pub(crate) struct Sender<'a> {
     out: &'a mut dyn Write,
     check: [u8; CHECK],
     pub stats: StreamStats,
+    /// A resumed stream sends only records from here on.
+    resume: Option<Position>,
 }
 
 impl<'a> Sender<'a> {
@@ -135,7 +180,26 @@ impl<'a> Sender<'a> {
             out,
             check: header_check(&bytes),
             stats,
+            resume: header.resume,
         })
+    }
+
+    /// Whether object `id`'s OBJECT record is sent (all are, unless resuming).
+    pub fn sends_object(&self, id: u64) -> bool {
+        self.resume.is_none_or(|p| p.sends_object(id))
+    }
+
+    /// Whether the record at this position is sent.
+    pub fn sends(&self, phase: u8, object: u64, offset: u64) -> bool {
+        self.resume.is_none_or(|p| p.sends(phase, object, offset))
+    }
+
+    /// Where object `id`'s data starts (0, unless a resumed stream starts inside it).
+    pub fn data_start(&self, id: u64) -> u64 {
+        match self.resume {
+            Some(p) if p.phase == Position::OBJECTS && p.object == id => p.offset,
+            _ => 0,
+        }
     }
 
     fn io(e: std::io::Error) -> StoreError {
@@ -289,10 +353,15 @@ impl<'a> Input<'a> {
             let k = self.str()?;
             props.insert(k, self.str()?);
         }
-        let (from_guid, path) = if version >= 2 {
-            (self.u64()?, self.str()?)
+        let (from_guid, path, source, resume) = if version >= 2 {
+            (
+                self.u64()?,
+                self.str()?,
+                self.str()?,
+                self.resume_position()?,
+            )
         } else {
-            (0, String::new())
+            (0, String::new(), String::new(), None)
         };
         if !path.is_empty() {
             path.split('/')
@@ -307,7 +376,28 @@ impl<'a> Input<'a> {
             props,
             from_guid,
             path,
+            source,
+            resume,
         })
+    }
+
+    fn resume_position(&mut self) -> Result<Option<Position>, StoreError> {
+        match self.kept(1)?[0] {
+            0 => Ok(None),
+            1 => {
+                let phase = self.kept(1)?[0];
+                if phase > Position::FREES {
+                    return Err(bad(format!("resume phase {phase}")));
+                }
+                let (object, offset) = (self.u64()?, self.u64()?);
+                Ok(Some(Position {
+                    phase,
+                    object,
+                    offset,
+                }))
+            }
+            f => Err(bad(format!("resume flag {f}"))),
+        }
     }
 
     /// The next record, its check verified against the chain.
@@ -379,6 +469,68 @@ pub(crate) fn decode_object(p: &[u8]) -> Result<(u64, Attrs), StoreError> {
     ))
 }
 
+/// What `receive -s` keeps of a stream cut short, for `send -t` (shown as the dataset's
+/// `receive_resume_token`): `1-` and hex of
+/// ```text
+///  to snapshot str (sender's POOL/DS@B) | to guid u64 | from guid u64 (0: full) | phase u8 | object u64 | offset u64 | check 4 B (blake3 of the rest)
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumeToken {
+    pub to: String,
+    pub to_guid: u64,
+    pub from_guid: u64,
+    pub at: Position,
+}
+
+impl ResumeToken {
+    pub fn encode(&self) -> String {
+        let mut w = Writer::new();
+        w.str(&self.to).u64(self.to_guid).u64(self.from_guid);
+        w.u8(self.at.phase).u64(self.at.object).u64(self.at.offset);
+        let check = blake3::hash(&w.buf);
+        w.raw(&check.as_bytes()[..4]);
+        let hex: String = w.buf.iter().map(|b| format!("{b:02x}")).collect();
+        format!("1-{hex}")
+    }
+
+    pub fn decode(token: &str) -> Result<ResumeToken, StoreError> {
+        let unusable = |why: &str| {
+            StoreError::BadStream(format!(
+                "the resume token is not usable ({why}); copy it whole from `cairn get receive_resume_token DS` on the receiving side"
+            ))
+        };
+        let hex = token
+            .trim()
+            .strip_prefix("1-")
+            .ok_or_else(|| unusable("it does not start with 1-"))?;
+        if hex.len() % 2 != 0 || hex.len() < 8 || !hex.is_ascii() {
+            return Err(unusable("bad length"));
+        }
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unusable("not hex"))?;
+        let (body, check) = bytes.split_at(bytes.len() - 4);
+        if blake3::hash(body).as_bytes()[..4] != *check {
+            return Err(unusable("its check fails"));
+        }
+        let mut r = Reader::new(body, "resume token");
+        let e = |_| unusable("it is cut short");
+        let t = ResumeToken {
+            to: r.str().map_err(e)?,
+            to_guid: r.u64().map_err(e)?,
+            from_guid: r.u64().map_err(e)?,
+            at: Position {
+                phase: r.u8().map_err(e)?,
+                object: r.u64().map_err(e)?,
+                offset: r.u64().map_err(e)?,
+            },
+        };
+        Ok(t)
+    }
+}
+
 /// Fixed-size fields of a DATA (id, offset) or HOLE (id, offset, length) record.
 pub(crate) fn decode_u64s<const N: usize>(p: &[u8], what: &str) -> Result<[u64; N], StoreError> {
     if p.len() < 8 * N {
@@ -406,6 +558,8 @@ mod tests {
             props: BTreeMap::new(),
             from_guid: 0,
             path: String::new(),
+            source: "tank/fs".into(),
+            resume: None,
         }
     }
 
@@ -414,6 +568,11 @@ mod tests {
         let mut h = header();
         h.from_guid = 77;
         h.path = "a/b".into();
+        h.resume = Some(Position {
+            phase: 1,
+            object: 9,
+            offset: 4096,
+        });
         h.props.insert("compression".into(), "zstd".into());
         let bytes = h.encode();
         let mut slice = &bytes[..];
@@ -437,7 +596,35 @@ mod tests {
         assert_eq!(Input::new(&mut empty).next_header().unwrap(), None);
     }
 
+    #[test]
+    fn a_token_reads_back_and_a_damaged_one_is_refused() {
+        let t = ResumeToken {
+            to: "tank/fs@b".into(),
+            to_guid: 5,
+            from_guid: 6,
+            at: Position {
+                phase: 0,
+                object: 12,
+                offset: 1 << 20,
+            },
+        };
+        let s = t.encode();
+        assert_eq!(ResumeToken::decode(&s).unwrap(), t);
+        let mut bad = s.clone().into_bytes();
+        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
+        let e = ResumeToken::decode(std::str::from_utf8(&bad).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("check"), "{e}");
+        assert!(ResumeToken::decode(&s[..s.len() - 2]).is_err());
+        assert!(ResumeToken::decode("xyz").is_err());
+    }
+
     proptest! {
+        #[test]
+        fn any_token_text_is_refused_or_read_without_a_panic(text in ".{0,80}") {
+            let _ = ResumeToken::decode(&text);
+            let _ = ResumeToken::decode(&format!("1-{text}"));
+        }
+
         /// Whatever bytes arrive, reading headers and records returns errors, never panics.
         #[test]
         fn any_bytes_are_refused_without_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {

@@ -83,7 +83,14 @@ fn send(store: &Store, snapshot: &str, from: Option<&str>, every: bool, all: boo
 
 fn receive(store: &Store, target: &str, stream: &[u8], force: bool) -> Result<StreamStats, String> {
     store
-        .receive(target, &ReceiveOptions { force }, &mut &stream[..])
+        .receive(
+            target,
+            &ReceiveOptions {
+                force,
+                ..ReceiveOptions::default()
+            },
+            &mut &stream[..],
+        )
         .map_err(|e| e.to_string())
 }
 
@@ -457,4 +464,107 @@ fn intermediates_replication_and_refusals() {
     dst.dataset_destroy("tank/two", true).unwrap();
     dst.sync().unwrap();
     assert!(dst.datasets().by_name("tank").unwrap().used <= used);
+}
+
+fn receive_resumable(store: &Store, target: &str, stream: &[u8]) -> Result<StreamStats, String> {
+    let opts = ReceiveOptions {
+        resumable: true,
+        ..ReceiveOptions::default()
+    };
+    store
+        .receive(target, &opts, &mut &stream[..])
+        .map_err(|e| e.to_string())
+}
+
+/// Receives `stream` cut at each of `cuts` (fractions of it) in turn with -s, resuming from
+/// the token each time, then the rest: the result is the whole stream's.
+fn receive_in_pieces(src: &Store, dst: &Store, target: &str, stream: &[u8], cuts: &[f64]) {
+    let mut piece = stream.to_vec();
+    for &cut in cuts {
+        let at = ((piece.len() as f64) * cut) as usize;
+        let e = receive_resumable(dst, target, &piece[..at]).unwrap_err();
+        assert!(e.contains("is kept") && e.contains("send -t"), "{e}");
+        let (token, _) = dst.get_property(target, "receive_resume_token").unwrap();
+        assert!(token.starts_with("1-"), "{token}");
+        // Any other stream is refused meanwhile.
+        let e = receive_resumable(dst, target, stream).unwrap_err();
+        assert!(e.contains("partial receive"), "{e}");
+        piece.clear();
+        src.send_resume(&token, &mut piece).unwrap();
+        assert!(
+            piece.len() < stream.len(),
+            "a resumed stream sends only the rest"
+        );
+    }
+    receive_resumable(dst, target, &piece).unwrap();
+    assert_eq!(
+        dst.get_property(target, "receive_resume_token").unwrap().0,
+        "-"
+    );
+}
+
+/// Full and incremental streams cut short (several times, at random places) resume where
+/// they stopped and end as if whole; `receive -A` discards a partial receive.
+#[test]
+fn streams_cut_short_resume_where_they_stopped() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (h1, _) = new_pool(d1.path(), "", 1, 512 * MIB);
+    let (h2, _) = new_pool(d2.path(), "", 1, 512 * MIB);
+    let (src, dst) = (open_store(&h1), open_store(&h2));
+    fs(&src, "tank/fs");
+    src.set_property("tank/fs", "recordsize", "64K").unwrap();
+    for d in ["tank/fs/a/b", "tank/fs/c"] {
+        src.mkdir(d).unwrap();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..40 {
+        change(&src, &mut rng);
+    }
+    snap(&src, "tank/fs@a");
+    for _ in 0..40 {
+        change(&src, &mut rng);
+    }
+    snap(&src, "tank/fs@b");
+    let full = send(&src, "tank/fs@a", None, false, false);
+    let inc = send(&src, "tank/fs@b", Some("a"), false, false);
+    for round in 0..4 {
+        let target = format!("tank/copy{round}");
+        let cuts: Vec<f64> = (0..round + 1).map(|_| rng.gen_range(0.05..0.95)).collect();
+        receive_in_pieces(&src, &dst, &target, &full, &cuts);
+        same(&src, "tank/fs@a", &dst, &format!("{target}@a"));
+        receive_in_pieces(&src, &dst, &target, &inc, &cuts);
+        same(&src, "tank/fs@b", &dst, &format!("{target}@b"));
+    }
+    // -A: a partial full receive goes away; a partial incremental goes back to its origin.
+    let e = receive_resumable(&dst, "tank/gone", &full[..full.len() / 2]).unwrap_err();
+    assert!(e.contains("is kept"), "{e}");
+    dst.receive_abort("tank/gone").unwrap();
+    assert!(dst.datasets().by_name("tank/gone").is_none());
+    receive_resumable(&dst, "tank/back", &full).unwrap();
+    let before = tree(&dst, &dst.snapshot_view("tank/back@a").unwrap());
+    receive_resumable(&dst, "tank/back", &inc[..inc.len() / 2]).unwrap_err();
+    dst.receive_abort("tank/back").unwrap();
+    assert_eq!(
+        dst.get_property("tank/back", "receive_resume_token")
+            .unwrap()
+            .0,
+        "-"
+    );
+    assert_eq!(
+        dst.snapshot_space(dst.datasets().by_name("tank/back").unwrap().id)
+            .1,
+        0
+    );
+    assert_eq!(
+        tree(&dst, &dst.snapshot_view("tank/back@a").unwrap()),
+        before
+    );
+    receive(&dst, "tank/back", &inc, false).unwrap();
+    same(&src, "tank/fs@b", &dst, "tank/back@b");
+    // A token of another pool's stream, or a garbled one, is refused by the sender.
+    let e = src
+        .send_resume("1-00", &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("resume token"), "{e}");
 }
