@@ -123,7 +123,10 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
         .unwrap();
     let e = String::from_utf8_lossy(&cut.stderr);
     assert!(!cut.status.success() && e.contains("send -t"), "{e}");
-    let token = ok(&cairn(&home, &["get", "-H", "receive_resume_token", "backup/half"]));
+    let token = ok(&cairn(
+        &home,
+        &["get", "-H", "receive_resume_token", "backup/half"],
+    ));
     let token = token.split('\t').nth(2).unwrap().trim().to_string();
     let out = std::fs::File::create(&stream).unwrap();
     let st = support::cairn_cmd(&home)

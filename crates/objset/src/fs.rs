@@ -333,6 +333,15 @@ impl StoreCore {
                 "-".into(),
             ),
             "written" => (info.written.to_string(), "-".into()),
+            k if k.starts_with("written@") => {
+                let snap = &k["written@".len()..];
+                let full = match snap.split_once('@') {
+                    Some(_) => snap.to_string(),
+                    None => format!("{dataset}@{snap}"),
+                };
+                drop(st);
+                return Ok((self.written_since(&full)?.to_string(), "-".into()));
+            }
             "receive_resume_token" => (
                 ds.props
                     .get(crate::receive::RESUME_TOKEN_PROP)
