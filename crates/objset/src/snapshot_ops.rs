@@ -322,9 +322,9 @@ impl StoreCore {
     }
 
     /// `written@SNAP`: what the dataset references now that snapshot `full` does not —
-    /// the bytes born after it. (ZFS's formula: referenced now − the snapshot's referenced
-    /// + what the snapshot held and the dataset has since freed; those blocks are on the
-    /// dead lists after it, born at or before its txg.)
+    /// the bytes born after it. ZFS's formula: referenced now, less the snapshot's
+    /// referenced, plus what the snapshot held and the dataset has since freed (those
+    /// blocks are on the dead lists after it, born at or before its txg).
     pub fn written_since(&self, full: &str) -> Result<u64, StoreError> {
         let st = self.lock();
         let rec = find_snapshot(&st, full)?;
