@@ -59,6 +59,9 @@ struct Step {
     resume: Option<ResumeToken>,
 }
 
+/// Bytes read at a time from a file being sent whole (its blocks are fetched together).
+const READ_AHEAD: usize = 8 * DATA_CHUNK;
+
 /// Objects of a snapshot with their dnodes, in id order.
 type ObjectList = Vec<(u64, Dnode)>;
 
@@ -430,15 +433,19 @@ impl StoreCore {
         dn: &Dnode,
         s: &mut Sender<'_>,
     ) -> Result<(), StoreError> {
-        let mut buf = vec![0u8; DATA_CHUNK];
+        let mut reader = self.snapshot_object_reader(v, id)?;
+        let mut buf =
+            vec![0u8; READ_AHEAD.min(dn.size.next_multiple_of(DATA_CHUNK as u64) as usize)];
         let mut off = s.data_start(id);
         while off < dn.size {
-            let n = self.snapshot_read(v, id, off, &mut buf)?;
+            let n = reader.read(self, off, &mut buf)?;
             if n == 0 {
                 break;
             }
-            if buf[..n].iter().any(|&b| b != 0) {
-                data_record(s, id, off, &buf[..n])?;
+            for (i, part) in buf[..n].chunks(DATA_CHUNK).enumerate() {
+                if part.iter().any(|&b| b != 0) {
+                    data_record(s, id, off + (i * DATA_CHUNK) as u64, part)?;
+                }
             }
             off += n as u64;
         }

@@ -102,6 +102,24 @@ impl StoreCore {
         read_object(&self.pool, &mut IndirectCache::new(), id, &obj, offset, buf)
     }
 
+    /// A reader of object `id` of the snapshot that keeps its indirect blocks between
+    /// reads (for reading a whole object in order, as `send` does).
+    pub(crate) fn snapshot_object_reader(
+        &self,
+        v: &SnapshotView,
+        id: u64,
+    ) -> Result<SnapshotObjectReader, StoreError> {
+        let dnode = self.snapshot_dnode(v, id)?;
+        if dnode.kind == ObjectKind::Directory {
+            return Err(StoreError::IsADirectory(format!("{}: object {id}", v.name)));
+        }
+        Ok(SnapshotObjectReader {
+            id,
+            obj: ObjectState::new(dnode),
+            cache: IndirectCache::new(),
+        })
+    }
+
     /// The entries of directory `dir` in the snapshot, in name order.
     pub fn snapshot_read_dir(
         &self,
@@ -159,6 +177,35 @@ impl StoreCore {
             at = self.snapshot_lookup(v, at.0, name)?;
         }
         Ok(at)
+    }
+}
+
+/// See `StoreCore::snapshot_object_reader`.
+pub(crate) struct SnapshotObjectReader {
+    id: u64,
+    obj: ObjectState,
+    cache: IndirectCache,
+}
+
+impl SnapshotObjectReader {
+    /// Reads at `offset`; returns the bytes read (0 at the end).
+    pub fn read(
+        &mut self,
+        store: &StoreCore,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, StoreError> {
+        // (The snapshot's blocks stay until it is destroyed; a destroy's frees wait for
+        // readers behind the read gate.)
+        let _gate = store.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        read_object(
+            &store.pool,
+            &mut self.cache,
+            self.id,
+            &self.obj,
+            offset,
+            buf,
+        )
     }
 }
 
