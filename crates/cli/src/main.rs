@@ -14,6 +14,7 @@ mod mount_table;
 mod pool_cmds;
 mod serve;
 mod snapshot_cmds;
+mod snapshot_export;
 mod tunables;
 
 use std::path::PathBuf;
