@@ -621,6 +621,7 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             "usedbychildren",
             "written",
             "compressratio",
+            "origin",
             "receive_resume_token",
         ]
         .iter()

@@ -54,6 +54,9 @@ enum Command {
     /// Roll a dataset back to a snapshot: `cairn rollback [-r] POOL/DS@NAME` (the newest,
     /// or with -r destroying the newer ones).
     Rollback(snapshot_cmds::RollbackArgs),
+    /// A writable dataset that starts as a snapshot and shares its blocks:
+    /// `cairn clone POOL/DS@SNAP POOL/NEW`.
+    Clone(snapshot_cmds::CloneArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
     /// Hold snapshots (a held one cannot be destroyed): `cairn hold [-r] TAG POOL/DS@SNAP…`.
@@ -332,6 +335,7 @@ fn main() {
         Command::Destroy(a) => destroy(a),
         Command::Snapshot(a) => snapshot_cmds::snapshot(a),
         Command::Rollback(a) => snapshot_cmds::rollback(a),
+        Command::Clone(a) => snapshot_cmds::clone(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Send(a) => snapshot_cmds::send(a),
         Command::Hold(a) => snapshot_cmds::hold(a, true),
@@ -412,6 +416,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Destroy(a) => Some((a.name.clone(), Record::Before)),
         Command::Snapshot(a) => after(a.names.first()?),
         Command::Rollback(a) => after(&a.name),
+        Command::Clone(a) => after(&a.target),
         Command::Receive(a) => after(&a.target),
         Command::Hold(a) | Command::Release(a) => after(a.names.first()?),
         Command::Clear(a) => after(&a.pool),

@@ -346,6 +346,22 @@ pub fn rollback(a: RollbackArgs) -> Result<(), String> {
     finish(store)
 }
 
+#[derive(Args, Debug)]
+pub struct CloneArgs {
+    /// POOL/DS@SNAP: what the clone starts as.
+    pub snapshot: String,
+    /// POOL/NEW: the clone, a writable dataset (or volume) sharing the snapshot's blocks.
+    pub target: String,
+}
+
+/// `cairn clone POOL/DS@SNAP POOL/NEW`.
+pub fn clone(a: CloneArgs) -> Result<(), String> {
+    let store = open(pool_of(&a.snapshot))?;
+    let made = store.clone_create(&a.snapshot, &a.target).map_err(err);
+    finish(store)?;
+    made
+}
+
 /// `cairn destroy` of snapshots: `DS@A` (one), `DS@A%B` (A to B in txg order; either end
 /// may be left out), `DS@A,B,C`; `-r` the same names in every descendant.
 pub fn destroy(spec: &str, recursive: bool, dry_run: bool, verbose: bool) -> Result<(), String> {

@@ -143,6 +143,19 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
         .unwrap();
     assert!(st.success());
     assert!(ok_bytes(&cairn(&home, &["cat", "backup/half@inc/file"])) == now);
+    // A clone of monday: writable, reads as monday, and keeps monday from being destroyed.
+    ok(&cairn(&home, &["clone", "tank/fs@monday", "tank/monday"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/monday/file"])) == v1);
+    let origin = ok(&cairn(&home, &["get", "-H", "origin", "tank/monday"]));
+    assert!(origin.contains("tank/fs@monday"), "{origin}");
+    ok(&cairn(
+        &home,
+        &["put", "-f", src.to_str().unwrap(), "tank/monday/file"],
+    ));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs@monday/file"])) == v1);
+    let e = fails(&cairn(&home, &["destroy", "tank/fs@monday"]));
+    assert!(e.contains("clones") && e.contains("tank/monday"), "{e}");
+    ok(&cairn(&home, &["destroy", "tank/monday"]));
 
     // diff: what changed since monday (the file was replaced: same name, new object).
     ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));

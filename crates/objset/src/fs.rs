@@ -239,6 +239,9 @@ impl StoreCore {
             DatasetKind::Volume => self.free_object_locked(&mut st, ds.object)?,
             DatasetKind::Filesystem => self.free_tree_locked(&mut st, ds.object)?,
         }
+        if let Some(origin) = st.datasets.origin_of(ds.id).map(|r| r.txg) {
+            st.snaps.destroyed_clones.insert(ds.id, origin);
+        }
         st.datasets.datasets.retain(|d| d.id != ds.id);
         st.datasets_dirty = true;
         Ok(())
@@ -342,6 +345,13 @@ impl StoreCore {
                 drop(st);
                 return Ok((self.written_since(&full)?.to_string(), "-".into()));
             }
+            "origin" => (
+                ds.props
+                    .get(crate::dataset::ORIGIN_PROP)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                "-".into(),
+            ),
             "receive_resume_token" => (
                 ds.props
                     .get(crate::receive::RESUME_TOKEN_PROP)

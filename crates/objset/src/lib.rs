@@ -6,6 +6,7 @@
 
 pub mod autosnap;
 pub mod calendar;
+pub mod clone;
 pub mod codec;
 pub mod config;
 pub mod core;

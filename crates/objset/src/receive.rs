@@ -173,7 +173,7 @@ impl StoreCore {
         let volsize = h.props.get("volsize").and_then(|v| v.parse().ok());
         let mut props = h.props.clone();
         props.remove("volsize");
-        props.remove(RECEIVE_MAP_PROP);
+        props.retain(|k, _| !crate::dataset::is_internal_property(k) && k != RESUME_TOKEN_PROP);
         self.dataset_create(name, h.kind, props, volsize, false)?;
         undo.push(Undo::Destroy(name.to_string()));
         let ds = self

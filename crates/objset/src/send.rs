@@ -26,7 +26,7 @@ use crate::dataset::Dataset;
 use crate::dnode::{Dnode, ObjectKind, BPS_PER_INDIRECT_SHIFT};
 use crate::error::StoreError;
 use crate::object::decode_indirect;
-use crate::receive::RECEIVE_MAP_PROP;
+use crate::receive::RESUME_TOKEN_PROP;
 use crate::snapshot_ops::split_snapshot_name;
 use crate::snapshot_read::SnapshotView;
 use crate::stream::{
@@ -211,7 +211,7 @@ impl StoreCore {
                 .map_or(0, |r| r.guid)
         };
         let mut props = ds.props.clone();
-        props.remove(RECEIVE_MAP_PROP);
+        props.retain(|k, _| !crate::dataset::is_internal_property(k) && k != RESUME_TOKEN_PROP);
         let header = Header {
             kind: ds.kind,
             snapshot: vb.snapshot.clone(),
@@ -480,7 +480,7 @@ fn origin_name(ds_name: &str, from: &str) -> Result<String, StoreError> {
             return Err(StoreError::BadName(
                 from.into(),
                 format!(
-                    "the origin must be a snapshot of {ds_name} (clones are not built, so {ds} cannot be one)"
+                    "the origin must be a snapshot of {ds_name} (incrementals from a clone's origin, {ds}, are not built)"
                 ),
             ))
         }

@@ -361,6 +361,18 @@ impl StoreCore {
         st: &mut State,
         rec: &SnapshotRecord,
     ) -> Result<u64, StoreError> {
+        let ds_name = st
+            .datasets
+            .by_id(rec.dataset)
+            .map_or("?".to_string(), |d| d.name.clone());
+        let clones = st.datasets.clones_of(&format!("{ds_name}@{}", rec.name));
+        if !clones.is_empty() {
+            return Err(StoreError::NotPermitted(format!(
+                "{ds_name}@{} has clones ({}); destroy them first (promote is not built)",
+                rec.name,
+                clones.join(", ")
+            )));
+        }
         if !rec.holds.is_empty() {
             let ds = st
                 .datasets
