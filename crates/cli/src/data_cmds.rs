@@ -14,28 +14,13 @@ use cairn_pool::{Home, Pool};
 use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 
+use crate::store_open::{finish, open, pool_of};
+
 /// Bytes moved per read/write call of put/get.
 const CHUNK: usize = 1 << 20;
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
-}
-
-/// Pool name of `POOL[/…]`.
-pub(crate) fn pool_of(path: &str) -> &str {
-    path.split('/').next().unwrap_or(path)
-}
-
-/// Opens the pool and its store.
-pub fn open(name: &str) -> Result<Store, String> {
-    let pool = Pool::open(&crate::home(), name).map_err(err)?;
-    Store::open(pool).map_err(err)
-}
-
-/// Syncs (which also writes the error log) and records the leaves' counters.
-pub fn finish(store: Store) -> Result<(), String> {
-    let pool = store.close().map_err(err)?;
-    pool.save_record().map_err(err)
 }
 
 /// Per-pool state besides the pool record: `$CAIRN_HOME/state/POOL.WHAT.json`.
@@ -254,7 +239,7 @@ pub fn get_file(a: GetArgs) -> Result<(), String> {
 
 fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
     if src.contains('@') {
-        return crate::snapshot_cmds::copy_out(store, src, dest);
+        return crate::snapshot_paths::copy_out(store, src, dest);
     }
     let r = store.resolve(src).map_err(err)?;
     if r.kind == cairn_objset::dnode::ObjectKind::Directory {
@@ -323,7 +308,7 @@ pub struct LsArgs {
 pub fn ls(a: LsArgs) -> Result<(), String> {
     let store = open(pool_of(&a.path))?;
     let entries = if a.path.contains('@') {
-        crate::snapshot_cmds::list_dir(&store, &a.path)?
+        crate::snapshot_paths::list_dir(&store, &a.path)?
     } else {
         store.list(&a.path).map_err(err)?
     };

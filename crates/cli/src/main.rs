@@ -2,6 +2,7 @@
 
 mod clock;
 mod control;
+mod control_server;
 mod data_cmds;
 mod demo;
 mod device_cmds;
@@ -14,6 +15,8 @@ mod mount_table;
 mod pool_cmds;
 mod serve;
 mod snapshot_cmds;
+mod snapshot_paths;
+mod store_open;
 mod tunables;
 
 use std::path::PathBuf;
@@ -393,7 +396,8 @@ enum Record {
 /// The pool a command changes, if any (for its history), as `zpool history` records them:
 /// pool and device management, dataset and property changes, scrubs; not file data.
 fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
-    use data_cmds::{pool_of, DatasetCmd, VolumeCmd};
+    use data_cmds::{DatasetCmd, VolumeCmd};
+    use store_open::pool_of;
     let after = |name: &str| Some((pool_of(name).to_string(), Record::After));
     match cmd {
         Command::Create(a) if !a.dry_run => after(&a.pool),
