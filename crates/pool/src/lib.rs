@@ -4,6 +4,7 @@
 pub mod devices;
 pub mod error;
 pub mod events;
+pub mod health;
 pub mod home;
 pub mod io;
 pub mod iostat;
