@@ -1,6 +1,7 @@
 //! The pool layer: lifecycle (create, import, export, destroy), configuration, health and
 //! space accounting over the vdev layer. The copy-on-write object store builds on this.
 
+pub mod block_io;
 pub mod devices;
 pub mod error;
 pub mod events;
