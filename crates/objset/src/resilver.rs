@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
-use cairn_pool::PoolError;
+use cairn_pool::{LeafSlot, PoolError, StaleLeaf};
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::{dtl, ResilverCheckpoint};
 
@@ -110,20 +110,10 @@ pub enum ResilverEnd {
     Paused,
 }
 
-/// Txg ranges a leaf missed.
-type Dtl = Vec<(u64, u64)>;
-
-/// A stale leaf: its index in the vdev, its GUID and its DTL at the start.
-struct Target {
-    child: usize,
-    guid: u64,
-    dtl: Dtl,
-}
-
 /// Stale leaves per top-level vdev with their DTLs at the start.
 struct Targets {
     /// vdev → stale leaves.
-    per_vdev: BTreeMap<usize, Vec<Target>>,
+    per_vdev: BTreeMap<usize, Vec<StaleLeaf>>,
     /// Earliest missed txg of any target.
     first_txg: u64,
 }
@@ -132,40 +122,16 @@ impl Targets {
     /// The paths of the leaves being resilvered.
     fn paths(&self, store: &StoreCore) -> Vec<String> {
         self.per_vdev
-            .iter()
-            .flat_map(|(&t, list)| {
-                list.iter()
-                    .map(move |target| store.pool().tops[t].children[target.child].path.clone())
-            })
+            .values()
+            .flatten()
+            .map(|target| store.pool().leaf_path(target.slot))
             .collect()
     }
 
     fn find(store: &StoreCore) -> Option<Targets> {
-        let mut per_vdev = BTreeMap::new();
-        for (t, top) in store.pool().tops.iter().enumerate() {
-            let list: Vec<Target> = top
-                .children
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.is_usable())
-                .map(|(i, c)| Target {
-                    child: i,
-                    guid: c.guid,
-                    dtl: c.dtl_ranges(),
-                })
-                .filter(|target| {
-                    // A leaf that missed nothing needs no copy: trust it (again).
-                    if target.dtl.is_empty() {
-                        top.children[target.child]
-                            .stale
-                            .store(false, Ordering::Relaxed);
-                    }
-                    !target.dtl.is_empty()
-                })
-                .collect();
-            if !list.is_empty() {
-                per_vdev.insert(t, list);
-            }
+        let mut per_vdev: BTreeMap<usize, Vec<StaleLeaf>> = BTreeMap::new();
+        for leaf in store.pool().stale_leaves() {
+            per_vdev.entry(leaf.slot.top).or_default().push(leaf);
         }
         let first_txg = per_vdev
             .values()
@@ -186,7 +152,7 @@ impl Targets {
             .map(|l| {
                 l.iter()
                     .filter(|target| dtl::contains(&target.dtl, birth))
-                    .map(|target| target.child)
+                    .map(|target| target.slot.child)
                     .collect()
             })
             .unwrap_or_default()
@@ -455,21 +421,8 @@ impl StoreCore {
     /// needs a resilver of its own.
     fn finish_resilver(&self, targets: &Targets) -> Result<(), StoreError> {
         let _st = self.lock();
-        for (&t, list) in &targets.per_vdev {
-            for target in list {
-                let child = &self.pool().tops[t].children[target.child];
-                if !child.is_usable() || child.guid != target.guid {
-                    continue;
-                }
-                let left: Vec<(u64, u64)> = child
-                    .dtl_ranges()
-                    .into_iter()
-                    .filter(|r| !target.dtl.contains(r))
-                    .collect();
-                child.stale.store(!left.is_empty(), Ordering::Relaxed);
-                child.set_dtl(left);
-                child.forget_resilvered();
-            }
+        for target in targets.per_vdev.values().flatten() {
+            self.pool().finish_leaf_resilver(target);
         }
         self.pool().set_resilver_checkpoint(None)?;
         Ok(())
@@ -528,7 +481,7 @@ fn rebuild_chunk(pool: &cairn_pool::Pool, chunk: &[CopyJob]) -> (usize, Vec<Piec
     };
     let mut pieces = Vec::new();
     let mut failed = 0;
-    for result in pool.tops[vdev].rebuild_batch(&requests, &verify) {
+    for result in pool.rebuild_batch(vdev, &requests, &verify) {
         match result {
             Ok(p) => pieces.extend(p),
             Err(_) => failed += 1,
@@ -560,7 +513,11 @@ fn write_pieces(
     let mut failure = None;
     let mut flush = |vdev: usize, run: Run| {
         let bufs: Vec<&[u8]> = run.bufs.iter().map(|b| b.as_slice()).collect();
-        match pool.tops[vdev].write_leaf_run(run.child, run.start, &bufs) {
+        let slot = LeafSlot {
+            top: vdev,
+            child: run.child,
+        };
+        match pool.write_leaf_run(slot, run.start, &bufs) {
             Ok(()) => written += run.len,
             Err(e) => failure = Some(PoolError::Vdev(e)),
         }

@@ -126,9 +126,9 @@ impl Drop for Store {
 
 fn fresh_allocator(pool: &Pool) -> Allocator {
     Allocator::new(
-        pool.tops
-            .iter()
-            .map(|t| VdevAllocator::new(t.config.asize, t.ashift()))
+        pool.top_extents()
+            .into_iter()
+            .map(|(asize, ashift)| VdevAllocator::new(asize, ashift))
             .collect(),
     )
 }

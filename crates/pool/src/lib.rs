@@ -9,6 +9,7 @@ pub mod health;
 pub mod home;
 pub mod io;
 pub mod iostat;
+pub mod leaf_slots;
 pub mod leaves;
 pub mod owner;
 pub mod pool;
@@ -17,4 +18,5 @@ pub mod status;
 
 pub use error::PoolError;
 pub use home::Home;
+pub use leaf_slots::{LeafSlot, StaleLeaf};
 pub use pool::{config_space, CreateOptions, CreateOutcome, FoundPool, Health, Pool};

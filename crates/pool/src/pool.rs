@@ -47,7 +47,9 @@ pub use crate::health::Health;
 #[derive(Debug)]
 pub struct Pool {
     pub config: PoolConfig,
-    pub tops: Vec<TopVdev>,
+    /// The vdev tree: private to the pool crate. Others read it through `tops()` and ask
+    /// for leaves by slot (`crate::leaf_slots`).
+    pub(crate) tops: Vec<TopVdev>,
     /// Warnings and notes gathered while creating or opening (printed by the CLI).
     pub notes: Vec<String>,
     pub(crate) home: Home,
@@ -605,6 +607,24 @@ impl Pool {
     /// Capacity (SIZE, usable, slop, AVAIL) under cairn's rules.
     pub fn space(&self) -> PoolSpace {
         config_space(&self.config)
+    }
+
+    /// Each top-level vdev's allocatable size and ashift, in vdev order (the allocator's
+    /// vdevs).
+    pub fn top_extents(&self) -> Vec<(u64, u32)> {
+        self.tops
+            .iter()
+            .map(|t| (t.config.asize, t.ashift()))
+            .collect()
+    }
+
+    /// Each top-level vdev's deflate ratio (`zfs list` bytes per 512 raw bytes allocated),
+    /// in vdev order.
+    pub fn deflate_ratios(&self) -> Vec<u64> {
+        self.tops
+            .iter()
+            .map(|t| t.shape().deflate_ratio(t.ashift()))
+            .collect()
     }
 
     /// Health of one leaf.
