@@ -209,6 +209,8 @@ impl StoreCore {
         result
     }
 
+    /// One resilver from start (or the resume point) to end, in named steps: find the
+    /// stale leaves, announce, copy the pool's metadata, copy every object, finish.
     fn resilver_pass(
         &self,
         opts: ResilverOptions,
@@ -222,6 +224,24 @@ impl StoreCore {
             return Ok((ResilverProgress::default(), ResilverEnd::NothingToDo));
         };
         let start = Instant::now();
+        let mut p = self.start_resilver(&targets)?;
+        self.copy_pool_metadata(&targets, opts, &mut p)?;
+        if p.next_object == 0 {
+            p.next_object = 1;
+        }
+        if self.copy_objects(&targets, opts, report, start, &mut p)? == ScrubControl::Pause {
+            return Ok((p, ResilverEnd::Paused));
+        }
+        self.finish_resilver(&targets)?;
+        p.examined_bytes = p.total_bytes.max(p.examined_bytes);
+        p.elapsed_secs = start.elapsed().as_secs_f64();
+        report(&p);
+        Ok((p, ResilverEnd::Finished))
+    }
+
+    /// Posts `resilver_start` and returns the progress to go on from: the resume point on
+    /// disk, or a fresh start; the resume point is then (re)written.
+    fn start_resilver(&self, targets: &Targets) -> Result<ResilverProgress, StoreError> {
         let resumed = self.pool().resilver_checkpoint();
         let leaves: Vec<String> = targets.paths(self);
         self.pool().post_event(
@@ -232,7 +252,7 @@ impl StoreCore {
                 ("resumed", resumed.is_some().to_string()),
             ],
         );
-        let mut p = match &resumed {
+        let p = match &resumed {
             Some(cp) => ResilverProgress {
                 total_bytes: cp.total_bytes,
                 examined_bytes: cp.examined_bytes,
@@ -249,30 +269,49 @@ impl StoreCore {
             },
         };
         self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
-        // Pool metadata is rewritten every txg, so it is walked on every (re)start.
-        {
-            let mut st = self.lock();
-            let mut batch = Batch::default();
-            let mut roots = vec![st.root_bp];
-            roots.extend(st.space_map_bps.iter().copied());
-            for bp in roots {
-                add_block(&targets, &bp, &mut batch);
-            }
-            let meta = st.meta.dnode;
-            self.gather_tree(&mut st, &targets, &meta, &mut batch)?;
-            self.write_batch(&mut batch, &mut p)?;
-            // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
-            for bp in st.snaps.dead_blocks() {
-                add_block(&targets, &bp, &mut batch);
-                if batch.bytes >= opts.batch_bytes {
-                    self.write_batch(&mut batch, &mut p)?;
-                }
-            }
-            self.write_batch(&mut batch, &mut p)?;
+        Ok(p)
+    }
+
+    /// Copies what the stale leaves miss of the pool's metadata (root block, space maps,
+    /// object table) and of the blocks only snapshots hold. Pool metadata is rewritten
+    /// every txg, so it is walked on every (re)start.
+    fn copy_pool_metadata(
+        &self,
+        targets: &Targets,
+        opts: ResilverOptions,
+        p: &mut ResilverProgress,
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let mut batch = Batch::default();
+        let mut roots = vec![st.root_bp];
+        roots.extend(st.space_map_bps.iter().copied());
+        for bp in roots {
+            add_block(targets, &bp, &mut batch);
         }
-        if p.next_object == 0 {
-            p.next_object = 1;
+        let meta = st.meta.dnode;
+        self.gather_tree(&mut st, targets, &meta, &mut batch)?;
+        self.write_batch(&mut batch, p)?;
+        // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
+        for bp in st.snaps.dead_blocks() {
+            add_block(targets, &bp, &mut batch);
+            if batch.bytes >= opts.batch_bytes {
+                self.write_batch(&mut batch, p)?;
+            }
         }
+        self.write_batch(&mut batch, p)
+    }
+
+    /// Copies what the stale leaves miss of every object from `p.next_object` on, at
+    /// `opts.rate`, writing the resume point and reporting every `opts.checkpoint_every`.
+    /// Returns `Pause` when the report asked to stop (the resume point is on disk).
+    fn copy_objects(
+        &self,
+        targets: &Targets,
+        opts: ResilverOptions,
+        report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
+        start: Instant,
+        p: &mut ResilverProgress,
+    ) -> Result<ScrubControl, StoreError> {
         let mut last_report = Instant::now();
         let mut batch = Batch::default();
         let last = self.lock().next_object;
@@ -283,7 +322,7 @@ impl StoreCore {
                 // same lock; the resume point is (object, block id).
                 while p.next_object < last && batch.bytes < opts.batch_bytes {
                     let id = p.next_object;
-                    match self.gather_slice(&mut st, &targets, id, &mut batch, &mut p)? {
+                    match self.gather_slice(&mut st, targets, id, &mut batch, p)? {
                         Some(next) => p.next_block = next,
                         None => {
                             p.next_object = id + 1;
@@ -291,23 +330,19 @@ impl StoreCore {
                         }
                     }
                 }
-                self.write_batch(&mut batch, &mut p)?;
+                self.write_batch(&mut batch, p)?;
             }
             p.elapsed_secs = start.elapsed().as_secs_f64();
             throttle(opts.rate, p.repaired_bytes, start);
             if last_report.elapsed() >= opts.checkpoint_every {
                 last_report = Instant::now();
                 self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
-                if report(&p) != ScrubControl::Continue {
-                    return Ok((p, ResilverEnd::Paused));
+                if report(p) != ScrubControl::Continue {
+                    return Ok(ScrubControl::Pause);
                 }
             }
         }
-        self.finish_resilver(&targets)?;
-        p.examined_bytes = p.total_bytes.max(p.examined_bytes);
-        p.elapsed_secs = start.elapsed().as_secs_f64();
-        report(&p);
-        Ok((p, ResilverEnd::Finished))
+        Ok(ScrubControl::Continue)
     }
 
     /// Walks an object's tree, skipping subtrees born before every DTL, and adds the blocks
