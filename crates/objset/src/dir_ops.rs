@@ -42,10 +42,14 @@ fn load(pool: &Pool, st: &mut State, id: u64) -> Result<(), StoreError> {
     read_object(pool, &mut st.cache, id, obj, 0, &mut first)?;
     let cached = if is_dir2(&first) {
         if obj.dnode.block_size as usize != DIR_BLOCK || first.len() < DIR_BLOCK {
-            return Err(StoreError::Corrupt(format!(
-                "directory object {id}: DIR2 in blocks of {} bytes, {size} in all",
-                obj.dnode.block_size
-            )));
+            return Err(StoreError::corrupt_object(
+                "directory",
+                id,
+                format!(
+                    "DIR2 in blocks of {} bytes, {size} in all",
+                    obj.dnode.block_size
+                ),
+            ));
         }
         CachedDir::Hashed(Box::new(HashedDir::open(id, &first, name_hash)?))
     } else {
@@ -56,7 +60,7 @@ fn load(pool: &Pool, st: &mut State, id: u64) -> Result<(), StoreError> {
             load_object_bytes(pool, st, id)?
         };
         let dir = Directory::decode(&bytes)
-            .map_err(|e| StoreError::Corrupt(format!("directory object {id}: {e}")))?;
+            .map_err(|e| StoreError::corrupt_object("directory", id, e))?;
         CachedDir::Small(SmallDir {
             bytes: dir.encoded_len(),
             dir,

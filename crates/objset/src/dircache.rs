@@ -110,17 +110,22 @@ impl ObjectBlocks<'_> {
     pub(crate) fn object(&self) -> Result<&ObjectState, StoreError> {
         self.objects
             .get(&self.id)
-            .ok_or_else(|| StoreError::Corrupt(format!("directory object {} not loaded", self.id)))
+            .ok_or_else(|| not_loaded(self.id))
     }
 }
 
 impl BlockSource for ObjectBlocks<'_> {
     fn read_blocks(&mut self, first: u64, count: usize) -> Result<Vec<u8>, StoreError> {
-        let obj = self.objects.get(&self.id).ok_or_else(|| {
-            StoreError::Corrupt(format!("directory object {} not loaded", self.id))
-        })?;
+        let obj = self
+            .objects
+            .get(&self.id)
+            .ok_or_else(|| not_loaded(self.id))?;
         read_dir_blocks(self.pool, self.cache, self.id, obj, first, count)
     }
+}
+
+fn not_loaded(id: u64) -> StoreError {
+    StoreError::corrupt_object("directory", id, "its dnode is not loaded".to_string())
 }
 
 /// `count` blocks of directory object `id` from block `first` on (checked against its size).
@@ -137,12 +142,16 @@ pub(crate) fn read_dir_blocks(
         .checked_add(count as u64)
         .and_then(|e| e.checked_mul(DIR_BLOCK as u64));
     if end.is_none_or(|e| e > size) || obj.dnode.block_size as usize != DIR_BLOCK {
-        return Err(StoreError::Corrupt(format!(
-            "directory object {id}: blocks {first}..{} of {} bytes are past its end ({size} bytes, blocks of {})",
-            first.saturating_add(count as u64),
-            DIR_BLOCK,
-            obj.dnode.block_size
-        )));
+        return Err(StoreError::corrupt_object(
+            "directory",
+            id,
+            format!(
+                "blocks {first}..{} of {} bytes are past its end ({size} bytes, blocks of {})",
+                first.saturating_add(count as u64),
+                DIR_BLOCK,
+                obj.dnode.block_size
+            ),
+        ));
     }
     let mut buf = vec![0u8; count * DIR_BLOCK];
     read_object(pool, cache, id, obj, first * DIR_BLOCK as u64, &mut buf)?;
