@@ -33,7 +33,7 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
             Err(e) => format!("error: {e}\n"),
         },
         r if r == "status" || r == "status -v" => {
-            let scan = crate::data_cmds::scan_line(home, &pool);
+            let scan = crate::scrub_cmd::scan_line(home, &pool);
             let errors = crate::data_cmds::data_errors(store.error_log());
             render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }

@@ -13,6 +13,7 @@ mod lab_cmd;
 mod mount_cmds;
 mod mount_table;
 mod pool_cmds;
+mod scrub_cmd;
 mod serve;
 mod snapshot_cmds;
 mod snapshot_paths;
@@ -111,7 +112,7 @@ enum Command {
     /// Set a property: `cairn set PROP=VALUE DATASET`.
     Set(data_cmds::SetArgs),
     /// Scrub a pool: read and verify every copy and parity column, repair what is wrong.
-    Scrub(data_cmds::ScrubArgs),
+    Scrub(scrub_cmd::ScrubArgs),
     /// Mount a file system over FUSE: `cairn mount [-o ro] POOL/DS [DIR]`; without
     /// arguments, list the mounted ones.
     Mount(mount_cmds::MountArgs),
@@ -358,7 +359,7 @@ fn main() {
         Command::Dataset(c) => data_cmds::dataset(c),
         Command::Volume(c) => data_cmds::volume(c),
         Command::Set(a) => data_cmds::set(a),
-        Command::Scrub(a) => data_cmds::scrub(a),
+        Command::Scrub(a) => scrub_cmd::scrub(a),
         Command::Serve(a) => serve::serve(a),
         Command::Mount(a) => mount_cmds::mount(a),
         Command::Umount(a) => mount_cmds::umount(a),

@@ -27,6 +27,7 @@ pub mod props;
 pub mod quota;
 pub mod resilver;
 pub mod root;
+pub mod scan_state;
 pub mod scrub;
 pub mod snapshot;
 pub mod snapshot_ops;
