@@ -416,18 +416,3 @@ fn readpolicy_is_a_pool_property_set_at_create_and_later() {
     assert!(got.contains("tank\treadpolicy\tnearest\tlocal"), "{got}");
     assert!(got.contains("tank\tcompression\toff"), "{got}");
 }
-
-#[test]
-fn scrub_pause_and_stop_need_a_scrub_in_progress() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let d = files(dir.path(), 2, 64 * MIB);
-    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
-    let e = fails(&cairn(&home, &["scrub", "-p", "tank"]));
-    assert!(e.contains("no scrub in progress"), "{e}");
-    ok(&cairn(&home, &["scrub", "tank"]));
-    let e = fails(&cairn(&home, &["scrub", "-s", "tank"]));
-    assert!(e.contains("no scrub in progress"), "{e}");
-    let status = ok(&cairn(&home, &["status", "tank"]));
-    assert!(status.contains("scan: scrub repaired"), "{status}");
-}
