@@ -3,68 +3,21 @@
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
 use cairn_objset::dataset::validate_dataset_name;
-use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use cairn_objset::{read_error_log, DatasetKind, ErrorLog, Store};
 use cairn_pool::status::DataErrors;
-use cairn_pool::{Home, Pool};
+use cairn_pool::Pool;
 use clap::{Args, Subcommand};
-use serde::{Deserialize, Serialize};
+
+use crate::store_open::{finish, open, pool_of};
 
 /// Bytes moved per read/write call of put/get.
 const CHUNK: usize = 1 << 20;
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
-}
-
-/// Pool name of `POOL[/…]`.
-/// The pool of `POOL/DS…`, `POOL@SNAP` or `POOL/DS@SNAP/PATH`.
-pub(crate) fn pool_of(path: &str) -> &str {
-    path.split(['/', '@']).next().unwrap_or(path)
-}
-
-/// Opens the pool and its store.
-pub fn open(name: &str) -> Result<Store, String> {
-    let pool = Pool::open(&crate::home(), name).map_err(err)?;
-    Store::open(pool).map_err(err)
-}
-
-/// Syncs (which also writes the error log) and records the leaves' counters.
-pub fn finish(store: Store) -> Result<(), String> {
-    let pool = store.close().map_err(err)?;
-    pool.save_record().map_err(err)
-}
-
-/// Per-pool state besides the pool record: `$CAIRN_HOME/state/POOL.WHAT.json`.
-pub fn state_file(home: &Home, pool: &str, what: &str) -> PathBuf {
-    home.root()
-        .join("state")
-        .join(format!("{pool}.{what}.json"))
-}
-
-/// Forgets a pool's scrub state (export, destroy). Its error log is in the pool; "errors"
-/// is where releases before that kept it.
-pub fn forget_state(home: &Home, pool: &str) {
-    for what in ["scan", "errors", "scan-ctl"] {
-        let _ = std::fs::remove_file(state_file(home, pool, what));
-    }
-}
-
-fn save_json<T: Serialize>(path: &Path, v: &T) -> Result<(), String> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(v).map_err(err)?).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
-}
-
-fn load_json<T: for<'a> Deserialize<'a>>(path: &Path) -> Option<T> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// The pool's error log, read from its newest tree without opening the store (for
@@ -255,7 +208,7 @@ pub fn get_file(a: GetArgs) -> Result<(), String> {
 
 fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
     if src.contains('@') {
-        return crate::snapshot_cmds::copy_out(store, src, dest);
+        return crate::snapshot_paths::copy_out(store, src, dest);
     }
     let r = store.resolve(src).map_err(err)?;
     if r.kind == cairn_objset::dnode::ObjectKind::Directory {
@@ -324,7 +277,7 @@ pub struct LsArgs {
 pub fn ls(a: LsArgs) -> Result<(), String> {
     let store = open(pool_of(&a.path))?;
     let entries = if a.path.contains('@') {
-        crate::snapshot_cmds::list_dir(&store, &a.path)?
+        crate::snapshot_paths::list_dir(&store, &a.path)?
     } else {
         store.list(&a.path).map_err(err)?
     };
@@ -675,188 +628,6 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
                 println!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
             }
         }
-    }
-    finish(store)
-}
-
-// ---- scrub ---------------------------------------------------------------------------------
-
-/// Scrub state kept in the state directory (what `status` shows in its `scan:` line).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ScanState {
-    /// scanning | paused | finished | canceled
-    pub state: String,
-    pub progress: ScrubProgress,
-    pub started: u64,
-    pub ended: u64,
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// The `scan:` line of `status`.
-pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
-    let s: ScanState = load_json(&state_file(home, pool, "scan"))?;
-    let p = &s.progress;
-    let hms = |secs: f64| {
-        let s = secs as u64;
-        format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-    };
-    Some(match s.state.as_str() {
-        "finished" => format!(
-            "scrub repaired {} in {} with {} errors",
-            format_zfs_size(p.repaired_bytes),
-            hms(p.elapsed_secs),
-            p.errors
-        ),
-        "canceled" => "scrub canceled".into(),
-        state => {
-            let pct = if p.total_bytes > 0 {
-                100.0 * p.examined_bytes as f64 / p.total_bytes as f64
-            } else {
-                0.0
-            };
-            let eta = p.eta_secs().map(hms).unwrap_or_else(|| "unknown".into());
-            format!(
-                "scrub {state}: {} examined of {} at {}/s, {pct:.1}% done, {} repaired, {} errors, {eta} to go",
-                format_zfs_size(p.examined_bytes),
-                format_zfs_size(p.total_bytes),
-                format_zfs_size(p.rate() as u64),
-                format_zfs_size(p.repaired_bytes),
-                p.errors
-            )
-        }
-    })
-}
-
-#[derive(Args, Debug)]
-pub struct ScrubArgs {
-    /// Show a progress bar and wait (cairn always runs the scrub in this process).
-    #[arg(short = 'w')]
-    wait: bool,
-    /// Stop (cancel) a running or paused scrub.
-    #[arg(short = 's', conflicts_with = "pause")]
-    stop: bool,
-    /// Pause a running scrub; `cairn scrub POOL` resumes it.
-    #[arg(short = 'p')]
-    pause: bool,
-    pub(crate) pool: String,
-}
-
-pub fn scrub(a: ScrubArgs) -> Result<(), String> {
-    let home = crate::home();
-    let scan_path = state_file(&home, &a.pool, "scan");
-    let ctl_path = state_file(&home, &a.pool, "scan-ctl");
-    if a.stop || a.pause {
-        let running = load_json::<ScanState>(&scan_path).is_some_and(|s| s.state == "scanning");
-        if running && Pool::open(&home, &a.pool).is_err() {
-            // Another process is scrubbing: ask it.
-            std::fs::write(&ctl_path, if a.stop { "stop" } else { "pause" }).map_err(err)?;
-            return Ok(());
-        }
-        let mut s: ScanState = load_json(&scan_path).ok_or("no scrub in progress")?;
-        if s.state == "finished" || s.state == "canceled" {
-            return Err("no scrub in progress".into());
-        }
-        s.state = if a.stop {
-            "canceled".into()
-        } else {
-            "paused".into()
-        };
-        return save_json(&scan_path, &s);
-    }
-    if let Some(answer) = crate::control::ask(&home, &a.pool, "scrub") {
-        print!("{answer}");
-        return if answer.starts_with("error") {
-            Err(answer.trim().to_string())
-        } else {
-            Ok(())
-        };
-    }
-    let store = open(&a.pool)?;
-    let _ = std::fs::remove_file(&ctl_path);
-    let previous: Option<ScanState> = load_json(&scan_path);
-    let resume = previous
-        .as_ref()
-        .filter(|s| s.state == "paused" || s.state == "scanning");
-    let started = resume.map(|s| s.started).unwrap_or_else(unix_now);
-    let bar = (a.wait && std::io::stderr().is_terminal()).then(|| {
-        let b = indicatif::ProgressBar::new(store.space().alloc);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "scrub [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
-    let mut report = |p: &ScrubProgress| {
-        let state = ScanState {
-            state: "scanning".into(),
-            progress: p.clone(),
-            started,
-            ended: 0,
-        };
-        let _ = save_json(&scan_path, &state);
-        if let Some(b) = &bar {
-            b.set_length(p.total_bytes);
-            b.set_position(p.examined_bytes);
-            b.set_message(format!(
-                "{} repaired, {} errors",
-                format_zfs_size(p.repaired_bytes),
-                p.errors
-            ));
-        }
-        match std::fs::read_to_string(&ctl_path)
-            .ok()
-            .as_deref()
-            .map(str::trim)
-        {
-            Some("pause") => ScrubControl::Pause,
-            Some("stop") => ScrubControl::Stop,
-            _ => ScrubControl::Continue,
-        }
-    };
-    let (p, end) = store
-        .scrub(
-            resume.map(|s| &s.progress),
-            Duration::from_millis(500),
-            &mut report,
-        )
-        .map_err(err)?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let _ = std::fs::remove_file(&ctl_path);
-    let state = match end {
-        ScrubEnd::Finished => "finished",
-        ScrubEnd::Paused => "paused",
-        ScrubEnd::Stopped => "canceled",
-    };
-    save_json(
-        &scan_path,
-        &ScanState {
-            state: state.into(),
-            progress: p.clone(),
-            started,
-            ended: unix_now(),
-        },
-    )?;
-    match end {
-        ScrubEnd::Finished => println!(
-            "scrub of '{}' repaired {} ({} bytes), {} errors, {} blocks in {:.1} s",
-            a.pool,
-            format_zfs_size(p.repaired_bytes),
-            p.repaired_bytes,
-            p.errors,
-            p.blocks,
-            p.elapsed_secs
-        ),
-        _ => println!("scrub of '{}' {state}", a.pool),
     }
     finish(store)
 }

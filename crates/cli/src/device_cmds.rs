@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
+use cairn_objset::scan_state::{unix_now, ScanFiles};
 use cairn_objset::scrub::ScrubControl;
 use cairn_objset::Store;
 use cairn_pool::devices::DeviceOutcome;
 use cairn_pool::{Home, Pool};
 use clap::Args;
-use serde::{Deserialize, Serialize};
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -206,22 +206,6 @@ fn parse_rate(flags: &ResilverFlags) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("bad resilver rate '{text}': give bytes per second, e.g. 100M"))
 }
 
-/// The last resilver, kept for the `scan:` line of `status`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ResilverRecord {
-    pub repaired_bytes: u64,
-    pub errors: u64,
-    pub elapsed_secs: f64,
-    pub ended: u64,
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Runs the resilver of every stale leaf to completion, with a progress bar under `-w`.
 pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
     let name = pool.name().to_string();
@@ -279,17 +263,7 @@ pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<()
 
 /// Keeps a finished resilver for the `scan:` line of `status`.
 pub fn record_resilver(home: &Home, pool: &str, p: &ResilverProgress) {
-    let record = ResilverRecord {
-        repaired_bytes: p.repaired_bytes,
-        errors: p.errors,
-        elapsed_secs: p.elapsed_secs,
-        ended: unix_now(),
-    };
-    let path = crate::data_cmds::state_file(home, pool, "resilver");
-    if let (Some(dir), Ok(text)) = (path.parent(), serde_json::to_string(&record)) {
-        let _ = std::fs::create_dir_all(dir);
-        let _ = std::fs::write(&path, text);
-    }
+    ScanFiles::of(home, pool).record_resilver(p);
 }
 
 /// `2026-11-22 13:47:49 UTC` from Unix seconds (proleptic Gregorian calendar).
@@ -343,14 +317,7 @@ pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
             format_zfs_size(cp.repaired_bytes),
         ));
     }
-    let path = crate::data_cmds::state_file(home, pool.name(), "resilver");
-    // The scan line shows whichever of the last scrub and the last resilver is newer.
-    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let scrub = crate::data_cmds::state_file(home, pool.name(), "scan");
-    if modified(&scrub) > modified(&path) {
-        return None;
-    }
-    let record: ResilverRecord = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let record = ScanFiles::of(home, pool.name()).last_resilver()?;
     Some(format!(
         "resilvered {} in {} with {} errors on {}",
         format_zfs_size(record.repaired_bytes),

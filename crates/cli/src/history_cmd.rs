@@ -14,7 +14,7 @@ use cairn_objset::Store;
 use cairn_pool::{Pool, PoolError};
 use clap::Args;
 
-use crate::data_cmds::finish;
+use crate::store_open::finish;
 
 /// How long a history record waits for a pool another process holds.
 const RECORD_WAIT: Duration = Duration::from_secs(3);

@@ -2,6 +2,7 @@
 
 mod clock;
 mod control;
+mod control_server;
 mod data_cmds;
 mod demo;
 mod device_cmds;
@@ -12,9 +13,12 @@ mod lab_cmd;
 mod mount_cmds;
 mod mount_table;
 mod pool_cmds;
+mod scrub_cmd;
 mod serve;
 mod snapshot_cmds;
 mod snapshot_export;
+mod snapshot_paths;
+mod store_open;
 mod tunables;
 
 use std::path::PathBuf;
@@ -112,7 +116,7 @@ enum Command {
     /// Set a property: `cairn set PROP=VALUE DATASET`.
     Set(data_cmds::SetArgs),
     /// Scrub a pool: read and verify every copy and parity column, repair what is wrong.
-    Scrub(data_cmds::ScrubArgs),
+    Scrub(scrub_cmd::ScrubArgs),
     /// Mount a file system over FUSE: `cairn mount [-o ro] POOL/DS [DIR]`; without
     /// arguments, list the mounted ones.
     Mount(mount_cmds::MountArgs),
@@ -360,7 +364,7 @@ fn main() {
         Command::Dataset(c) => data_cmds::dataset(c),
         Command::Volume(c) => data_cmds::volume(c),
         Command::Set(a) => data_cmds::set(a),
-        Command::Scrub(a) => data_cmds::scrub(a),
+        Command::Scrub(a) => scrub_cmd::scrub(a),
         Command::Serve(a) => serve::serve(a),
         Command::Mount(a) => mount_cmds::mount(a),
         Command::Umount(a) => mount_cmds::umount(a),
@@ -398,7 +402,8 @@ enum Record {
 /// The pool a command changes, if any (for its history), as `zpool history` records them:
 /// pool and device management, dataset and property changes, scrubs; not file data.
 fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
-    use data_cmds::{pool_of, DatasetCmd, VolumeCmd};
+    use data_cmds::{DatasetCmd, VolumeCmd};
+    use store_open::pool_of;
     let after = |name: &str| Some((pool_of(name).to_string(), Record::After));
     match cmd {
         Command::Create(a) if !a.dry_run => after(&a.pool),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::data_cmds::pool_of;
+use crate::store_open::pool_of;
 
 #[derive(clap::Args, Debug)]
 pub struct MountArgs {

@@ -118,7 +118,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             for n in rest {
                 let p = Pool::open(&home, n).map_err(err)?;
                 let scan = crate::device_cmds::resilver_scan_line(&home, &p)
-                    .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
+                    .or_else(|| crate::scrub_cmd::scan_line(&home, p.name()));
                 let damaged = crate::data_cmds::load_errors(&p);
                 texts.push(render_status_with(&p, a.verbose, scan.as_deref(), &damaged));
             }
@@ -152,7 +152,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
         .iter()
         .map(|p| {
             let scan = crate::device_cmds::resilver_scan_line(&home, p)
-                .or_else(|| crate::data_cmds::scan_line(&home, p.name()));
+                .or_else(|| crate::scrub_cmd::scan_line(&home, p.name()));
             let damaged = crate::data_cmds::load_errors(p);
             render_status_with(p, a.verbose, scan.as_deref(), &damaged)
         })
@@ -312,7 +312,7 @@ pub fn export(a: PoolName) -> Result<(), String> {
     Pool::open(&home, &a.pool)
         .and_then(|p| p.export())
         .map_err(err)?;
-    crate::data_cmds::forget_state(&home, &a.pool);
+    cairn_objset::scan_state::ScanFiles::of(&home, &a.pool).forget();
     Ok(())
 }
 
@@ -321,7 +321,7 @@ pub fn destroy(a: PoolName) -> Result<(), String> {
     Pool::open(&home, &a.pool)
         .and_then(|p| p.destroy())
         .map_err(err)?;
-    crate::data_cmds::forget_state(&home, &a.pool);
+    cairn_objset::scan_state::ScanFiles::of(&home, &a.pool).forget();
     Ok(())
 }
 

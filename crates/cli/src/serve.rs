@@ -26,7 +26,7 @@ use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
 use cairn_pool::Home;
 
-use crate::data_cmds::{finish, open};
+use crate::store_open::{finish, open};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -327,10 +327,10 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
             return Err(e);
         }
     }
-    let control = crate::control::spawn(
+    let control = crate::control_server::spawn(
         home.clone(),
         store.clone(),
-        crate::control::Serving {
+        crate::control_server::Serving {
             until_unmounted: a.until_unmounted,
             mounts: mounts.clone(),
         },

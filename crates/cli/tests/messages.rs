@@ -81,3 +81,18 @@ fn damage_beyond_parity_found_by_a_read_shows_in_status_without_a_scrub() {
         .sum();
     assert!(cksum > 0, "the leaves read get checksum errors: {status}");
 }
+
+#[test]
+fn scrub_pause_and_stop_need_a_scrub_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 64 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let e = fails(&cairn(&home, &["scrub", "-p", "tank"]));
+    assert!(e.contains("no scrub in progress"), "{e}");
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let e = fails(&cairn(&home, &["scrub", "-s", "tank"]));
+    assert!(e.contains("no scrub in progress"), "{e}");
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub repaired"), "{status}");
+}

@@ -81,6 +81,10 @@ const RAIDZ1_PARITY_SWAP_BIT: u64 = 1 << 20;
 /// should be a positive multiple of it (a partial last sector is rounded up, 0 gives an
 /// empty map). `width` must exceed `parity` (see `VdevShape::validate`).
 pub fn raidz_map(offset: u64, psize: u64, width: usize, parity: usize, ashift: u32) -> RaidzMap {
+    debug_assert!(
+        width > parity,
+        "raidz of width {width} with {parity} parity: a map needs a data column"
+    );
     let sector = 1u64 << ashift;
     let asize = raidz_asize(psize, width, parity, ashift);
     let width_u = width.max(1) as u64;
@@ -135,13 +139,22 @@ pub fn raidz_map(offset: u64, psize: u64, width: usize, parity: usize, ashift: u
         };
     }
 
-    RaidzMap {
+    let map = RaidzMap {
         parity,
         columns,
         big_columns: big_columns as usize,
         skip_sectors: (asize >> ashift).saturating_sub(total),
         asize,
-    }
+    };
+    // The asize identity: the columns hold `tot` sectors, and the allocation is `tot`
+    // rounded up to a multiple of p + 1 (the skip sectors are the difference).
+    debug_assert_eq!(map.total_sectors(ashift), total, "columns hold tot sectors");
+    debug_assert_eq!(
+        asize >> ashift,
+        total.next_multiple_of(parity_u + 1),
+        "asize = roundup(tot, p + 1)"
+    );
+    map
 }
 
 #[cfg(test)]

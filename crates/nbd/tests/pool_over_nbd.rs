@@ -253,7 +253,7 @@ struct Writer {
 
 impl Writer {
     fn write(&mut self, pool: &Pool) -> Written {
-        let top = &pool.tops[0];
+        let top = &pool.tops()[0];
         let sectors = self.rng.gen_range(1..=64u64);
         let mut data = vec![0u8; (sectors * top.sector()) as usize];
         self.rng.fill_bytes(&mut data);
@@ -277,7 +277,7 @@ fn check_all(pool: &Pool, written: &[Written]) {
 }
 
 fn leaf_health(pool: &Pool) -> Vec<Health> {
-    pool.tops[0]
+    pool.tops()[0]
         .children
         .iter()
         .map(|slot| Pool::leaf_health(slot))
@@ -292,7 +292,7 @@ fn create_raidz2(home: &Home, urls: &[String]) -> Pool {
         .pool
         .unwrap();
     assert_eq!(pool.health(), Health::Online);
-    assert_eq!(pool.tops[0].children[KILLED].path, urls[KILLED]);
+    assert_eq!(pool.tops()[0].children[KILLED].path, urls[KILLED]);
     pool
 }
 
@@ -459,7 +459,7 @@ fn raidz2_over_six_nbdkit_file_servers_one_dies_returns_and_is_resilvered() {
         &AtomicUsize::new(0),
     ));
     check_files(&store, &model);
-    let victim = &store.pool().tops[0].children[KILLED];
+    let victim = &store.pool().tops()[0].children[KILLED];
     let missed = victim.dtl_ranges();
     assert!(!missed.is_empty(), "the dead leaf missed no txg");
     assert!(
@@ -475,7 +475,7 @@ fn raidz2_over_six_nbdkit_file_servers_one_dies_returns_and_is_resilvered() {
     let health = leaf_health(&pool);
     assert!(health.iter().all(|h| *h == Health::Online), "{health:?}");
     assert!(pool.needs_resilver());
-    let dtl = pool.tops[0].children[KILLED].dtl_ranges();
+    let dtl = pool.tops()[0].children[KILLED].dtl_ranges();
     assert!(
         !dtl.is_empty()
             && missed
@@ -483,7 +483,7 @@ fn raidz2_over_six_nbdkit_file_servers_one_dies_returns_and_is_resilvered() {
                 .all(|&(a, _)| cairn_vdev::dtl::contains(&dtl, a)),
         "DTL after reopen {dtl:?}, missed {missed:?}"
     );
-    for (i, child) in pool.tops[0].children.iter().enumerate() {
+    for (i, child) in pool.tops()[0].children.iter().enumerate() {
         if i != KILLED {
             assert!(
                 child.dtl_ranges().is_empty(),
@@ -505,7 +505,7 @@ fn raidz2_over_six_nbdkit_file_servers_one_dies_returns_and_is_resilvered() {
     assert_eq!(end, ResilverEnd::Finished, "{p:?}");
     assert!(p.blocks_repaired > 0 && p.repaired_bytes > 0, "{p:?}");
     assert_eq!(p.errors, 0, "{p:?}");
-    let victim = &store.pool().tops[0].children[KILLED];
+    let victim = &store.pool().tops()[0].children[KILLED];
     assert!(victim.dtl_ranges().is_empty(), "{:?}", victim.dtl_ranges());
     assert!(!victim.stale.load(Ordering::Relaxed));
     assert!(!store.pool().needs_resilver());

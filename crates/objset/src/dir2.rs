@@ -396,10 +396,11 @@ struct NoBlocks(u64);
 
 impl BlockSource for NoBlocks {
     fn read_blocks(&mut self, first: u64, _count: usize) -> Result<Vec<u8>, StoreError> {
-        Err(StoreError::Corrupt(format!(
-            "directory object {}: block {first} read while converting it",
-            self.0
-        )))
+        Err(StoreError::corrupt_object(
+            "directory",
+            self.0,
+            format!("block {first} read while converting it"),
+        ))
     }
 }
 
@@ -438,7 +439,7 @@ pub(crate) struct DirtyBlocks {
 }
 
 fn corrupt(id: u64, e: DecodeError) -> StoreError {
-    StoreError::Corrupt(format!("directory object {id}: {e}"))
+    StoreError::corrupt_object("directory", id, e)
 }
 
 impl HashedDir {
@@ -583,10 +584,14 @@ impl HashedDir {
         self.load_leaf(src, blkid)?;
         let leaf = &self.leaves[&blkid].leaf;
         if !leaf.covers(hash) {
-            return Err(StoreError::Corrupt(format!(
-                "directory object {}: table slot {slot} points to leaf {blkid} of prefix {:#x}/{}",
-                self.id, leaf.prefix, leaf.depth
-            )));
+            return Err(StoreError::corrupt_object(
+                "directory",
+                self.id,
+                format!(
+                    "table slot {slot} points to leaf {blkid} of prefix {:#x}/{}",
+                    leaf.prefix, leaf.depth
+                ),
+            ));
         }
         Ok(blkid)
     }
@@ -672,10 +677,11 @@ impl HashedDir {
             )));
         }
         if self.header.leaves >= MAX_LEAVES {
-            return Err(StoreError::Corrupt(format!(
-                "directory object {id}: {} leaves and one more needed",
-                self.header.leaves
-            )));
+            return Err(StoreError::corrupt_object(
+                "directory",
+                id,
+                format!("{} leaves and one more needed", self.header.leaves),
+            ));
         }
         let new_prefix = (prefix << 1) | 1;
         let moved_slots = slots_of(depth + 1, new_prefix);
@@ -688,9 +694,13 @@ impl HashedDir {
             let range = moved_slots.start.max(base) - base
                 ..moved_slots.end.min(base + SLOTS_PER_BLOCK) - base;
             if let Some(bad) = tb.slots[range].iter().find(|&&s| u64::from(s) != blkid) {
-                return Err(StoreError::Corrupt(format!(
-                    "directory object {id}: a slot of leaf {blkid} (prefix {prefix:#x}/{depth}) points to block {bad}"
-                )));
+                return Err(StoreError::corrupt_object(
+                    "directory",
+                    id,
+                    format!(
+                        "a slot of leaf {blkid} (prefix {prefix:#x}/{depth}) points to block {bad}"
+                    ),
+                ));
             }
         }
         let new_id = self.header.next_block;
@@ -834,7 +844,7 @@ mod tests {
                 out.extend_from_slice(
                     self.0
                         .get(&b)
-                        .ok_or_else(|| StoreError::Corrupt(format!("no block {b}")))?,
+                        .ok_or_else(|| StoreError::corrupt("directory", format!("no block {b}")))?,
                 );
             }
             Ok(out)
@@ -1018,7 +1028,7 @@ mod tests {
             match d.lookup(&mut mem, &long_name(i)) {
                 Ok(Some(_)) => {}
                 Ok(None) => panic!("a name went missing without an error"),
-                Err(StoreError::Corrupt(_)) => errors += 1,
+                Err(e) if e.is_corrupt() => errors += 1,
                 Err(e) => panic!("{e}"),
             }
         }

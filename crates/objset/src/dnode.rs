@@ -54,6 +54,20 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
+    /// The kind as `cairn ls`, `stat` and error messages name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ObjectKind::File => "file",
+            ObjectKind::Directory => "dir",
+            ObjectKind::Volume => "volume",
+            ObjectKind::Table => "table",
+            ObjectKind::Free => "free",
+            ObjectKind::Symlink => "symlink",
+            ObjectKind::Special => "special",
+            ObjectKind::Xattrs => "xattrs",
+        }
+    }
+
     fn from_u8(v: u8) -> Option<ObjectKind> {
         Some(match v {
             0 => ObjectKind::Free,

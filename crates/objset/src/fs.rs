@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use cairn_pool::Pool;
 
 use crate::core::{Prefetched, State, StoreCore};
-use crate::dataset::{
-    validate_component, validate_property, Dataset, DatasetKind, DatasetTable, NO_PARENT,
-};
+use crate::dataset::{validate_component, Dataset, DatasetKind, DatasetTable, NO_PARENT};
 use crate::dir::DirEntry;
-use crate::dircache;
+use crate::dir_ops;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::read_for_update;
+use crate::property_values::validate_property;
 use crate::props::size_property;
 
 /// What a path names.
@@ -924,7 +923,7 @@ fn path_in(pool: &Pool, st: &mut State, dataset: &str, object: u64) -> Option<St
     }
     let mut stack = vec![(ds.object, ds.name.clone())];
     while let Some((dir, prefix)) = stack.pop() {
-        for (name, e) in dircache::list(pool, st, dir).ok()? {
+        for (name, e) in dir_ops::list(pool, st, dir).ok()? {
             let p = format!("{prefix}/{name}");
             if e.object == object {
                 return Some(p);
@@ -964,14 +963,5 @@ pub(crate) fn is_dirty_locked(st: &State) -> bool {
 }
 
 pub fn kind_name(k: ObjectKind) -> &'static str {
-    match k {
-        ObjectKind::File => "file",
-        ObjectKind::Directory => "dir",
-        ObjectKind::Volume => "volume",
-        ObjectKind::Table => "table",
-        ObjectKind::Free => "free",
-        ObjectKind::Symlink => "symlink",
-        ObjectKind::Special => "special",
-        ObjectKind::Xattrs => "xattrs",
-    }
+    k.name()
 }

@@ -103,13 +103,13 @@ const INDIRECT_CACHE_MAX: usize = 8192;
 
 pub fn decode_indirect(buf: &[u8]) -> Result<Vec<BlockPointer>, StoreError> {
     if buf.len() != BPS_PER_INDIRECT * BP_SIZE {
-        return Err(StoreError::Corrupt(format!(
-            "indirect block of {} bytes",
-            buf.len()
-        )));
+        return Err(StoreError::corrupt(
+            "indirect block",
+            format!("{} bytes, not {}", buf.len(), BPS_PER_INDIRECT * BP_SIZE),
+        ));
     }
     buf.chunks_exact(BP_SIZE)
-        .map(|c| BlockPointer::decode(c).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .map(|c| BlockPointer::decode(c).map_err(|e| StoreError::corrupt("indirect block", e)))
         .collect()
 }
 
@@ -135,10 +135,11 @@ pub fn load_indirect(
         Arc::new(vec![BlockPointer::HOLE; BPS_PER_INDIRECT])
     } else {
         if bp.kind != BlockKind::Indirect {
-            return Err(StoreError::Corrupt(format!(
-                "expected an indirect block, found {:?}",
-                bp.kind
-            )));
+            return Err(StoreError::corrupt_object(
+                "block pointer",
+                key.0,
+                format!("expected an indirect block, found {:?}", bp.kind),
+            ));
         }
         Arc::new(decode_indirect(&pool.read_bp(bp)?)?)
     };

@@ -48,7 +48,11 @@ impl StoreCore {
         if !st.objects.contains_key(&id) {
             let dnode = read_dnode(&self.pool, st, id)?;
             if dnode.kind == ObjectKind::Free {
-                return Err(StoreError::Corrupt(format!("object {id} is free")));
+                return Err(StoreError::corrupt_object(
+                    "dnode",
+                    id,
+                    "the object is free".to_string(),
+                ));
             }
             st.objects.insert(id, ObjectState::new(dnode));
         }
@@ -317,7 +321,11 @@ impl StoreCore {
 /// Reads dnode `id` from the object table (object 0).
 pub(crate) fn read_dnode(pool: &Pool, st: &mut State, id: u64) -> Result<Dnode, StoreError> {
     if id >= st.next_object {
-        return Err(StoreError::Corrupt(format!("object {id} does not exist")));
+        return Err(StoreError::corrupt_object(
+            "dnode",
+            id,
+            format!("no such object (the table ends at {})", st.next_object),
+        ));
     }
     let mut buf = [0u8; DNODE_SIZE];
     let n = read_object(
@@ -331,7 +339,7 @@ pub(crate) fn read_dnode(pool: &Pool, st: &mut State, id: u64) -> Result<Dnode, 
     if n < DNODE_SIZE {
         return Ok(Dnode::FREE);
     }
-    Dnode::decode(&buf).map_err(|e| StoreError::Corrupt(e.to_string()))
+    Dnode::decode(&buf).map_err(|e| StoreError::corrupt_object("dnode", id, e))
 }
 
 /// Writes dnode bytes for `id` into the object table's dirty blocks.
@@ -372,9 +380,11 @@ pub(crate) fn load_object_bytes(
     let obj = st.objects.get(&id).expect("loaded");
     let size = obj.dnode.size;
     if size > MAX_WHOLE_OBJECT || size > pool.space().size {
-        return Err(StoreError::Corrupt(format!(
-            "object {id}: size {size} is more than a table or directory can hold"
-        )));
+        return Err(StoreError::corrupt_object(
+            "dnode",
+            id,
+            format!("size {size} is more than a table or directory can hold"),
+        ));
     }
     let mut buf = vec![0u8; size as usize];
     read_object(pool, &mut st.cache, id, obj, 0, &mut buf)?;

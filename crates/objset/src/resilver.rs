@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
-use cairn_pool::PoolError;
+use cairn_pool::{LeafSlot, PoolError, StaleLeaf};
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::{dtl, ResilverCheckpoint};
 
@@ -110,20 +110,10 @@ pub enum ResilverEnd {
     Paused,
 }
 
-/// Txg ranges a leaf missed.
-type Dtl = Vec<(u64, u64)>;
-
-/// A stale leaf: its index in the vdev, its GUID and its DTL at the start.
-struct Target {
-    child: usize,
-    guid: u64,
-    dtl: Dtl,
-}
-
 /// Stale leaves per top-level vdev with their DTLs at the start.
 struct Targets {
     /// vdev → stale leaves.
-    per_vdev: BTreeMap<usize, Vec<Target>>,
+    per_vdev: BTreeMap<usize, Vec<StaleLeaf>>,
     /// Earliest missed txg of any target.
     first_txg: u64,
 }
@@ -132,40 +122,16 @@ impl Targets {
     /// The paths of the leaves being resilvered.
     fn paths(&self, store: &StoreCore) -> Vec<String> {
         self.per_vdev
-            .iter()
-            .flat_map(|(&t, list)| {
-                list.iter()
-                    .map(move |target| store.pool().tops[t].children[target.child].path.clone())
-            })
+            .values()
+            .flatten()
+            .map(|target| store.pool().leaf_path(target.slot))
             .collect()
     }
 
     fn find(store: &StoreCore) -> Option<Targets> {
-        let mut per_vdev = BTreeMap::new();
-        for (t, top) in store.pool().tops.iter().enumerate() {
-            let list: Vec<Target> = top
-                .children
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.is_usable())
-                .map(|(i, c)| Target {
-                    child: i,
-                    guid: c.guid,
-                    dtl: c.dtl_ranges(),
-                })
-                .filter(|target| {
-                    // A leaf that missed nothing needs no copy: trust it (again).
-                    if target.dtl.is_empty() {
-                        top.children[target.child]
-                            .stale
-                            .store(false, Ordering::Relaxed);
-                    }
-                    !target.dtl.is_empty()
-                })
-                .collect();
-            if !list.is_empty() {
-                per_vdev.insert(t, list);
-            }
+        let mut per_vdev: BTreeMap<usize, Vec<StaleLeaf>> = BTreeMap::new();
+        for leaf in store.pool().stale_leaves() {
+            per_vdev.entry(leaf.slot.top).or_default().push(leaf);
         }
         let first_txg = per_vdev
             .values()
@@ -186,7 +152,7 @@ impl Targets {
             .map(|l| {
                 l.iter()
                     .filter(|target| dtl::contains(&target.dtl, birth))
-                    .map(|target| target.child)
+                    .map(|target| target.slot.child)
                     .collect()
             })
             .unwrap_or_default()
@@ -243,6 +209,8 @@ impl StoreCore {
         result
     }
 
+    /// One resilver from start (or the resume point) to end, in named steps: find the
+    /// stale leaves, announce, copy the pool's metadata, copy every object, finish.
     fn resilver_pass(
         &self,
         opts: ResilverOptions,
@@ -256,6 +224,24 @@ impl StoreCore {
             return Ok((ResilverProgress::default(), ResilverEnd::NothingToDo));
         };
         let start = Instant::now();
+        let mut p = self.start_resilver(&targets)?;
+        self.copy_pool_metadata(&targets, opts, &mut p)?;
+        if p.next_object == 0 {
+            p.next_object = 1;
+        }
+        if self.copy_objects(&targets, opts, report, start, &mut p)? == ScrubControl::Pause {
+            return Ok((p, ResilverEnd::Paused));
+        }
+        self.finish_resilver(&targets)?;
+        p.examined_bytes = p.total_bytes.max(p.examined_bytes);
+        p.elapsed_secs = start.elapsed().as_secs_f64();
+        report(&p);
+        Ok((p, ResilverEnd::Finished))
+    }
+
+    /// Posts `resilver_start` and returns the progress to go on from: the resume point on
+    /// disk, or a fresh start; the resume point is then (re)written.
+    fn start_resilver(&self, targets: &Targets) -> Result<ResilverProgress, StoreError> {
         let resumed = self.pool().resilver_checkpoint();
         let leaves: Vec<String> = targets.paths(self);
         self.pool().post_event(
@@ -266,7 +252,7 @@ impl StoreCore {
                 ("resumed", resumed.is_some().to_string()),
             ],
         );
-        let mut p = match &resumed {
+        let p = match &resumed {
             Some(cp) => ResilverProgress {
                 total_bytes: cp.total_bytes,
                 examined_bytes: cp.examined_bytes,
@@ -283,30 +269,49 @@ impl StoreCore {
             },
         };
         self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
-        // Pool metadata is rewritten every txg, so it is walked on every (re)start.
-        {
-            let mut st = self.lock();
-            let mut batch = Batch::default();
-            let mut roots = vec![st.root_bp];
-            roots.extend(st.space_map_bps.iter().copied());
-            for bp in roots {
-                add_block(&targets, &bp, &mut batch);
-            }
-            let meta = st.meta.dnode;
-            self.gather_tree(&mut st, &targets, &meta, &mut batch)?;
-            self.write_batch(&mut batch, &mut p)?;
-            // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
-            for bp in st.snaps.dead_blocks() {
-                add_block(&targets, &bp, &mut batch);
-                if batch.bytes >= opts.batch_bytes {
-                    self.write_batch(&mut batch, &mut p)?;
-                }
-            }
-            self.write_batch(&mut batch, &mut p)?;
+        Ok(p)
+    }
+
+    /// Copies what the stale leaves miss of the pool's metadata (root block, space maps,
+    /// object table) and of the blocks only snapshots hold. Pool metadata is rewritten
+    /// every txg, so it is walked on every (re)start.
+    fn copy_pool_metadata(
+        &self,
+        targets: &Targets,
+        opts: ResilverOptions,
+        p: &mut ResilverProgress,
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let mut batch = Batch::default();
+        let mut roots = vec![st.root_bp];
+        roots.extend(st.space_map_bps.iter().copied());
+        for bp in roots {
+            add_block(targets, &bp, &mut batch);
         }
-        if p.next_object == 0 {
-            p.next_object = 1;
+        let meta = st.meta.dnode;
+        self.gather_tree(&mut st, targets, &meta, &mut batch)?;
+        self.write_batch(&mut batch, p)?;
+        // Blocks only snapshots hold: each is on one dead list (`crate::snapshot`).
+        for bp in st.snaps.dead_blocks() {
+            add_block(targets, &bp, &mut batch);
+            if batch.bytes >= opts.batch_bytes {
+                self.write_batch(&mut batch, p)?;
+            }
         }
+        self.write_batch(&mut batch, p)
+    }
+
+    /// Copies what the stale leaves miss of every object from `p.next_object` on, at
+    /// `opts.rate`, writing the resume point and reporting every `opts.checkpoint_every`.
+    /// Returns `Pause` when the report asked to stop (the resume point is on disk).
+    fn copy_objects(
+        &self,
+        targets: &Targets,
+        opts: ResilverOptions,
+        report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
+        start: Instant,
+        p: &mut ResilverProgress,
+    ) -> Result<ScrubControl, StoreError> {
         let mut last_report = Instant::now();
         let mut batch = Batch::default();
         let last = self.lock().next_object;
@@ -317,7 +322,7 @@ impl StoreCore {
                 // same lock; the resume point is (object, block id).
                 while p.next_object < last && batch.bytes < opts.batch_bytes {
                     let id = p.next_object;
-                    match self.gather_slice(&mut st, &targets, id, &mut batch, &mut p)? {
+                    match self.gather_slice(&mut st, targets, id, &mut batch, p)? {
                         Some(next) => p.next_block = next,
                         None => {
                             p.next_object = id + 1;
@@ -325,23 +330,19 @@ impl StoreCore {
                         }
                     }
                 }
-                self.write_batch(&mut batch, &mut p)?;
+                self.write_batch(&mut batch, p)?;
             }
             p.elapsed_secs = start.elapsed().as_secs_f64();
             throttle(opts.rate, p.repaired_bytes, start);
             if last_report.elapsed() >= opts.checkpoint_every {
                 last_report = Instant::now();
                 self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
-                if report(&p) != ScrubControl::Continue {
-                    return Ok((p, ResilverEnd::Paused));
+                if report(p) != ScrubControl::Continue {
+                    return Ok(ScrubControl::Pause);
                 }
             }
         }
-        self.finish_resilver(&targets)?;
-        p.examined_bytes = p.total_bytes.max(p.examined_bytes);
-        p.elapsed_secs = start.elapsed().as_secs_f64();
-        report(&p);
-        Ok((p, ResilverEnd::Finished))
+        Ok(ScrubControl::Continue)
     }
 
     /// Walks an object's tree, skipping subtrees born before every DTL, and adds the blocks
@@ -455,21 +456,8 @@ impl StoreCore {
     /// needs a resilver of its own.
     fn finish_resilver(&self, targets: &Targets) -> Result<(), StoreError> {
         let _st = self.lock();
-        for (&t, list) in &targets.per_vdev {
-            for target in list {
-                let child = &self.pool().tops[t].children[target.child];
-                if !child.is_usable() || child.guid != target.guid {
-                    continue;
-                }
-                let left: Vec<(u64, u64)> = child
-                    .dtl_ranges()
-                    .into_iter()
-                    .filter(|r| !target.dtl.contains(r))
-                    .collect();
-                child.stale.store(!left.is_empty(), Ordering::Relaxed);
-                child.set_dtl(left);
-                child.forget_resilvered();
-            }
+        for target in targets.per_vdev.values().flatten() {
+            self.pool().finish_leaf_resilver(target);
         }
         self.pool().set_resilver_checkpoint(None)?;
         Ok(())
@@ -528,7 +516,7 @@ fn rebuild_chunk(pool: &cairn_pool::Pool, chunk: &[CopyJob]) -> (usize, Vec<Piec
     };
     let mut pieces = Vec::new();
     let mut failed = 0;
-    for result in pool.tops[vdev].rebuild_batch(&requests, &verify) {
+    for result in pool.rebuild_batch(vdev, &requests, &verify) {
         match result {
             Ok(p) => pieces.extend(p),
             Err(_) => failed += 1,
@@ -560,7 +548,11 @@ fn write_pieces(
     let mut failure = None;
     let mut flush = |vdev: usize, run: Run| {
         let bufs: Vec<&[u8]> = run.bufs.iter().map(|b| b.as_slice()).collect();
-        match pool.tops[vdev].write_leaf_run(run.child, run.start, &bufs) {
+        let slot = LeafSlot {
+            top: vdev,
+            child: run.child,
+        };
+        match pool.write_leaf_run(slot, run.start, &bufs) {
             Ok(()) => written += run.len,
             Err(e) => failure = Some(PoolError::Vdev(e)),
         }

@@ -92,10 +92,10 @@ impl RootBlock {
     }
 
     pub(crate) fn decode(buf: &[u8]) -> Result<RootBlock, StoreError> {
-        let corrupt = |e: crate::codec::DecodeError| StoreError::Corrupt(e.to_string());
+        let corrupt = |e: crate::codec::DecodeError| StoreError::corrupt("root block", e);
         let mut r = Reader::new(buf, "root block");
         if r.u64().map_err(corrupt)? != ROOT_MAGIC {
-            return Err(StoreError::Corrupt("root block: bad magic".into()));
+            return Err(StoreError::corrupt("root block", "bad magic".to_string()));
         }
         let version = r.u32().map_err(corrupt)?;
         if version > ROOT_VERSION_CLONES {
@@ -104,7 +104,7 @@ impl RootBlock {
             )));
         }
         if version == 0 {
-            return Err(StoreError::Corrupt("root block: version 0".into()));
+            return Err(StoreError::corrupt("root block", "version 0".to_string()));
         }
         let _ = r.u32().map_err(corrupt)?;
         let txg = r.u64().map_err(corrupt)?;
@@ -116,19 +116,21 @@ impl RootBlock {
         let space_map_len = r.u64().map_err(corrupt)?;
         let n = r.u64().map_err(corrupt)? as usize;
         if n > MAX_SPACE_MAP_CHUNKS {
-            return Err(StoreError::Corrupt(format!(
-                "root block: {n} space map chunks"
-            )));
+            return Err(StoreError::corrupt(
+                "root block",
+                format!("{n} space map chunks (at most {MAX_SPACE_MAP_CHUNKS})"),
+            ));
         }
         let base = dn_at + DNODE_SIZE + 16;
         let mut space_map_bps = Vec::with_capacity(n);
         for i in 0..n {
             let at = base + i * BP_SIZE;
-            let bytes = buf
-                .get(at..at + BP_SIZE)
-                .ok_or_else(|| StoreError::Corrupt("root block truncated".into()))?;
-            space_map_bps
-                .push(BlockPointer::decode(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            let bytes = buf.get(at..at + BP_SIZE).ok_or_else(|| {
+                StoreError::corrupt("root block", format!("truncated at byte {at}"))
+            })?;
+            space_map_bps.push(
+                BlockPointer::decode(bytes).map_err(|e| StoreError::corrupt("root block", e))?,
+            );
         }
         let (damaged, damaged_unlisted) =
             decode_error_log(buf.get(base + n * BP_SIZE..).unwrap_or(&[])).map_err(corrupt)?;

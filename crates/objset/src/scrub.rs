@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::io::pipeline::BlockHealth;
+use cairn_pool::LeafSlot;
 
 use crate::core::{State, StoreCore};
 use crate::dnode::{Dnode, ObjectKind};
@@ -124,7 +125,7 @@ impl StoreCore {
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
         let synced_txg = self.sync()?;
         let resume_from = resume.map_or(0, |r| r.next_object);
-        let readable_at_start = self.readable_leaves();
+        let readable_at_start = self.pool().readable_leaves();
         let start = Instant::now();
         let mut p = ScrubProgress {
             total_bytes: self.space().alloc,
@@ -193,40 +194,14 @@ impl StoreCore {
         }
     }
 
-    /// Leaves reads use now, as (top-level vdev, child).
-    fn readable_leaves(&self) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        for (t, top) in self.pool().tops.iter().enumerate() {
-            for (c, child) in top.children.iter().enumerate() {
-                if child.is_readable() {
-                    out.push((t, c));
-                }
-            }
-        }
-        out
-    }
-
     /// After a whole scrub without errors, every block born up to `scanned_txg` is correct
     /// on every leaf the scrub read (it rewrote what was wrong): DTL ranges of those leaves
     /// up to that txg are settled, as a completed scrub does in ZFS. Without this, a leaf
     /// that once missed a write would be distrusted at the next import although whole.
-    fn settle_dtls(&self, scanned_txg: u64, readable: &[(usize, usize)]) -> Result<(), StoreError> {
+    fn settle_dtls(&self, scanned_txg: u64, readable: &[LeafSlot]) -> Result<(), StoreError> {
         let mut changed = false;
-        for &(t, c) in readable {
-            let child = &self.pool().tops[t].children[c];
-            let ranges = child.dtl_ranges();
-            if ranges.is_empty() || !child.is_readable() {
-                continue;
-            }
-            let left: Vec<(u64, u64)> = ranges
-                .iter()
-                .filter(|r| r.1 > scanned_txg + 1)
-                .map(|&(s, e)| (s.max(scanned_txg + 1), e))
-                .collect();
-            if left != ranges {
-                child.set_dtl(left);
-                changed = true;
-            }
+        for &slot in readable {
+            changed |= self.pool().settle_dtl(slot, scanned_txg);
         }
         if changed {
             self.pool()

@@ -13,8 +13,8 @@ impl StoreCore {
         st.alloc
             .vdevs
             .iter()
-            .zip(&self.pool.tops)
-            .map(|(v, t)| (v.allocated_bytes() >> 9) * t.shape().deflate_ratio(t.ashift()))
+            .zip(self.pool.deflate_ratios())
+            .map(|(v, ratio)| (v.allocated_bytes() >> 9) * ratio)
             .sum()
     }
 

@@ -126,9 +126,9 @@ impl Drop for Store {
 
 fn fresh_allocator(pool: &Pool) -> Allocator {
     Allocator::new(
-        pool.tops
-            .iter()
-            .map(|t| VdevAllocator::new(t.config.asize, t.ashift()))
+        pool.top_extents()
+            .into_iter()
+            .map(|(asize, ashift)| VdevAllocator::new(asize, ashift))
             .collect(),
     )
 }
@@ -180,7 +180,7 @@ impl StoreCore {
     /// Reads the tree of one uberblock; any damage is an error (the caller tries an older one).
     fn load(pool: &Pool, root_bytes: &[u8], ub_txg: u64) -> Result<State, StoreError> {
         let root_bp =
-            BlockPointer::decode(root_bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            BlockPointer::decode(root_bytes).map_err(|e| StoreError::corrupt("uberblock", e))?;
         let root = RootBlock::decode(&pool.read_bp(&root_bp)?)?;
         let mut map = Vec::new();
         for bp in &root.space_map_bps {
@@ -188,11 +188,14 @@ impl StoreCore {
         }
         // The length comes from disk: it must lie within the chunks it names.
         if root.space_map_len > map.len() as u64 {
-            return Err(StoreError::Corrupt(format!(
-                "root block: space map of {} bytes in {} bytes of chunks",
-                root.space_map_len,
-                map.len()
-            )));
+            return Err(StoreError::corrupt(
+                "root block",
+                format!(
+                    "space map of {} bytes in {} bytes of chunks",
+                    root.space_map_len,
+                    map.len()
+                ),
+            ));
         }
         map.truncate(root.space_map_len as usize);
         let mut alloc = fresh_allocator(pool);
@@ -220,8 +223,9 @@ impl StoreCore {
             snaps: Default::default(),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
-        state.datasets =
-            DatasetTable::decode(&table).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        state.datasets = DatasetTable::decode(&table).map_err(|e| {
+            StoreError::corrupt_object("dataset table", crate::core::DATASET_TABLE_OBJECT, e)
+        })?;
         crate::snapshot_ops::load_lists(pool, &mut state)?;
         Ok(state)
     }

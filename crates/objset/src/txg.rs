@@ -105,9 +105,10 @@ impl TxgSync<'_> {
             let head = self.st.datasets.snapshots.heads.get(&dataset).copied();
             let list = head.and_then(|h| self.st.snaps.dead.get_mut(&h));
             let list = list.ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "dataset {dataset} has snapshots but no head dead list"
-                ))
+                StoreError::corrupt(
+                    "dataset table",
+                    format!("dataset {dataset} has snapshots but no head dead list"),
+                )
             })?;
             list.bps.extend(dead);
         }
@@ -430,9 +431,10 @@ impl StoreCore {
             let estimate = encode_space_map(&st.alloc, &st.deferred).len() + slack;
             let chunks = estimate.div_ceil(chunk_size);
             if chunks > MAX_SPACE_MAP_CHUNKS {
-                return Err(StoreError::Corrupt(format!(
-                    "space map of {estimate} bytes does not fit in {MAX_SPACE_MAP_CHUNKS} chunks of {chunk_size} bytes (pool too fragmented)"
-                )));
+                return Err(StoreError::corrupt(
+                    "space map",
+                    format!("{estimate} bytes do not fit in {MAX_SPACE_MAP_CHUNKS} chunks of {chunk_size} bytes (pool too fragmented)"),
+                ));
             }
             let mut sizes = Vec::with_capacity(chunks);
             let mut left = estimate;

@@ -70,7 +70,7 @@ impl StoreCore {
             return Ok(BTreeMap::new());
         }
         let bytes = load_object_bytes(self.pool(), st, holder)?;
-        decode(&bytes).map_err(|e| StoreError::Corrupt(format!("object {obj}: {e}")))
+        decode(&bytes).map_err(|e| StoreError::corrupt_object("extended attributes", obj, e))
     }
 
     /// The value of attribute `name` of object `obj`.

@@ -72,7 +72,7 @@ fn rot(path: &PathBuf, rng: &mut impl Rng, count: usize) {
 fn cksum_errors(store: &Store) -> Vec<u64> {
     store
         .pool()
-        .tops
+        .tops()
         .iter()
         .flat_map(|t| t.children.iter())
         .map(|c| c.stats.snapshot().2)
@@ -164,7 +164,7 @@ fn damage_beyond_redundancy_is_an_error_naming_the_file() {
     let r = store.resolve(victim).unwrap();
     let blocks = store.object_blocks(r.object).unwrap();
     let (_, bp) = blocks[0];
-    let top = &store.pool().tops[bp.dvas[0].vdev as usize];
+    let top = &store.pool().tops()[bp.dvas[0].vdev as usize];
     let VdevShape::Raidz { width, parity } = top.shape() else {
         panic!()
     };
@@ -251,11 +251,10 @@ fn crash_at(limit: u64, tear: bool, seed: u64, background_batch: u64) -> (u64, u
     drop(open_store(&home)); // an empty store, synced
     let power = PowerCut::new(limit, tear);
     let mut pool = Pool::open(&home, "tank").unwrap();
-    for top in &mut pool.tops {
-        for child in &mut top.children {
-            let inner: Arc<dyn Leaf> = child.leaf.clone().unwrap();
-            child.leaf = Some(Arc::new(CrashLeaf::new(inner, power.clone())));
-        }
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
+            Arc::new(CrashLeaf::new(inner, power.clone()))
+        }));
     }
     let config = cairn_objset::StoreConfig {
         background_batch,

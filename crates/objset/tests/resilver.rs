@@ -76,10 +76,12 @@ fn resilver_all(store: &Store) -> ResilverProgress {
 fn open_with_switches(home: &Home) -> (Store, Vec<Arc<FaultSwitches>>) {
     let mut pool = Pool::open(home, "tank").unwrap();
     let mut switches = Vec::new();
-    for child in pool.tops.iter_mut().flat_map(|t| t.children.iter_mut()) {
-        let fault = FaultLeaf::new(child.leaf.clone().unwrap());
-        switches.push(fault.switches.clone());
-        child.leaf = Some(Arc::new(fault) as Arc<dyn Leaf>);
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner| {
+            let fault = FaultLeaf::new(inner);
+            switches.push(fault.switches.clone());
+            Arc::new(fault) as Arc<dyn Leaf>
+        }));
     }
     (Store::open(pool).unwrap(), switches)
 }
@@ -114,7 +116,7 @@ fn fail_replace_resilver(kind: &str, n: usize, failed: &[usize]) {
     for &leaf in failed {
         let child = store
             .pool()
-            .tops
+            .tops()
             .iter()
             .flat_map(|t| t.children.iter())
             .nth(leaf)
@@ -204,14 +206,14 @@ fn returning_leaf_resilvers_only_missed_txgs() {
     let missed_bytes: usize = missed.values().map(|d| d.len()).sum();
     model.extend(missed);
     let last_missed = store.open_txg() - 1;
-    let dtl = store.pool().tops[0].children[1].dtl_ranges();
+    let dtl = store.pool().tops()[0].children[1].dtl_ranges();
     assert_eq!(dtl, vec![(first_missed, last_missed + 1)]);
     // Closing syncs once more, also missed.
     drop(store.close().unwrap());
     // Power back: the device is there on the next open, stale for its DTL.
     let store = open_store(&home);
     assert_eq!(
-        store.pool().tops[0].children[1].dtl_ranges(),
+        store.pool().tops()[0].children[1].dtl_ranges(),
         vec![(first_missed, last_missed + 2)]
     );
     let p = resilver_all(&store);
@@ -223,7 +225,7 @@ fn returning_leaf_resilvers_only_missed_txgs() {
         (p.repaired_bytes as usize) < missed_bytes + 4 * MIB as usize,
         "{p:?}: copied more than the missed txgs ({missed_bytes} bytes; {before_bytes} before)"
     );
-    assert!(store.pool().tops[0].children[1].dtl_ranges().is_empty());
+    assert!(store.pool().tops()[0].children[1].dtl_ranges().is_empty());
     check_files(&store, &model);
     let s = scrub_all(&store);
     assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
@@ -232,7 +234,7 @@ fn returning_leaf_resilvers_only_missed_txgs() {
     let store = open_store(&home);
     drop(store);
     let mut pool = Pool::open(&home, "tank").unwrap();
-    pool.offline(&pool.tops[0].children[0].path.clone(), false)
+    pool.offline(&pool.tops()[0].children[0].path.clone(), false)
         .unwrap();
     let store = Store::open(pool).unwrap();
     check_files(&store, &model);
@@ -300,7 +302,7 @@ fn failing_leaf_is_faulted_then_cleared_and_resilvered() {
     let mut model = write_files(&store, &mut rng, "a", 6, 400_000);
     switches[3].fail_writes.store(true, Ordering::Relaxed);
     model.extend(write_files(&store, &mut rng, "b", 6, 400_000));
-    let child = &store.pool().tops[0].children[3];
+    let child = &store.pool().tops()[0].children[3];
     assert_eq!(Pool::leaf_health(child), Health::Faulted);
     assert!(child.stats.snapshot().1 >= cairn_vdev::top::FAULT_AFTER_ERRORS);
     assert!(!child.dtl_ranges().is_empty());
@@ -358,10 +360,10 @@ fn resilver_survives_power_cut_and_export() {
     // Second stretch under a power cut a few hundred writes in.
     let power = cairn_vdev::PowerCut::new(u64::MAX, false);
     let mut pool = pool;
-    for child in pool.tops.iter_mut().flat_map(|t| t.children.iter_mut()) {
-        let inner = child.leaf.clone().unwrap();
-        child.leaf =
-            Some(Arc::new(cairn_vdev::CrashLeaf::new(inner, power.clone())) as Arc<dyn Leaf>);
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner| {
+            Arc::new(cairn_vdev::CrashLeaf::new(inner, power.clone())) as Arc<dyn Leaf>
+        }));
     }
     let store = Store::open(pool).unwrap();
     let mut checkpoints = 0;
@@ -502,7 +504,7 @@ fn spare_takes_over_at_run_time(kind: &str, n: usize, failing: usize) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64 * 7 + failing as u64);
     let (store, switches) = open_with_switches(&home);
     let mut model = write_files(&store, &mut rng, "a", 6, 400_000);
-    let slot = || &store.pool().tops[0].children[failing];
+    let slot = || &store.pool().tops()[0].children[failing];
     assert!(slot().spare().is_none());
     switches[failing].fail_writes.store(true, Ordering::Relaxed);
     switches[failing].fail_reads.store(true, Ordering::Relaxed);
@@ -556,7 +558,7 @@ fn spare_takes_over_at_run_time(kind: &str, n: usize, failing: usize) {
     // Re-import: the labels say the spare stands in for the failed leaf.
     pool.export().unwrap();
     let mut pool = Pool::import(&home, &[dir.path().to_path_buf()], "tank", false, false).unwrap();
-    let slot = &pool.tops[0].children[failing];
+    let slot = &pool.tops()[0].children[failing];
     assert_eq!(slot.path, spare_path, "{kind}: after import");
     assert_eq!(
         slot.replaced().map(|f| f.path.clone()),
@@ -575,7 +577,7 @@ fn spare_takes_over_at_run_time(kind: &str, n: usize, failing: usize) {
     let new = new_leaf(dir.path(), "new", 64 * MIB);
     pool.replace(&failed_path, Some(&new.display().to_string()), false)
         .unwrap();
-    assert!(pool.tops[0].children[failing].spare().is_none());
+    assert!(pool.tops()[0].children[failing].spare().is_none());
     assert!(pool.config.spares[0].replacing.is_none());
     let st = cairn_pool::status::render_status(&pool, false);
     assert!(!st.contains("INUSE") && !st.contains("spare-"), "{st}");
@@ -615,7 +617,7 @@ fn spare_put_in_without_a_sync_survives_a_crash() {
     let model = write_files(&store, &mut rng, "a", 8, 400_000);
     let synced = store.open_txg() - 1;
     switches[2].fail_reads.store(true, Ordering::Relaxed);
-    while !store.pool().tops[0].children[2]
+    while !store.pool().tops()[0].children[2]
         .faulted
         .load(Ordering::Relaxed)
     {
@@ -626,7 +628,7 @@ fn spare_put_in_without_a_sync_survives_a_crash() {
     // The crash: no sync, no export.
     drop(store);
     let pool = Pool::open(&home, "tank").unwrap();
-    let slot = &pool.tops[0].children[2];
+    let slot = &pool.tops()[0].children[2];
     assert_eq!(slot.path, spare.display().to_string());
     assert_eq!(
         slot.replaced().map(|f| f.path.clone()),

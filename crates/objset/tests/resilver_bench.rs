@@ -143,9 +143,10 @@ fn measure(dir: &Path, kind: &str, n: usize, leaf_size: u64, data: u64, bw: u64)
         false,
     )
     .unwrap();
-    for child in pool.tops.iter_mut().flat_map(|t| t.children.iter_mut()) {
-        let inner = child.leaf.clone().unwrap();
-        child.leaf = Some(Arc::new(ThrottledLeaf::new(inner, bw)) as Arc<dyn Leaf>);
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner| {
+            Arc::new(ThrottledLeaf::new(inner, bw)) as Arc<dyn Leaf>
+        }));
     }
     let store = Store::open(pool).unwrap();
     let started = Instant::now();

@@ -39,7 +39,7 @@ pub struct PoolRecord {
 
 /// What events last reported of each leaf (`crate::events`): leaf GUID → (health, error
 /// counters). Kept beside the pool record, written only when an event was posted.
-pub type SeenLeaves = BTreeMap<u64, (crate::pool::Health, LeafCounters)>;
+pub type SeenLeaves = BTreeMap<u64, (crate::health::Health, LeafCounters)>;
 
 /// The state directory.
 #[derive(Clone, Debug)]

@@ -6,12 +6,10 @@
 //! counting from there, and `cairn iostat` can read it without opening the pool while
 //! another process holds it. A serving process answers with a live snapshot instead.
 
-use std::sync::atomic::Ordering;
-
 use cairn_vdev::iostat::IoCounts;
 use serde::{Deserialize, Serialize};
 
-use crate::pool::Pool;
+use cairn_vdev::top::TopVdev;
 
 /// One leaf's I/O since import.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -73,40 +71,29 @@ impl TopIo {
     }
 }
 
-impl Pool {
-    /// This pool's I/O since import, now.
-    pub fn io_snapshot(&self) -> PoolIo {
-        let allocated = self.allocated_per_top();
-        let tops = self
-            .tops
-            .iter()
-            .enumerate()
-            .map(|(t, top)| TopIo {
-                name: cairn_vdev::config::top_display_name(top.shape(), top.config.id)
-                    .unwrap_or_else(|| {
-                        top.children
-                            .first()
-                            .map(|c| c.path.clone())
-                            .unwrap_or_default()
-                    }),
-                alloc: allocated.get(t).copied().unwrap_or(0),
-                size: top.config.asize,
-                leaves: top
-                    .children
-                    .iter()
-                    .map(|c| LeafIo {
-                        guid: c.guid,
-                        path: c.path.clone(),
-                        io: c.io_counts(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        PoolIo {
-            pool: self.name().to_string(),
-            imported_at: self.imported_at.load(Ordering::Relaxed),
-            taken_at_ns: crate::pool::unix_now_ns(),
-            tops,
+impl TopIo {
+    /// The I/O of `top` since import, now; `alloc` is its allocated bytes.
+    pub fn of(top: &TopVdev, alloc: u64) -> TopIo {
+        TopIo {
+            name: cairn_vdev::config::top_display_name(top.shape(), top.config.id).unwrap_or_else(
+                || {
+                    top.children
+                        .first()
+                        .map(|c| c.path.clone())
+                        .unwrap_or_default()
+                },
+            ),
+            alloc,
+            size: top.config.asize,
+            leaves: top
+                .children
+                .iter()
+                .map(|c| LeafIo {
+                    guid: c.guid,
+                    path: c.path.clone(),
+                    io: c.io_counts(),
+                })
+                .collect(),
         }
     }
 }

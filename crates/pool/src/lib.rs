@@ -1,12 +1,15 @@
 //! The pool layer: lifecycle (create, import, export, destroy), configuration, health and
 //! space accounting over the vdev layer. The copy-on-write object store builds on this.
 
+pub mod block_io;
 pub mod devices;
 pub mod error;
 pub mod events;
+pub mod health;
 pub mod home;
 pub mod io;
 pub mod iostat;
+pub mod leaf_slots;
 pub mod leaves;
 pub mod owner;
 pub mod pool;
@@ -15,4 +18,5 @@ pub mod status;
 
 pub use error::PoolError;
 pub use home::Home;
+pub use leaf_slots::{LeafSlot, StaleLeaf};
 pub use pool::{config_space, CreateOptions, CreateOutcome, FoundPool, Health, Pool};

@@ -41,36 +41,15 @@ pub struct CreateOptions {
     pub props: cairn_vdev::PoolProps,
 }
 
-/// Health of a leaf, a top-level vdev or the pool, as `zpool status` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Health {
-    Online,
-    Degraded,
-    Faulted,
-    Offline,
-    Unavail,
-    Removed,
-}
-
-impl std::fmt::Display for Health {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Health::Online => "ONLINE",
-            Health::Degraded => "DEGRADED",
-            Health::Faulted => "FAULTED",
-            Health::Offline => "OFFLINE",
-            Health::Unavail => "UNAVAIL",
-            Health::Removed => "REMOVED",
-        })
-    }
-}
+pub use crate::health::Health;
 
 /// An imported, open pool. Its leaves stay locked while this value lives.
 #[derive(Debug)]
 pub struct Pool {
     pub config: PoolConfig,
-    pub tops: Vec<TopVdev>,
+    /// The vdev tree: private to the pool crate. Others read it through `tops()` and ask
+    /// for leaves by slot (`crate::leaf_slots`).
+    pub(crate) tops: Vec<TopVdev>,
     /// Warnings and notes gathered while creating or opening (printed by the CLI).
     pub notes: Vec<String>,
     pub(crate) home: Home,
@@ -630,6 +609,24 @@ impl Pool {
         config_space(&self.config)
     }
 
+    /// Each top-level vdev's allocatable size and ashift, in vdev order (the allocator's
+    /// vdevs).
+    pub fn top_extents(&self) -> Vec<(u64, u32)> {
+        self.tops
+            .iter()
+            .map(|t| (t.config.asize, t.ashift()))
+            .collect()
+    }
+
+    /// Each top-level vdev's deflate ratio (`zfs list` bytes per 512 raw bytes allocated),
+    /// in vdev order.
+    pub fn deflate_ratios(&self) -> Vec<u64> {
+        self.tops
+            .iter()
+            .map(|t| t.shape().deflate_ratio(t.ashift()))
+            .collect()
+    }
+
     /// Health of one leaf.
     pub fn leaf_health(child: &Child) -> Health {
         if child.offline.load(Ordering::Relaxed) {
@@ -834,6 +831,21 @@ impl Pool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// This pool's I/O since import, now.
+    pub fn io_snapshot(&self) -> crate::iostat::PoolIo {
+        let allocated = self.allocated_per_top();
+        crate::iostat::PoolIo {
+            pool: self.name().to_string(),
+            imported_at: self.imported_at.load(Ordering::Relaxed),
+            taken_at_ns: unix_now_ns(),
+            tops: (self.tops.iter().enumerate())
+                .map(|(t, top)| {
+                    crate::iostat::TopIo::of(top, allocated.get(t).copied().unwrap_or(0))
+                })
+                .collect(),
+        }
     }
 
     fn apply_counters(&self, counters: &BTreeMap<u64, LeafCounters>) {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::VdevShape;
-use cairn_pool::{CreateOptions, Home, Pool};
+use cairn_pool::{CreateOptions, Home, LeafSlot, Pool};
 use cairn_vdev::{FaultLeaf, Leaf};
 use common::*;
 use rand::seq::SliceRandom;
@@ -44,7 +44,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
         .pool
         .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(case as u64);
-    let written = write_random_blocks(&pool, &mut rng, 48.max(2 * pool.tops.len()));
+    let written = write_random_blocks(&pool, &mut rng, 48.max(2 * pool.tops().len()));
     assert!(written.len() >= 24, "{layout}: too few blocks written");
     assert_eq!(
         verify_all(&pool, &written),
@@ -54,7 +54,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
 
     // Choose, per top-level vdev, `redundancy` leaves to fail.
     let victims: Vec<Vec<usize>> = pool
-        .tops
+        .tops()
         .iter()
         .map(|t| {
             let mut idx: Vec<usize> = (0..t.children.len()).collect();
@@ -70,7 +70,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
                 .iter()
                 .enumerate()
                 .flat_map(|(t, v)| v.iter().map(move |&c| (t, c)))
-                .map(|(t, c)| pool.tops[t].children[c].path.clone())
+                .map(|(t, c)| pool.tops()[t].children[c].path.clone())
                 .collect();
             drop(pool);
             for p in &paths {
@@ -115,7 +115,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
         // Devices that return errors stay ONLINE but count READ errors, like zpool status.
         for (t, v) in victims.iter().enumerate() {
             for &c in v {
-                let (reads, _, _) = pool.tops[t].children[c].stats.snapshot();
+                let (reads, _, _) = pool.tops()[t].children[c].stats.snapshot();
                 assert!(
                     reads > 0,
                     "{layout}: READ errors not counted on the failing leaf"
@@ -125,8 +125,8 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
     }
 
     // One more failure in vdev 0: reads must error, never return wrong data.
-    let extra = (0..pool.tops[0].children.len())
-        .find(|c| pool.tops[0].children[*c].leaf.is_some() && !victims[0].contains(c))
+    let extra = (0..pool.tops()[0].children.len())
+        .find(|c| pool.tops()[0].children[*c].leaf.is_some() && !victims[0].contains(c))
         .expect("a leaf left to fail");
     let sw = inject(&mut pool, 0, extra);
     sw.vanished.store(true, Ordering::Relaxed);
@@ -152,7 +152,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
     // Devices that merely return errors stay ONLINE (until the fault-management issue
     // faults them after a bounded number); deleted, truncated or vanished ones do not.
     let whole_vdev_gone = matches!(
-        pool.tops[0].shape(),
+        pool.tops()[0].shape(),
         VdevShape::Mirror { .. } | VdevShape::Disk
     );
     if whole_vdev_gone && !erroring {
@@ -162,12 +162,14 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
 
 /// Wraps leaf `c` of top `t` in a fault injector and returns its switches.
 fn inject(pool: &mut Pool, t: usize, c: usize) -> Arc<cairn_vdev::FaultSwitches> {
-    let child = &mut pool.tops[t].children[c];
-    let inner: Arc<dyn Leaf> = child.leaf.clone().expect("leaf is open");
-    let fault = FaultLeaf::new(inner);
-    let switches = fault.switches.clone();
-    child.leaf = Some(Arc::new(fault));
-    switches
+    let mut switches = None;
+    let open = pool.wrap_leaf(LeafSlot { top: t, child: c }, |inner: Arc<dyn Leaf>| {
+        let fault = FaultLeaf::new(inner);
+        switches = Some(fault.switches.clone());
+        Arc::new(fault)
+    });
+    assert!(open, "leaf is open");
+    switches.expect("wrapped")
 }
 
 fn seed_layouts() -> Vec<(usize, String)> {

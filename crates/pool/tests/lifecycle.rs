@@ -46,7 +46,7 @@ fn export_move_and_import_with_d_gives_the_same_pool_and_data() {
     let pool = Pool::import(&home, std::slice::from_ref(&b), "tank", false, false).unwrap();
     assert_eq!(pool.config.guid, guid);
     assert_eq!(pool.health().to_string(), "ONLINE");
-    assert!(pool.tops[0]
+    assert!(pool.tops()[0]
         .children
         .iter()
         .all(|c| c.path.starts_with(b.to_str().unwrap())));
@@ -118,7 +118,10 @@ fn damaged_labels_fall_back_to_the_other_copies() {
     zero_labels(&files[2], &[0, 1, 2, 3]);
     let pool = Pool::open(&home, "tank").unwrap();
     assert_eq!(pool.health().to_string(), "DEGRADED");
-    let reason = pool.tops[0].children[2].unavailable_reason.clone().unwrap();
+    let reason = pool.tops()[0].children[2]
+        .unavailable_reason
+        .clone()
+        .unwrap();
     assert!(reason.contains("label"), "{reason}");
     // Garbage instead of labels: still no panic, still a clear state.
     drop(pool);
@@ -287,7 +290,7 @@ fn mismatched_replication_is_allowed_with_force_and_unequal_sizes_are_reported()
         "{:?}",
         out.notes
     );
-    assert_eq!(out.pool.unwrap().tops.len(), 2);
+    assert_eq!(out.pool.unwrap().tops().len(), 2);
 }
 
 #[test]

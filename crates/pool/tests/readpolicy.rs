@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::LEAF_DATA_START;
-use cairn_pool::{CreateOptions, Home, Pool};
+use cairn_pool::{CreateOptions, Home, LeafSlot, Pool};
 use cairn_vdev::readpolicy::Policy;
 use cairn_vdev::{FaultLeaf, FaultSwitches, Leaf, PoolProps, TopVdev};
 use common::*;
@@ -48,13 +48,15 @@ fn fill(top: &TopVdev) {
 /// Wraps side `c` in a fault injector; returns its switches and the side's read counter
 /// (the metered leaf under the injector).
 fn wrap(pool: &mut Pool, c: usize) -> (Arc<FaultSwitches>, Arc<cairn_vdev::iostat::IoStats>) {
-    let child = &mut pool.tops[0].children[c];
-    let inner: Arc<dyn Leaf> = child.leaf.clone().expect("leaf is open");
-    let stats = inner.io_stats().expect("children are metered").clone();
-    let fault = FaultLeaf::new(inner);
-    let switches = fault.switches.clone();
-    child.leaf = Some(Arc::new(fault));
-    (switches, stats)
+    let mut wrapped = None;
+    let open = pool.wrap_leaf(LeafSlot { top: 0, child: c }, |inner: Arc<dyn Leaf>| {
+        let stats = inner.io_stats().expect("children are metered").clone();
+        let fault = FaultLeaf::new(inner);
+        wrapped = Some((fault.switches.clone(), stats));
+        Arc::new(fault)
+    });
+    assert!(open, "leaf is open");
+    wrapped.expect("wrapped")
 }
 
 /// `threads` readers each read `per_thread` blocks (spread over the filled region) and
@@ -92,14 +94,14 @@ fn read_many(
 fn fast_side_share(policy: Policy) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let mut pool = mirror_pool(dir.path(), policy);
-    fill(&pool.tops[0]);
+    fill(&pool.tops()[0]);
     let (_, s0) = wrap(&mut pool, 0);
     let (slow, s1) = wrap(&mut pool, 1);
     slow.delay_us.store(2000, Ordering::Relaxed);
-    assert_eq!(pool.tops[0].read_policy(), policy);
-    let n = read_many(&pool.tops[0], &[s0, s1], 4, 100, 0..BLOCKS);
+    assert_eq!(pool.tops()[0].read_policy(), policy);
+    let n = read_many(&pool.tops()[0], &[s0, s1], 4, 100, 0..BLOCKS);
     assert_eq!(n[0] + n[1], 400, "{policy}: {n:?}");
-    let views = pool.tops[0].read_views();
+    let views = pool.tops()[0].read_views();
     assert!(views.iter().all(|v| v.inflight == 0), "{views:?}");
     n[0] as f64 / 400.0
 }
@@ -124,7 +126,7 @@ fn readpolicy_persists_across_export_and_import_and_bad_values_are_refused() {
     let mut pool = mirror_pool(dir.path(), Policy::Md);
     assert_eq!(pool.property("readpolicy").unwrap(), "md");
     pool.set_property("readpolicy", "least-queue").unwrap();
-    assert_eq!(pool.tops[0].read_policy(), Policy::LeastQueue);
+    assert_eq!(pool.tops()[0].read_policy(), Policy::LeastQueue);
     let e = pool.set_property("readpolicy", "fastest").unwrap_err();
     let msg = e.to_string();
     for p in Policy::ALL {
@@ -141,7 +143,7 @@ fn readpolicy_persists_across_export_and_import_and_bad_values_are_refused() {
     let home = Home::at(dir.path().join("home"));
     let pool = Pool::import(&home, &[dir.path().to_path_buf()], "tank", false, false).unwrap();
     assert_eq!(pool.property("readpolicy").unwrap(), "least-queue");
-    assert_eq!(pool.tops[0].read_policy(), Policy::LeastQueue);
+    assert_eq!(pool.tops()[0].read_policy(), Policy::LeastQueue);
 }
 
 #[test]
@@ -164,10 +166,10 @@ fn labels_without_props_read_as_defaults() {
 fn resync_reads(policy: Policy) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut pool = mirror_pool(dir.path(), policy);
-    fill(&pool.tops[0]);
+    fill(&pool.tops()[0]);
     let (slow, s0) = wrap(&mut pool, 0);
     let (_, s1) = wrap(&mut pool, 1);
-    let top = &pool.tops[0];
+    let top = &pool.tops()[0];
     let side1 = top.children[1].leaf.clone().unwrap();
     side1
         .write_at(&vec![0xEE; (BLOCKS as usize) * BLOCK], LEAF_DATA_START)

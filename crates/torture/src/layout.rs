@@ -97,21 +97,19 @@ pub type Switchboard = Vec<Vec<Option<Arc<FaultSwitches>>>>;
 
 /// Wraps every opened leaf of `pool` in a `FaultLeaf` (all faults off).
 pub fn wrap_leaves(pool: &mut Pool) -> Switchboard {
-    pool.tops
-        .iter_mut()
-        .map(|top| {
-            top.children
-                .iter_mut()
-                .map(|child| {
-                    let inner: Arc<dyn Leaf> = child.leaf.clone()?;
-                    let leaf = FaultLeaf::new(inner);
-                    let switches = leaf.switches.clone();
-                    child.leaf = Some(Arc::new(leaf));
-                    Some(switches)
-                })
-                .collect()
-        })
-        .collect()
+    let mut board: Switchboard = pool
+        .tops()
+        .iter()
+        .map(|top| vec![None; top.children.len()])
+        .collect();
+    for slot in pool.leaf_slots() {
+        pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
+            let leaf = FaultLeaf::new(inner);
+            board[slot.top][slot.child] = Some(leaf.switches.clone());
+            Arc::new(leaf)
+        });
+    }
+    board
 }
 
 /// Directory holding the leaf files of a run directory.

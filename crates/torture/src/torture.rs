@@ -26,7 +26,7 @@ use cairn_geometry::{LEAF_DATA_START, LEAF_END_RESERVE};
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions};
 use cairn_objset::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use cairn_objset::{DatasetKind, Store, StoreConfig};
-use cairn_pool::{Home, Pool};
+use cairn_pool::{Home, LeafSlot, Pool};
 use cairn_vdev::fault::FaultSettings;
 use cairn_vdev::FaultSwitches;
 use rand::rngs::StdRng;
@@ -468,7 +468,7 @@ impl Run {
         let Some(store) = &self.store else {
             return false;
         };
-        store.pool().tops.iter().enumerate().any(|(g, top)| {
+        store.pool().tops().iter().enumerate().any(|(g, top)| {
             self.active[g].iter().any(|&c| {
                 unreadable[g].contains(&c)
                     || top
@@ -506,7 +506,7 @@ impl Run {
         let offline: Vec<(usize, usize)> = self
             .store()
             .pool()
-            .tops
+            .tops()
             .iter()
             .enumerate()
             .flat_map(|(g, t)| {
@@ -561,18 +561,17 @@ impl Run {
         self.with_closed_store("replace", |pool, switches| {
             pool.replace(&old, Some(&new_spec), false)
                 .map_err(|e| format!("replace {old}: {e}"))?;
-            let child = &mut pool.tops[g].children[c];
-            if let Some(inner) = child.leaf.clone() {
+            pool.wrap_leaf(LeafSlot { top: g, child: c }, |inner| {
                 let leaf = cairn_vdev::FaultLeaf::new(inner);
                 switches[g][c] = Some(leaf.switches.clone());
-                child.leaf = Some(Arc::new(leaf));
-            }
+                Arc::new(leaf)
+            });
             Ok(())
         })?;
         self.leaves[g][c] = new;
         self.active[g].remove(&c);
         self.resilver()?;
-        if self.store().pool().tops[g].children[c].is_readable() {
+        if self.store().pool().tops()[g].children[c].is_readable() {
             self.damaged[g].remove(&c);
         }
         Ok(())
@@ -881,7 +880,7 @@ impl Run {
     /// does not read from (offline, removed, faulted, stale until resilvered).
     fn hurt(&self, g: usize) -> BTreeSet<usize> {
         let mut hurt: BTreeSet<usize> = self.damaged[g].union(&self.active[g]).copied().collect();
-        if let Some(top) = self.store.as_ref().and_then(|s| s.pool().tops.get(g)) {
+        if let Some(top) = self.store.as_ref().and_then(|s| s.pool().tops().get(g)) {
             hurt.extend(
                 top.children
                     .iter()
@@ -900,7 +899,7 @@ impl Run {
         };
         store
             .pool()
-            .tops
+            .tops()
             .iter()
             .map(|top| {
                 top.children
@@ -1138,7 +1137,7 @@ impl Run {
         let offline: Vec<String> = self
             .store()
             .pool()
-            .tops
+            .tops()
             .iter()
             .enumerate()
             .flat_map(|(g, t)| {

@@ -128,9 +128,11 @@ pub fn read_marker(store: &Store) -> Result<u64, StoreError> {
     let mut buf = [0u8; 8];
     let n = store.read(&r, 0, &mut buf)?;
     if n != 8 {
-        return Err(StoreError::Corrupt(format!(
-            "{MARKER} holds {n} bytes, not 8"
-        )));
+        return Err(StoreError::corrupt_object(
+            "torture marker file",
+            r.object,
+            format!("{MARKER} holds {n} bytes, not 8"),
+        ));
     }
     Ok(u64::from_le_bytes(buf))
 }

@@ -32,9 +32,9 @@ fn control_file_makes_a_leaf_vanish_and_the_pool_reads_around_it() {
     }
     let pool = Pool::open(&home, "tank").unwrap();
     assert!(
-        pool.tops[0].children[1].path.starts_with("fault:"),
+        pool.tops()[0].children[1].path.starts_with("fault:"),
         "the reopened leaf is wrapped again: {}",
-        pool.tops[0].children[1].path
+        pool.tops()[0].children[1].path
     );
     let store = Store::open(pool).unwrap();
     std::fs::write(dir.path().join("d1.fault"), "vanish=1\n").unwrap();
@@ -45,6 +45,6 @@ fn control_file_makes_a_leaf_vanish_and_the_pool_reads_around_it() {
     assert!(back == data);
     store.write(&r, 0, &data[..4096]).unwrap();
     store.sync().unwrap();
-    let removed = &store.pool().tops[0].children[1];
+    let removed = &store.pool().tops()[0].children[1];
     assert!(!removed.is_usable(), "the vanished leaf is no longer used");
 }

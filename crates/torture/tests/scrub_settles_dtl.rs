@@ -48,8 +48,8 @@ fn a_clean_scrub_settles_the_dtl_of_a_leaf_that_missed_writes() {
     leaf1.fail_writes.store(false, Ordering::Relaxed);
     // Depending on how many write requests that sync made, leaf 1 may have crossed the
     // fault threshold (10 errors); clear it as `cairn clear` would, so the scrub reads it.
-    store.pool().tops[0].children[1].clear_fault();
-    assert!(!store.pool().tops[0].children[1].dtl_ranges().is_empty());
+    store.pool().tops()[0].children[1].clear_fault();
+    assert!(!store.pool().tops()[0].children[1].dtl_ranges().is_empty());
     // The scrub rewrites what leaf 1 missed.
     let (p, end) = store
         .scrub(None, Duration::from_secs(60), &mut |_| {

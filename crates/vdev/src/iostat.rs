@@ -1,6 +1,6 @@
 //! I/O statistics of a leaf, for `cairn iostat`: operations, bytes, time spent in the
 //! device, requests in flight, and latency histograms — counted by `MeteredLeaf`, a
-//! wrapper every child of a top-level vdev puts around its device (`Child::new`), so every
+//! wrapper (`crate::metered`) every child of a top-level vdev puts around its device (`Child::new`), so every
 //! request (data, labels, flushes) is counted once, whatever issued it.
 //!
 //! ```text
@@ -14,21 +14,17 @@
 //! [2^i, 2^(i+1)) ns (bucket 0 also takes 0 ns), as `zpool iostat -w` shows them.
 //! Counters only grow; `IoCounts` snapshots subtract to give an interval's figures.
 
-use std::io;
 use std::ops::{Add, Sub};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::leaf::Leaf;
-
 /// Latency histogram buckets: 1 ns to 2^37 ns (~137 s) and more in the last.
 pub const HIST_BUCKETS: usize = 38;
 
-const READ: usize = 0;
-const WRITE: usize = 1;
+pub(crate) const READ: usize = 0;
+pub(crate) const WRITE: usize = 1;
 
 /// Live counters of one leaf.
 #[derive(Debug)]
@@ -36,8 +32,8 @@ pub struct IoStats {
     ops: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
     wait_ns: [AtomicU64; 2],
-    flushes: AtomicU64,
-    in_flight: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
 }
 
@@ -80,7 +76,7 @@ impl Default for IoStats {
 }
 
 impl IoStats {
-    fn record(&self, dir: usize, bytes: u64, started: Instant) {
+    pub(crate) fn record(&self, dir: usize, bytes: u64, started: Instant) {
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
@@ -154,82 +150,6 @@ impl Sub for &IoCounts {
     }
 }
 
-/// A leaf whose requests are counted in `stats`.
-#[derive(Debug)]
-pub struct MeteredLeaf {
-    inner: Arc<dyn Leaf>,
-    stats: Arc<IoStats>,
-}
-
-impl MeteredLeaf {
-    /// `leaf` counted, unless it is counted already (then it is returned as it is).
-    pub fn wrap(leaf: Arc<dyn Leaf>) -> Arc<dyn Leaf> {
-        if leaf.io_stats().is_some() {
-            return leaf;
-        }
-        Arc::new(MeteredLeaf {
-            inner: leaf,
-            stats: Arc::default(),
-        })
-    }
-
-    fn timed<T>(
-        &self,
-        dir: usize,
-        bytes: u64,
-        op: impl FnOnce() -> io::Result<T>,
-    ) -> io::Result<T> {
-        self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let result = op();
-        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if result.is_ok() {
-            self.stats.record(dir, bytes, started);
-        }
-        result
-    }
-}
-
-impl Leaf for MeteredLeaf {
-    fn path(&self) -> &str {
-        self.inner.path()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn physical_sector_size(&self) -> u32 {
-        self.inner.physical_sector_size()
-    }
-    fn nonrot(&self) -> bool {
-        self.inner.nonrot()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let n = buf.len() as u64;
-        self.timed(READ, n, || self.inner.read_at(buf, offset))
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.timed(WRITE, buf.len() as u64, || self.inner.write_at(buf, offset))
-    }
-    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
-        let n = bufs.iter().map(|b| b.len() as u64).sum();
-        self.timed(WRITE, n, || self.inner.write_vectored_at(bufs, offset))
-    }
-    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
-        let n = bufs.iter().map(|b| b.len() as u64).sum();
-        self.timed(READ, n, || self.inner.read_vectored_at(bufs, offset))
-    }
-    fn flush(&self) -> io::Result<()> {
-        let result = self.inner.flush();
-        if result.is_ok() {
-            self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        }
-        result
-    }
-    fn io_stats(&self) -> Option<&Arc<IoStats>> {
-        Some(&self.stats)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,36 +162,5 @@ mod tests {
         assert_eq!(bucket_of(1023), 9);
         assert_eq!(bucket_of(1024), 10);
         assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
-    }
-
-    #[test]
-    fn a_metered_file_counts_each_request_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(64 << 20)
-            .unwrap();
-        let file: Arc<dyn Leaf> = Arc::new(
-            crate::leaf::FileLeaf::open(&path, crate::leaf::LeafOptions::default()).unwrap(),
-        );
-        let leaf = MeteredLeaf::wrap(file);
-        let again = MeteredLeaf::wrap(Arc::clone(&leaf));
-        assert!(Arc::ptr_eq(&leaf, &again), "not wrapped twice");
-        leaf.write_at(&[1u8; 8192], 0).unwrap();
-        leaf.write_vectored_at(&[&[2u8; 4096], &[3u8; 4096]], 8192)
-            .unwrap();
-        let mut buf = [0u8; 4096];
-        leaf.read_at(&mut buf, 0).unwrap();
-        leaf.flush().unwrap();
-        let s = leaf.io_stats().unwrap().snapshot();
-        assert_eq!((s.write_ops, s.write_bytes), (2, 16384));
-        assert_eq!((s.read_ops, s.read_bytes), (1, 4096));
-        assert_eq!(s.flushes, 1);
-        assert_eq!(s.in_flight, 0);
-        assert_eq!(s.read_hist.iter().sum::<u64>(), 1);
-        assert_eq!(s.write_hist.iter().sum::<u64>(), 2);
-        let later = &s + &s;
-        assert_eq!(&later - &s, s);
     }
 }

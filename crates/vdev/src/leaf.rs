@@ -43,7 +43,7 @@ pub trait Leaf: Send + Sync + fmt::Debug {
     }
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
-    /// The I/O counters of a metered leaf (`crate::iostat::MeteredLeaf`); `None` otherwise.
+    /// The I/O counters of a metered leaf (`crate::metered::MeteredLeaf`); `None` otherwise.
     fn io_stats(&self) -> Option<&std::sync::Arc<crate::iostat::IoStats>> {
         None
     }

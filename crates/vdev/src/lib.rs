@@ -14,6 +14,7 @@ pub mod iostat;
 pub mod label;
 pub mod label_io;
 pub mod leaf;
+pub mod metered;
 pub mod readpolicy;
 pub mod rebuild;
 pub mod threads;

@@ -107,7 +107,7 @@ impl Child {
         Child {
             guid,
             path,
-            leaf: leaf.map(crate::iostat::MeteredLeaf::wrap),
+            leaf: leaf.map(crate::metered::MeteredLeaf::wrap),
             unavailable_reason: None,
             offline: AtomicBool::new(false),
             removed: AtomicBool::new(false),

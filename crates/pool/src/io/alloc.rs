@@ -55,6 +55,10 @@ impl Metaslab {
             })
         };
         let at = pick(&self.free, from).or_else(|| pick(&self.free, self.start))?;
+        debug_assert!(
+            at >= self.start && at + len <= self.start + self.size && at.is_multiple_of(align),
+            "allocation [{at}, +{len}) lies in its metaslab and is aligned to {align}"
+        );
         self.remove(at, len);
         Some(at)
     }
@@ -97,6 +101,10 @@ impl Metaslab {
         }
         self.free.insert(start, end);
         self.free_bytes += len;
+        debug_assert!(
+            self.free_bytes <= self.size,
+            "a metaslab never has more free bytes than it holds"
+        );
     }
 }
 
@@ -205,6 +213,10 @@ impl VdevAllocator {
     /// Returns a range to the free space.
     pub fn free(&mut self, offset: u64, len: u64) {
         let m = self.metaslab_of(offset);
+        debug_assert!(
+            offset + len <= self.metaslabs[m].start + self.metaslabs[m].size,
+            "freed range [{offset}, +{len}) lies in one metaslab"
+        );
         self.metaslabs[m].insert(offset, len);
     }
 

@@ -53,11 +53,11 @@ pub struct Written {
 /// Writes `count` blocks of random sizes (one sector .. 1 MiB, log-uniform) spread over
 /// the pool's top-level vdevs with a bump allocator per vdev.
 pub fn write_random_blocks(pool: &Pool, rng: &mut impl Rng, count: usize) -> Vec<Written> {
-    let mut next = vec![0u64; pool.tops.len()];
+    let mut next = vec![0u64; pool.tops().len()];
     let mut out = Vec::new();
     for i in 0..count {
-        let vdev = i % pool.tops.len();
-        let top = &pool.tops[vdev];
+        let vdev = i % pool.tops().len();
+        let top = &pool.tops()[vdev];
         let shift = rng.gen_range(top.ashift()..=20);
         let bytes = rng
             .gen_range((1u64 << shift) / 2..=(1u64 << shift))

@@ -1,0 +1,152 @@
+//! `cairn scrub [-w] [-s | -p] POOL` and the scrub's `scan:` line of `status`. The scan
+//! state and its transitions are the engine's (`cairn_objset::scan_state`); this module
+//! parses the arguments and prints.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use cairn_geometry::format_zfs_size;
+use cairn_objset::scan_state::{ScanFiles, ScanPhase, ScrubRequest};
+use cairn_objset::scrub::{ScrubEnd, ScrubProgress};
+use cairn_pool::{Home, Pool};
+use clap::Args;
+
+use crate::store_open::{finish, open};
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn hms(secs: f64) -> String {
+    let s = secs as u64;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// The `scan:` line of `status` for the pool's current or last scrub.
+pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
+    let s = ScanFiles::of(home, pool).scrub()?;
+    let p = &s.progress;
+    Some(match s.state {
+        ScanPhase::Finished => format!(
+            "scrub repaired {} in {} with {} errors",
+            format_zfs_size(p.repaired_bytes),
+            hms(p.elapsed_secs),
+            p.errors
+        ),
+        ScanPhase::Canceled => "scrub canceled".into(),
+        ScanPhase::Scanning | ScanPhase::Paused => {
+            let pct = if p.total_bytes > 0 {
+                100.0 * p.examined_bytes as f64 / p.total_bytes as f64
+            } else {
+                0.0
+            };
+            let eta = p.eta_secs().map(hms).unwrap_or_else(|| "unknown".into());
+            format!(
+                "scrub {}: {} examined of {} at {}/s, {pct:.1}% done, {} repaired, {} errors, {eta} to go",
+                s.state.name(),
+                format_zfs_size(p.examined_bytes),
+                format_zfs_size(p.total_bytes),
+                format_zfs_size(p.rate() as u64),
+                format_zfs_size(p.repaired_bytes),
+                p.errors
+            )
+        }
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    /// Show a progress bar and wait (cairn always runs the scrub in this process).
+    #[arg(short = 'w')]
+    wait: bool,
+    /// Stop (cancel) a running or paused scrub.
+    #[arg(short = 's', conflicts_with = "pause")]
+    stop: bool,
+    /// Pause a running scrub; `cairn scrub POOL` resumes it.
+    #[arg(short = 'p')]
+    pause: bool,
+    pub(crate) pool: String,
+}
+
+pub fn scrub(a: ScrubArgs) -> Result<(), String> {
+    let home = crate::home();
+    let files = ScanFiles::of(&home, &a.pool);
+    if a.stop || a.pause {
+        let request = if a.stop {
+            ScrubRequest::Stop
+        } else {
+            ScrubRequest::Pause
+        };
+        return pause_or_stop(&home, &a.pool, &files, request);
+    }
+    if let Some(answer) = crate::control::ask(&home, &a.pool, "scrub") {
+        print!("{answer}");
+        return if answer.starts_with("error") {
+            Err(answer.trim().to_string())
+        } else {
+            Ok(())
+        };
+    }
+    let store = open(&a.pool)?;
+    let bar =
+        (a.wait && std::io::stderr().is_terminal()).then(|| progress_bar(store.space().alloc));
+    let mut show = |p: &ScrubProgress| {
+        if let Some(b) = &bar {
+            b.set_length(p.total_bytes);
+            b.set_position(p.examined_bytes);
+            b.set_message(format!(
+                "{} repaired, {} errors",
+                format_zfs_size(p.repaired_bytes),
+                p.errors
+            ));
+        }
+    };
+    let (state, end) = store
+        .run_scrub(&files, Duration::from_millis(500), &mut show)
+        .map_err(err)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let p = &state.progress;
+    match end {
+        ScrubEnd::Finished => println!(
+            "scrub of '{}' repaired {} ({} bytes), {} errors, {} blocks in {:.1} s",
+            a.pool,
+            format_zfs_size(p.repaired_bytes),
+            p.repaired_bytes,
+            p.errors,
+            p.blocks,
+            p.elapsed_secs
+        ),
+        _ => println!("scrub of '{}' {}", a.pool, state.state.name()),
+    }
+    finish(store)
+}
+
+/// `cairn scrub -p|-s`: asks the process that is scrubbing, or changes the state when none is.
+fn pause_or_stop(
+    home: &Home,
+    pool: &str,
+    files: &ScanFiles,
+    request: ScrubRequest,
+) -> Result<(), String> {
+    if files.is_scanning() && Pool::open(home, pool).is_err() {
+        // Another process is scrubbing: ask it.
+        return files.send_request(request).map_err(err);
+    }
+    match files.pause_or_cancel(request).map_err(err)? {
+        true => Ok(()),
+        false => Err("no scrub in progress".into()),
+    }
+}
+
+fn progress_bar(total: u64) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "scrub [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    b
+}
