@@ -342,6 +342,8 @@ fn ext4_on_a_volume_through_nbdfuse_and_a_loop_device() {
             return;
         }
     }
+    // (Checked first: without it the FUSE mount could not be taken down at the end.)
+    drop(tool("fusermount3", "fuse3"));
     let dir = tempfile::tempdir().unwrap();
     let home = setup(dir.path(), &["mirror", "d0", "d1"], 256);
     ok(cairn(
@@ -431,7 +433,15 @@ fn ext4_on_a_volume_through_nbdfuse_and_a_loop_device() {
         );
     }
     drop(cleanup);
-    let _ = nbdfuse.wait();
+    // nbdfuse exits once unmounted; bounded, so a mount that would not go fails the test.
+    let start = Instant::now();
+    while nbdfuse.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = nbdfuse.kill();
+            panic!("nbdfuse did not exit after its mount was taken down");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     server.stop();
     let scrub = ok(cairn(&home, &["scrub", "tank"]));
     assert!(scrub.contains(", 0 errors"), "{scrub}");
