@@ -15,12 +15,22 @@
 //!    diff FROM TO  `cairn diff` in the serving process, as JSON
 //!    hold|release [-r] TAG DS@NAME…   user holds: `ok` or `error: …`
 //!    snapshots     every snapshot (`cairn_objset::snapshot_ops::SnapshotInfo`) as JSON
+//!    status-json   the pool's entry of `status --json`
+//!    history [-l]  the rendered `history` of the pool
+//!    exec {"argv":[…],"cwd":"…"}   runs a `cairn` command line in the serving process
+//!                  (`crate::served`) with the client's standard input, output and error
+//!                  passed along as descriptors (SCM_RIGHTS); answers `exit CODE`
 //! ```
+//!
+//! Every connection is answered on a thread of its own (at most `MAX_CLIENTS` at once; more
+//! are told to retry), so a long scrub or `cat` does not hold up a `status`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +64,15 @@ pub struct Serving {
 fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> String {
     let pool = store.pool().name().to_string();
     match request.trim() {
+        r if r == "history" || r == "history -l" => {
+            crate::history_cmd::render_all(store, &pool, r.ends_with("-l"))
+                .unwrap_or_else(|e| format!("error: {e}\n"))
+        }
+        "status-json" => {
+            let errors = crate::data_cmds::data_errors(store.error_log());
+            serde_json::to_string(&crate::pool_cmds::status_value(store.pool(), &errors))
+                .unwrap_or_default()
+        }
         "mode" if serving.until_unmounted => {
             format!("until-unmounted {}\n", std::process::id())
         }
@@ -110,16 +129,33 @@ pub fn spawn(
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     listener.set_nonblocking(true)?;
+    let serving = Arc::new(serving);
+    let clients = Arc::new(AtomicUsize::new(0));
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::SeqCst) {
             match listener.accept() {
                 Ok((mut conn, _)) => {
                     let _ = conn.set_nonblocking(false);
-                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-                    let mut line = String::new();
-                    if BufReader::new(&mut conn).read_line(&mut line).is_ok() {
-                        let reply = answer(&home, &store, &serving, &line);
-                        let _ = conn.write_all(reply.as_bytes());
+                    if clients.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+                        clients.fetch_sub(1, Ordering::SeqCst);
+                        let _ = conn.write_all(b"error: the service is busy, retry\n");
+                        continue;
+                    }
+                    let (home, store, serving, clients) = (
+                        home.clone(),
+                        store.clone(),
+                        serving.clone(),
+                        clients.clone(),
+                    );
+                    let spawned = std::thread::Builder::new()
+                        .name("cairn-control".into())
+                        .spawn(move || {
+                            serve_one(&home, &store, &serving, conn);
+                            clients.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    if spawned.is_err() {
+                        // (the closure, and with it the connection, is dropped: the client
+                        // sees the socket closed and reports it)
                     }
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -127,4 +163,219 @@ pub fn spawn(
         }
         let _ = std::fs::remove_file(&path);
     }))
+}
+
+/// Connections answered at once.
+const MAX_CLIENTS: usize = 64;
+/// The longest request line.
+const MAX_REQUEST: usize = 1 << 20;
+
+/// Reads one request and answers it; never panics on what a client sends.
+fn serve_one(home: &Home, store: &Arc<Store>, serving: &Serving, mut conn: UnixStream) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let (line, fds) = match recv_request(&conn) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(conn, "error: {e}");
+            return;
+        }
+    };
+    let reply = if let Some(json) = line.trim().strip_prefix("exec ") {
+        let code = exec_request(store, json, fds, &conn);
+        format!("exit {code}\n")
+    } else {
+        let request = line.clone();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            answer(home, store, serving, &request)
+        }));
+        run.unwrap_or_else(|_| "error: the service failed to answer (see its log)\n".into())
+    };
+    let _ = conn.write_all(reply.as_bytes());
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExecRequest {
+    argv: Vec<String>,
+    cwd: PathBuf,
+}
+
+/// Runs a command line for a client; its exit code.
+fn exec_request(store: &Arc<Store>, json: &str, fds: Vec<File>, conn: &UnixStream) -> i32 {
+    let _ = conn.set_read_timeout(None);
+    let req: ExecRequest = match serde_json::from_str(json) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(&*conn, "error: bad exec request: {e}");
+            return 2;
+        }
+    };
+    let [stdin, stdout, stderr]: [File; 3] = match fds.try_into() {
+        Ok(f) => f,
+        Err(_) => {
+            let _ = writeln!(&*conn, "error: exec needs standard input, output and error");
+            return 2;
+        }
+    };
+    // Relative paths in the command are the client's: this thread takes a working
+    // directory of its own (CLONE_FS) and moves to the client's.
+    // SAFETY: unshare(CLONE_FS) only detaches this thread's fs attributes (cwd, umask).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 || std::env::set_current_dir(&req.cwd).is_err()
+    {
+        let _ = writeln!(
+            &stderr,
+            "cairn: the service cannot use the working directory {}; give absolute paths",
+            req.cwd.display()
+        );
+        return 1;
+    }
+    let ctx = crate::served::Ctx {
+        pool: store.pool().name().to_string(),
+        store: store.clone(),
+        stdin,
+        stdout,
+        stderr,
+    };
+    crate::served::with_ctx(ctx, || {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::run_served(store, &req.argv)
+        })) {
+            Ok(code) => code,
+            Err(p) if p.is::<crate::served::ClosedOutput>() => 141,
+            Err(_) => {
+                errln!("cairn: the service failed running the command (see its log)");
+                1
+            }
+        }
+    })
+}
+
+/// Reads one request line with the descriptors passed along with it.
+fn recv_request(conn: &UnixStream) -> Result<(String, Vec<File>), String> {
+    let mut data = Vec::new();
+    let mut fds = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = recv_with_fds(conn, &mut buf, &mut fds)
+            .map_err(|e| format!("reading the request: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if data.contains(&b'\n') {
+            break;
+        }
+        if data.len() > MAX_REQUEST {
+            return Err("request too long".into());
+        }
+    }
+    let end = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let line = String::from_utf8(data[..end].to_vec())
+        .map_err(|_| "the request is not UTF-8".to_string())?;
+    Ok((line, fds))
+}
+
+/// Room for the control message of up to 3 descriptors.
+const CMSG_SPACE: usize = 64;
+
+fn recv_with_fds(conn: &UnixStream, buf: &mut [u8], fds: &mut Vec<File>) -> std::io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; CMSG_SPACE / 8];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CMSG_SPACE as _;
+    // SAFETY: recvmsg writes at most iov_len bytes and msg_controllen control bytes.
+    let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel just filled.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for i in 0..len / std::mem::size_of::<RawFd>() {
+                    fds.push(File::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(n as usize)
+}
+
+fn send_with_fds(conn: &UnixStream, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; CMSG_SPACE / 8];
+    // SAFETY: as in `recv_with_fds`; the control buffer has room for 3 descriptors.
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        let bytes = std::mem::size_of_val(fds) as u32;
+        msg.msg_controllen = libc::CMSG_SPACE(bytes) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(bytes) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+            fds.len(),
+        );
+        libc::sendmsg(conn.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+    };
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let rest = &data[sent as usize..];
+    (&*conn).write_all(rest)
+}
+
+/// Runs `argv` (this command line without the program name) in the process that serves
+/// `pool`, with this process's standard streams; its exit code, or `None` when no process
+/// serves the pool.
+pub fn exec(home: &Home, pool: &str, argv: &[String]) -> Option<i32> {
+    let conn = UnixStream::connect(socket_path(home, pool)).ok()?;
+    let request = ExecRequest {
+        argv: argv.to_vec(),
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let line = format!("exec {}\n", serde_json::to_string(&request).ok()?);
+    if let Err(e) = send_with_fds(&conn, line.as_bytes(), &[0, 1, 2]) {
+        eprintln!("cairn: cannot reach the process serving '{pool}': {e}");
+        return Some(1);
+    }
+    let mut answer = String::new();
+    let _ = (&conn).read_to_string(&mut answer);
+    match answer
+        .trim()
+        .strip_prefix("exit ")
+        .and_then(|c| c.parse().ok())
+    {
+        Some(code) => Some(code),
+        None if answer.starts_with("error: unknown request") => {
+            eprintln!("cairn: the process serving '{pool}' is an older cairn that cannot run this command; stop it (`kill` its PID) and retry");
+            Some(1)
+        }
+        None if answer.trim().is_empty() => {
+            eprintln!("cairn: the process serving '{pool}' ended before the command finished; see `cairn status {pool}` and retry");
+            Some(1)
+        }
+        None => {
+            eprintln!("cairn: {}", answer.trim());
+            Some(1)
+        }
+    }
 }

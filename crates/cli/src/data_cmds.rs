@@ -1,7 +1,7 @@
 //! Data commands: put, get, cat, ls, rm, mkdir; datasets, volumes and properties; scrub.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,14 +26,50 @@ pub(crate) fn pool_of(path: &str) -> &str {
     path.split('/').next().unwrap_or(path)
 }
 
-/// Opens the pool and its store.
-pub fn open(name: &str) -> Result<Store, String> {
+/// A command's store: opened by this process, or the one its serving process holds when
+/// the command runs there for a client of the control socket (`crate::served`).
+pub enum Held {
+    Own(Store),
+    Served(std::sync::Arc<Store>),
+}
+
+impl std::ops::Deref for Held {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match self {
+            Held::Own(s) => s,
+            Held::Served(s) => s,
+        }
+    }
+}
+
+/// Opens the pool and its store (or takes the served one).
+pub fn open(name: &str) -> Result<Held, String> {
+    if let Some(store) = crate::served::store_for(name)? {
+        return Ok(Held::Served(store));
+    }
+    open_store(name).map(Held::Own)
+}
+
+/// Opens the pool and its store in this process.
+pub fn open_store(name: &str) -> Result<Store, String> {
     let pool = Pool::open(&crate::home(), name).map_err(err)?;
     Store::open(pool).map_err(err)
 }
 
-/// Syncs (which also writes the error log) and records the leaves' counters.
-pub fn finish(store: Store) -> Result<(), String> {
+/// Syncs (which also writes the error log) and, for a store this process opened, closes
+/// it and records the leaves' counters. A served command's changes are synced before it
+/// answers, as they would be by its own process.
+pub fn finish(store: Held) -> Result<(), String> {
+    match store {
+        Held::Own(store) => finish_store(store),
+        Held::Served(store) if store.is_dirty() => store.sync().map(|_| ()).map_err(err),
+        Held::Served(_) => Ok(()),
+    }
+}
+
+/// Closes a store this process opened: syncs and records the leaves' counters.
+pub fn finish_store(store: Store) -> Result<(), String> {
     let pool = store.close().map_err(err)?;
     pool.save_record().map_err(err)
 }
@@ -87,7 +123,7 @@ pub fn data_errors(log: ErrorLog) -> DataErrors {
 }
 
 fn progress_bar(total: u64, what: &str) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() || total < (64 << 20) {
+    if !crate::served::stderr_is_terminal() || total < (64 << 20) {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total);
@@ -114,6 +150,12 @@ pub struct PutArgs {
     dest: String,
 }
 
+impl PutArgs {
+    pub fn dest(&self) -> &str {
+        &self.dest
+    }
+}
+
 /// Prefix of the hidden file a `put` writes before it takes the final name.
 const PUT_TEMP_PREFIX: &str = ".cairn-put-";
 
@@ -125,7 +167,7 @@ pub fn put(a: PutArgs) -> Result<(), String> {
     let store = open(pool_of(&a.dest))?;
     let dest = put_destination(&store, &a)?;
     let (mut input, total): (Box<dyn Read>, u64) = if a.src.as_os_str() == "-" {
-        (Box::new(std::io::stdin().lock()), 0)
+        (crate::served::stdin(), 0)
     } else {
         let f = std::fs::File::open(&a.src).map_err(|e| format!("{}: {e}", a.src.display()))?;
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -262,7 +304,7 @@ fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
     }
     let size = store.object_dnode(&r).map_err(err)?.size;
     let mut out: Box<dyn Write> = if dest.as_os_str() == "-" {
-        Box::new(std::io::stdout().lock())
+        crate::served::stdout()
     } else {
         Box::new(std::fs::File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?)
     };
@@ -302,6 +344,56 @@ pub struct CatArgs {
     path: String,
 }
 
+impl CatArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl LsArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl RmArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl MkdirArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl GetCmdArgs {
+    /// The pool the command reads: of the file (`get POOL/DS/PATH DEST`) or of the dataset
+    /// (`get PROP DATASET`).
+    pub fn pool_name(&self) -> &str {
+        if self.first.contains('/') {
+            &self.first
+        } else {
+            &self.second
+        }
+    }
+}
+
+impl ScrubArgs {
+    /// `-s` or `-p`: a request to the process that scrubs, never run by a service.
+    pub fn stops_or_pauses(&self) -> bool {
+        self.stop || self.pause
+    }
+}
+
+/// Whether `cairn set` changes a pool property (which needs the pool to itself).
+pub fn is_pool_set(a: &SetArgs) -> bool {
+    a.assignment
+        .split_once('=')
+        .is_some_and(|(k, _)| is_pool_prop(k, &a.target))
+}
+
 pub fn cat(a: CatArgs) -> Result<(), String> {
     get_file(GetArgs {
         src: a.path,
@@ -328,7 +420,7 @@ pub fn ls(a: LsArgs) -> Result<(), String> {
         store.list(&a.path).map_err(err)?
     };
     if a.json {
-        println!("{}", serde_json::json!({ "entries": entries }));
+        outln!("{}", serde_json::json!({ "entries": entries }));
     } else {
         for e in &entries {
             let size = if a.parsable {
@@ -341,7 +433,7 @@ pub fn ls(a: LsArgs) -> Result<(), String> {
             } else {
                 e.name.clone()
             };
-            println!("{:<6} {:>10}  {name}", e.kind, size);
+            outln!("{:<6} {:>10}  {name}", e.kind, size);
         }
     }
     finish(store)
@@ -454,7 +546,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             }
             infos.sort_by(|a, b| a.name.cmp(&b.name));
             if json {
-                println!("{}", serde_json::json!({ "datasets": infos }));
+                outln!("{}", serde_json::json!({ "datasets": infos }));
             } else {
                 print_dataset_table(&infos, scripted, parsable);
             }
@@ -490,7 +582,7 @@ fn print_dataset_table(infos: &[cairn_objset::DatasetInfo], scripted: bool, pars
     }
     if scripted {
         for r in rows {
-            println!("{}", r.join("\t"));
+            outln!("{}", r.join("\t"));
         }
         return;
     }
@@ -498,7 +590,7 @@ fn print_dataset_table(infos: &[cairn_objset::DatasetInfo], scripted: bool, pars
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     for r in rows {
-        println!(
+        outln!(
             "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {}",
             r[0],
             r[1],
@@ -657,19 +749,19 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             .iter()
             .map(|(k, v, s)| serde_json::json!({"property": k, "value": v, "source": s}))
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "name": a.second, "properties": v })
         );
     } else {
         if !a.scripted {
-            println!("{:<24} {:<16} {:<14} SOURCE", "NAME", "PROPERTY", "VALUE");
+            outln!("{:<24} {:<16} {:<14} SOURCE", "NAME", "PROPERTY", "VALUE");
         }
         for (k, v, s) in rows {
             if a.scripted {
-                println!("{}\t{k}\t{v}\t{s}", a.second);
+                outln!("{}\t{k}\t{v}\t{s}", a.second);
             } else {
-                println!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
+                outln!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
             }
         }
     }
@@ -766,14 +858,6 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         };
         return save_json(&scan_path, &s);
     }
-    if let Some(answer) = crate::control::ask(&home, &a.pool, "scrub") {
-        print!("{answer}");
-        return if answer.starts_with("error") {
-            Err(answer.trim().to_string())
-        } else {
-            Ok(())
-        };
-    }
     let store = open(&a.pool)?;
     let _ = std::fs::remove_file(&ctl_path);
     let previous: Option<ScanState> = load_json(&scan_path);
@@ -781,7 +865,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         .as_ref()
         .filter(|s| s.state == "paused" || s.state == "scanning");
     let started = resume.map(|s| s.started).unwrap_or_else(unix_now);
-    let bar = (a.wait && std::io::stderr().is_terminal()).then(|| {
+    let bar = (a.wait && crate::served::stderr_is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(store.space().alloc);
         b.set_style(
             indicatif::ProgressStyle::with_template(
@@ -844,7 +928,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         },
     )?;
     match end {
-        ScrubEnd::Finished => println!(
+        ScrubEnd::Finished => outln!(
             "scrub of '{}' repaired {} ({} bytes), {} errors, {} blocks in {:.1} s",
             a.pool,
             format_zfs_size(p.repaired_bytes),
@@ -853,7 +937,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
             p.blocks,
             p.elapsed_secs
         ),
-        _ => println!("scrub of '{}' {state}", a.pool),
+        _ => outln!("scrub of '{}' {state}", a.pool),
     }
     finish(store)
 }

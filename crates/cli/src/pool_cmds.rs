@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use cairn_geometry::format_zfs_size;
-use cairn_pool::status::{render_list, render_status_with, status_json, ListRow};
+use cairn_pool::status::{render_list, render_status_with, status_json, DataErrors, ListRow};
 use cairn_pool::{CreateOptions, Home, Pool};
 use cairn_vdev::label_io::read_leaf_labels;
 use cairn_vdev::{FileLeaf, LeafOptions};
@@ -126,24 +126,25 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             return Ok(());
         }
     }
-    let pools = pools_to_show(&home, a.pool.as_deref())?;
     if a.json {
-        let list: Vec<_> = pools
-            .iter()
-            .map(|p| {
-                let mut v = serde_json::to_value(status_json(p)).unwrap_or_default();
-                let e = crate::data_cmds::load_errors(p);
-                v["data_errors"] = serde_json::json!({
-                    "files": e.files,
-                    "unlisted": e.unlisted,
-                    "unreadable": e.unreadable,
-                });
-                v
-            })
-            .collect();
+        // A served pool's entry comes from its service (`status-json`), the others' from
+        // opening them here.
+        let mut list = Vec::new();
+        for name in pool_names(&home, a.pool.as_deref())? {
+            let served = crate::control::ask(&home, &name, "status-json")
+                .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok());
+            match served {
+                Some(v) => list.push(v),
+                None => {
+                    let p = Pool::open(&home, &name).map_err(err)?;
+                    list.push(status_value(&p, &crate::data_cmds::load_errors(&p)));
+                }
+            }
+        }
         println!("{}", serde_json::json!({ "pools": list }));
         return Ok(());
     }
+    let pools = pools_to_show(&home, a.pool.as_deref())?;
     if pools.is_empty() {
         println!("no pools available");
         return Ok(());
@@ -159,6 +160,17 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
         .collect();
     print_statuses(&texts, a.unhealthy_only);
     Ok(())
+}
+
+/// A pool's entry of `status --json`: its health tree and its data errors.
+pub fn status_value(p: &Pool, e: &DataErrors) -> serde_json::Value {
+    let mut v = serde_json::to_value(status_json(p)).unwrap_or_default();
+    v["data_errors"] = serde_json::json!({
+        "files": e.files,
+        "unlisted": e.unlisted,
+        "unreadable": e.unreadable,
+    });
+    v
 }
 
 /// Prints rendered statuses; with `-x` only the unhealthy ones, or "all pools are healthy".

@@ -26,7 +26,7 @@ use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
 use cairn_pool::Home;
 
-use crate::data_cmds::{finish, open};
+use crate::data_cmds::{finish_store as finish, open_store as open};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
