@@ -177,7 +177,14 @@ pub fn put(a: PutArgs) -> Result<(), String> {
         .rsplit_once('/')
         .expect("a destination has a directory");
     remove_stale_put_temps(&store, dir);
-    let temp = format!("{dir}/{PUT_TEMP_PREFIX}{}-{name}", std::process::id());
+    let temp = if crate::served::active() {
+        // Puts of several clients run at once in a service: each its own temp name.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{dir}/{PUT_TEMP_PREFIX}{}.{n}-{name}", std::process::id())
+    } else {
+        format!("{dir}/{PUT_TEMP_PREFIX}{}-{name}", std::process::id())
+    };
     let written = store
         .create_file(&temp, true)
         .map_err(err)
@@ -228,12 +235,13 @@ fn put_destination(store: &Store, a: &PutArgs) -> Result<String, String> {
     }
 }
 
-/// Removes what killed puts left in `dir` (this process holds the pool, so no put is
-/// running there now).
+/// Removes what killed puts left in `dir` (this process holds the pool, so no put of
+/// another process is running there now; a service's own puts in flight are kept).
 fn remove_stale_put_temps(store: &Store, dir: &str) {
     let Ok(entries) = store.list(dir) else { return };
+    let ours = format!("{PUT_TEMP_PREFIX}{}.", std::process::id());
     for e in entries {
-        if e.name.starts_with(PUT_TEMP_PREFIX) {
+        if e.name.starts_with(PUT_TEMP_PREFIX) && !e.name.starts_with(&ours) {
             let _ = store.remove(&format!("{dir}/{}", e.name), false);
         }
     }

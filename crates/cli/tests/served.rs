@@ -1,0 +1,308 @@
+//! Commands against a pool that `cairn serve` holds: they run in the serving process (over
+//! its control socket) with the same output and exit codes as in-process (issue 14).
+
+mod support;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{cairn, cairn_cmd, fails, files, ok, pseudo_random, MIB};
+
+struct Served {
+    child: Child,
+    socket: PathBuf,
+}
+
+fn serve(home: &Path, pool: &str) -> Served {
+    let socket = home.join("run").join(format!("{pool}.sock"));
+    let child = cairn_cmd(home)
+        .args(["serve", "--sync-interval", "0.5", "--duration", "300", pool])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Served { child, socket }
+}
+
+impl Served {
+    fn stop(mut self) {
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert!(self.child.wait().unwrap().success(), "serve failed");
+        assert!(!self.socket.exists());
+    }
+    fn ask(&self, request: &[u8]) -> String {
+        use std::io::Read;
+        let mut s = UnixStream::connect(&self.socket).unwrap();
+        s.write_all(request).unwrap();
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+}
+
+/// Exit code, standard output and standard error, `txg` numbers blanked (a served pool may
+/// have synced more often).
+fn seen(out: &Output) -> (Option<i32>, String, String) {
+    let blank = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b).into_owned();
+        let mut v: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(_) => return text,
+        };
+        if let Some(pools) = v.get_mut("pools").and_then(|p| p.as_array_mut()) {
+            for p in pools {
+                p["txg"] = serde_json::Value::Null;
+            }
+        }
+        v.to_string()
+    };
+    (out.status.code(), blank(&out.stdout), blank(&out.stderr))
+}
+
+/// A pool with files, a dataset and a volume.
+fn pool_with_data(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let d = files(dir, 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    ok(&cairn(&home, &["dataset", "create", "tank/docs"]));
+    ok(&cairn(&home, &["set", "compression=zstd", "tank/docs"]));
+    ok(&cairn(&home, &["volume", "create", "-V", "8M", "tank/vol"]));
+    let src = dir.join("big");
+    std::fs::write(&src, pseudo_random(3 * MIB as usize, 7)).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/docs/big"],
+    ));
+    ok(&cairn(&home, &["mkdir", "tank/docs/sub"]));
+    home
+}
+
+#[test]
+fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["ls", "tank/docs"],
+        vec!["ls", "-p", "--json", "tank/docs"],
+        vec!["cat", "tank/docs/big"],
+        vec!["get", "tank/docs/big", "-"],
+        vec!["dataset", "list", "tank"],
+        vec!["dataset", "list", "-H", "-p", "tank"],
+        vec!["get", "all", "tank/docs"],
+        vec!["get", "-H", "compression,recordsize", "tank/docs"],
+        vec!["get", "--json", "readpolicy", "tank"],
+        vec!["status", "--json", "tank"],
+        vec!["status", "tank"],
+        vec!["history", "tank"],
+        // Errors: the same message and exit code.
+        vec!["cat", "tank/docs/missing"],
+        vec!["ls", "tank/nope"],
+        vec!["get", "nosuchprop", "tank/docs"],
+        vec!["dataset", "create", "tank/docs"],
+        vec!["rm", "tank/docs/sub/none"],
+        vec!["put", "/nonexistent/file", "tank/docs/x"],
+    ];
+    let run_all = || -> Vec<_> {
+        commands
+            .iter()
+            .map(|c| (c.clone(), seen(&cairn(&home, c))))
+            .collect()
+    };
+    let alone = run_all();
+    let served = serve(&home, "tank");
+    let through = run_all();
+    for ((cmd, a), (_, b)) in alone.iter().zip(&through) {
+        assert_eq!(a, b, "cairn {cmd:?}: in-process vs served");
+    }
+    let cat = cairn(&home, &["cat", "tank/docs/big"]);
+    assert_eq!(cat.stdout, pseudo_random(3 * MIB as usize, 7));
+    assert_eq!(alone[12].1 .0, Some(1));
+    served.stop();
+}
+
+#[test]
+fn changes_made_through_the_service_are_committed_and_in_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("local"), b"relative paths are the client's\n").unwrap();
+    let in_work = |args: &[&str]| {
+        cairn_cmd(&home)
+            .current_dir(&work)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Relative paths are resolved in the client's working directory.
+    ok(&in_work(&["put", "local", "tank/docs/"]));
+    ok(&in_work(&["get", "tank/docs/local", "back"]));
+    assert_eq!(
+        std::fs::read(work.join("back")).unwrap(),
+        b"relative paths are the client's\n"
+    );
+    // Standard input goes along.
+    let mut put = cairn_cmd(&home)
+        .args(["put", "-", "tank/docs/stdin"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(&pseudo_random(MIB as usize, 3))
+        .unwrap();
+    assert!(put.wait().unwrap().success());
+    ok(&cairn(&home, &["mkdir", "tank/docs/a/b"]));
+    ok(&cairn(&home, &["rm", "tank/docs/big"]));
+    ok(&cairn(&home, &["dataset", "create", "tank/media"]));
+    ok(&cairn(
+        &home,
+        &["volume", "create", "-V", "4M", "tank/vol2"],
+    ));
+    ok(&cairn(&home, &["set", "recordsize=64K", "tank/media"]));
+    ok(&cairn(&home, &["dataset", "create", "tank/tmp"]));
+    ok(&cairn(&home, &["destroy", "tank/tmp"]));
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.starts_with("scrub of 'tank' repaired 0B (0 bytes), 0 errors"),
+        "{scrub}"
+    );
+    // What cannot be served says who holds the pool and what to do.
+    let e = fails(&cairn(&home, &["offline", "tank", "x"]));
+    assert!(
+        e.contains("in use by PID") && e.contains("cairn serve"),
+        "{e}"
+    );
+    let e = fails(&cairn(&home, &["set", "readpolicy=md", "tank"]));
+    assert!(e.contains("in use by PID") && e.contains("stop it"), "{e}");
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    // kill -9: everything acknowledged was synced before the command answered.
+    let mut served = served;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    let _ = std::fs::remove_file(&served.socket);
+    let ls = ok(&cairn(&home, &["ls", "tank/docs"]));
+    for name in ["local", "stdin", "a/"] {
+        assert!(ls.contains(name), "{name} missing: {ls}");
+    }
+    assert!(!ls.contains("big"), "{ls}");
+    assert_eq!(
+        ok(&cairn(&home, &["get", "-H", "recordsize", "tank/media"])),
+        "tank/media\trecordsize\t64K\tlocal\n"
+    );
+    let datasets = ok(&cairn(&home, &["dataset", "list", "-H", "tank"]));
+    assert!(
+        datasets.contains("tank/vol2") && !datasets.contains("tank/tmp"),
+        "{datasets}"
+    );
+    for cmd in [
+        "cairn dataset create tank/media",
+        "cairn volume create -V 4M tank/vol2",
+        "cairn set recordsize=64K tank/media",
+        "cairn destroy tank/tmp",
+        "cairn scrub tank",
+    ] {
+        assert!(history.contains(cmd), "{cmd} not in {history}");
+    }
+    assert!(!history.contains("cairn put"), "{history}");
+    assert!(ok(&cairn(&home, &["scrub", "tank"])).contains("0 errors"));
+}
+
+#[test]
+fn concurrent_clients_are_served_concurrently_and_correctly() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let home = home.clone();
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                for i in 0..12u64 {
+                    let data = pseudo_random(64 << 10, t * 100 + i);
+                    let src = dir.join(format!("src-{t}-{i}"));
+                    std::fs::write(&src, &data).unwrap();
+                    let name = format!("tank/docs/t{t}-{i}");
+                    ok(&cairn(&home, &["put", src.to_str().unwrap(), &name]));
+                    let back = cairn(&home, &["cat", &name]);
+                    assert!(back.status.success());
+                    assert!(back.stdout == data, "{name} read back differs");
+                    if i % 3 == 0 {
+                        ok(&cairn(&home, &["rm", &name]));
+                    }
+                }
+            })
+        })
+        .collect();
+    // A status meanwhile is answered while the others run.
+    assert!(ok(&cairn(&home, &["status", "tank"])).contains("ONLINE"));
+    for t in threads {
+        t.join().unwrap();
+    }
+    served.stop();
+    let ls = ok(&cairn(&home, &["ls", "tank/docs"]));
+    for t in 0..4 {
+        for i in 0..12 {
+            assert_eq!(
+                ls.contains(&format!("t{t}-{i}\n")),
+                i % 3 != 0,
+                "t{t}-{i}: {ls}"
+            );
+        }
+    }
+}
+
+#[test]
+fn malformed_requests_and_closed_pipes_do_not_hurt_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    assert!(served
+        .ask(b"nonsense\n")
+        .starts_with("error: unknown request"));
+    assert!(served
+        .ask(b"exec {not json\n")
+        .starts_with("error: bad exec request"));
+    assert!(served
+        .ask(b"exec {\"argv\":[\"ls\",\"tank\"],\"cwd\":\"/\"}\n")
+        .starts_with("error: exec needs standard input, output and error"));
+    assert!(served.ask(&[0xff, 0xfe, b'\n']).starts_with("error:"));
+    assert!(served.ask(b"").starts_with("error: unknown request"));
+    // An `ls` whose reader is gone ends by SIGPIPE as in-process, quietly.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = cairn_cmd(&home)
+        .args(["ls", "tank/docs"])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The service still answers.
+    assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
+    served.stop();
+}
