@@ -661,7 +661,63 @@ pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
 /// Whether `prop` of `target` is a pool property (`readpolicy` of a pool name, no `/`):
 /// the pool's label config holds it, not the root dataset.
 fn is_pool_prop(prop: &str, target: &str) -> bool {
-    !target.contains(['/', '@']) && cairn_vdev::PoolProps::NAMES.contains(&prop)
+    !target.contains(['/', '@'])
+        && (cairn_vdev::PoolProps::NAMES.contains(&prop) || POOL_STATS.contains(&prop))
+}
+
+/// The read-only pool properties, as `zpool get` names them (measured, not kept).
+const POOL_STATS: [&str; 8] = [
+    "size",
+    "capacity",
+    "allocated",
+    "free",
+    "health",
+    "guid",
+    "ashift",
+    "fragmentation",
+];
+
+/// A read-only pool property of an open store: exact numbers with `parsable`, else as
+/// `zpool get` prints them.
+fn pool_stat(store: &Store, name: &str, parsable: bool) -> Result<String, String> {
+    let usage = store.space();
+    let row = cairn_pool::status::ListRow::with_usage(store.pool(), usage.alloc, usage.used);
+    let size = |b: u64| {
+        if parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let percent = |p: u64| {
+        if parsable {
+            p.to_string()
+        } else {
+            format!("{p}%")
+        }
+    };
+    Ok(match name {
+        "size" => size(row.size),
+        "capacity" => percent(row.capacity_percent()),
+        "allocated" => size(row.alloc),
+        "free" => size(row.free),
+        "health" => row.health.to_string(),
+        "guid" => cairn_pool::status::status_json(store.pool())
+            .guid
+            .to_string(),
+        "ashift" => cairn_pool::status::status_json(store.pool())
+            .vdevs
+            .iter()
+            .map(|t| t.ashift)
+            .max()
+            .unwrap_or(0)
+            .to_string(),
+        "fragmentation" => match store.fragmentation_percent() {
+            Some(p) => percent(p),
+            None => "-".into(),
+        },
+        other => return Err(format!("unknown pool property '{other}'")),
+    })
 }
 
 #[derive(Args, Debug)]
@@ -677,6 +733,12 @@ pub fn set(a: SetArgs) -> Result<(), String> {
         .assignment
         .split_once('=')
         .ok_or("use `cairn set PROP=VALUE DATASET` or `cairn set PROP=VALUE POOL`")?;
+    if is_pool_prop(k, &a.target) && POOL_STATS.contains(&k) {
+        return Err(format!(
+            "pool property '{k}' is read-only (settable: {})",
+            cairn_vdev::PoolProps::NAMES.join(", ")
+        ));
+    }
     if is_pool_prop(k, &a.target) {
         let mut pool = Pool::open(&crate::home(), &a.target).map_err(err)?;
         pool.set_property(k, v).map_err(err)?;
@@ -693,6 +755,9 @@ pub struct GetCmdArgs {
     /// Scripted output: no header, tab separated.
     #[arg(short = 'H')]
     scripted: bool,
+    /// Exact numbers (bytes, percent without `%`) for the pool's size properties.
+    #[arg(short = 'p')]
+    parsable: bool,
     #[arg(long)]
     json: bool,
     /// Property list (or a file path `POOL/DS/PATH`).
@@ -729,8 +794,9 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
                 .map(|p| p.0.to_string()),
         )
         .chain(
-            cairn_vdev::PoolProps::NAMES
+            POOL_STATS
                 .iter()
+                .chain(cairn_vdev::PoolProps::NAMES.iter())
                 .filter(|p| is_pool_prop(p, &a.second))
                 .map(|p| p.to_string()),
         )
@@ -740,7 +806,9 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
     };
     let mut rows = Vec::new();
     for k in &keys {
-        let (v, src) = if is_pool_prop(k, &a.second) {
+        let (v, src) = if is_pool_prop(k, &a.second) && POOL_STATS.contains(&k.as_str()) {
+            (pool_stat(&store, k, a.parsable)?, "-".to_string())
+        } else if is_pool_prop(k, &a.second) {
             let v = store.pool().property(k).map_err(err)?;
             let dflt = cairn_vdev::PoolProps::default().get(k).map_err(err)?;
             (

@@ -207,6 +207,10 @@ struct ListArgs {
     /// Print JSON: {"pools": [{name, size, alloc, free, avail, health}]}.
     #[arg(long)]
     json: bool,
+    /// Columns, comma-separated: name, size, alloc (allocated), free, cap (capacity), health,
+    /// avail (available).
+    #[arg(short = 'o', value_name = "PROP[,PROP]…")]
+    columns: Option<String>,
     /// List datasets instead of pools, as `zfs list -t`: filesystem, volume, snapshot or all.
     #[arg(short = 't', value_name = "TYPE")]
     types: Option<String>,

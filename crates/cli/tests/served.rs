@@ -108,6 +108,7 @@ fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
         vec!["get", "all", "tank/docs"],
         vec!["get", "-H", "compression,recordsize", "tank/docs"],
         vec!["get", "--json", "readpolicy", "tank"],
+        vec!["get", "-p", "all", "tank"],
         vec!["status", "--json", "tank"],
         vec!["status", "tank"],
         vec!["history", "tank"],
@@ -133,7 +134,12 @@ fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
     }
     let cat = cairn(&home, &["cat", "tank/docs/big"]);
     assert_eq!(cat.stdout, pseudo_random(3 * MIB as usize, 7));
-    assert_eq!(alone[12].1 .0, Some(1));
+    let missing = alone
+        .iter()
+        .find(|(c, _)| c[1] == "tank/docs/missing")
+        .unwrap();
+    assert_eq!(missing.1 .0, Some(1));
+    assert!(missing.1 .2.contains("no such file"), "{:?}", missing.1);
     served.stop();
 }
 
