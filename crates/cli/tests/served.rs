@@ -312,3 +312,57 @@ fn malformed_requests_and_closed_pipes_do_not_hurt_the_service() {
     assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
     served.stop();
 }
+
+/// The systemd unit's command line serves every imported pool, one process each, and
+/// stops them all on SIGTERM.
+#[test]
+fn the_systemd_unit_serves_every_imported_pool() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/cairn.service"
+    ))
+    .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert!(words.next().unwrap().ends_with("/cairn"), "{exec}");
+    let args: Vec<&str> = words.collect();
+    assert_eq!(args, ["serve", "--all"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let d = files(&other, 2, 64 * MIB);
+    ok(&cairn(&home, &["create", "second", "mirror", &d[0], &d[1]]));
+    let mut service = cairn_cmd(&home)
+        .args(&args)
+        .args(["--duration", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    for pool in ["tank", "second"] {
+        let socket = home.join("run").join(format!("{pool}.sock"));
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{pool} not served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    ok(&cairn(&home, &["mkdir", "second/served"]));
+    assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
+    let e = fails(&cairn(&home, &["export", "second"]));
+    assert!(e.contains("in use by PID"), "{e}");
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(service.wait().unwrap().success());
+    assert!(ok(&cairn(&home, &["ls", "second"])).contains("served/"));
+    let e = fails(&cairn(&home, &["serve", "--all", "--nbd", "127.0.0.1:0"]));
+    assert!(e.contains("one process per pool"), "{e}");
+}
