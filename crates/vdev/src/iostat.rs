@@ -7,6 +7,8 @@
 //!  Child::new(leaf) ──► MeteredLeaf { inner: leaf, stats: Arc<IoStats> }
 //!                          read_at / read_vectored_at   → ops[R] bytes[R] wait_ns[R] hist[R]
 //!                          write_at / write_vectored_at → ops[W] bytes[W] wait_ns[W] hist[W]
+//!                          (both)                       → queue_ns: time since the
+//!                                                         request was ready to go
 //!                          flush                        → flushes
 //!                          in_flight: requests inside the device right now (iostat -q)
 //! ```
@@ -18,7 +20,7 @@ use std::io;
 use std::ops::{Add, Sub};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +38,7 @@ pub struct IoStats {
     ops: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
     wait_ns: [AtomicU64; 2],
+    queue_ns: [AtomicU64; 2],
     flushes: AtomicU64,
     in_flight: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
@@ -51,6 +54,12 @@ pub struct IoCounts {
     /// Time requests spent inside the device (sum over requests).
     pub read_wait_ns: u64,
     pub write_wait_ns: u64,
+    /// Time requests waited before they went to the device (sum over requests): for an
+    /// I/O thread, or behind the earlier requests of the same job (`threads::queue_wait`).
+    #[serde(default)]
+    pub read_queue_ns: u64,
+    #[serde(default)]
+    pub write_queue_ns: u64,
     pub flushes: u64,
     /// Requests inside the device when the snapshot was taken (not summed over time).
     #[serde(default)]
@@ -72,6 +81,7 @@ impl Default for IoStats {
             ops: Default::default(),
             bytes: Default::default(),
             wait_ns: Default::default(),
+            queue_ns: Default::default(),
             flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
@@ -80,8 +90,12 @@ impl Default for IoStats {
 }
 
 impl IoStats {
-    fn record(&self, dir: usize, bytes: u64, started: Instant) {
+    fn record(&self, dir: usize, bytes: u64, started: Instant, queued: Option<Duration>) {
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        if let Some(q) = queued {
+            let q = q.as_nanos().min(u128::from(u64::MAX)) as u64;
+            self.queue_ns[dir].fetch_add(q, Ordering::Relaxed);
+        }
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
@@ -97,6 +111,8 @@ impl IoStats {
             write_bytes: get(&self.bytes[WRITE]),
             read_wait_ns: get(&self.wait_ns[READ]),
             write_wait_ns: get(&self.wait_ns[WRITE]),
+            read_queue_ns: get(&self.queue_ns[READ]),
+            write_queue_ns: get(&self.queue_ns[WRITE]),
             flushes: get(&self.flushes),
             in_flight: get(&self.in_flight),
             read_hist: self.hist[READ].iter().map(get).collect(),
@@ -126,6 +142,8 @@ impl Add for &IoCounts {
             write_bytes: self.write_bytes + o.write_bytes,
             read_wait_ns: self.read_wait_ns + o.read_wait_ns,
             write_wait_ns: self.write_wait_ns + o.write_wait_ns,
+            read_queue_ns: self.read_queue_ns + o.read_queue_ns,
+            write_queue_ns: self.write_queue_ns + o.write_queue_ns,
             flushes: self.flushes + o.flushes,
             in_flight: self.in_flight + o.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
@@ -146,6 +164,8 @@ impl Sub for &IoCounts {
             write_bytes: d(self.write_bytes, o.write_bytes),
             read_wait_ns: d(self.read_wait_ns, o.read_wait_ns),
             write_wait_ns: d(self.write_wait_ns, o.write_wait_ns),
+            read_queue_ns: d(self.read_queue_ns, o.read_queue_ns),
+            write_queue_ns: d(self.write_queue_ns, o.write_queue_ns),
             flushes: d(self.flushes, o.flushes),
             in_flight: self.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, d),
@@ -181,10 +201,12 @@ impl MeteredLeaf {
     ) -> io::Result<T> {
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let queued = crate::threads::queue_wait(started);
         let result = op();
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        crate::threads::mark_ready(Instant::now());
         if result.is_ok() {
-            self.stats.record(dir, bytes, started);
+            self.stats.record(dir, bytes, started, queued);
         }
         result
     }
@@ -273,5 +295,34 @@ mod tests {
         assert_eq!(s.write_hist.iter().sum::<u64>(), 2);
         let later = &s + &s;
         assert_eq!(&later - &s, s);
+        // Outside an I/O thread job nothing waited in a queue.
+        assert_eq!((s.read_queue_ns, s.write_queue_ns), (0, 0));
+    }
+
+    #[test]
+    fn a_request_counts_the_time_it_waited_since_its_job_was_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let file: Arc<dyn Leaf> = Arc::new(
+            crate::leaf::FileLeaf::open(&path, crate::leaf::LeafOptions::default()).unwrap(),
+        );
+        let leaf = MeteredLeaf::wrap(file);
+        // Two jobs; each waits 30 ms before its first request (as if every I/O thread
+        // were busy), then issues two reads back to back.
+        crate::threads::on_io_threads(vec![0u64, 1], |i| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let mut buf = [0u8; 4096];
+            leaf.read_at(&mut buf, i * 8192).unwrap();
+            leaf.read_at(&mut buf, i * 8192 + 4096).unwrap();
+        });
+        let s = leaf.io_stats().unwrap().snapshot();
+        assert_eq!(s.read_ops, 4);
+        assert!(s.read_queue_ns >= 60_000_000, "{}", s.read_queue_ns);
+        assert!(s.read_queue_ns < 2_000_000_000, "{}", s.read_queue_ns);
+        assert_eq!(s.write_queue_ns, 0);
     }
 }
