@@ -909,6 +909,10 @@ pub struct ScrubArgs {
     /// Pause a running scrub; `cairn scrub POOL` resumes it.
     #[arg(short = 'p')]
     pause: bool,
+    /// Examine at most this many bytes per second, e.g. 50M (default: the `scrub_rate`
+    /// tunable, unlimited when 0), so that the pool's other users keep their share.
+    #[arg(long, value_name = "BYTES/S")]
+    rate: Option<String>,
     pub(crate) pool: String,
 }
 
@@ -934,6 +938,16 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         };
         return save_json(&scan_path, &s);
     }
+    let rate = match &a.rate {
+        None => crate::tunables::get().scrub_rate(),
+        Some(text) => Some(
+            cairn_objset::dataset::parse_size(text)
+                .filter(|&r| r > 0)
+                .ok_or_else(|| {
+                    format!("bad scrub rate '{text}': give bytes per second above 0, e.g. 50M")
+                })?,
+        ),
+    };
     let store = open(&a.pool)?;
     let _ = std::fs::remove_file(&ctl_path);
     let previous: Option<ScanState> = load_json(&scan_path);
@@ -951,7 +965,20 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         );
         b
     });
+    let began = std::time::Instant::now();
+    let mut saved = None::<std::time::Instant>;
     let mut report = |p: &ScrubProgress| {
+        if let Some(rate) = rate {
+            // Behind the rate: wait until the bytes examined so far are due.
+            let due = Duration::from_secs_f64(p.examined_bytes as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(began.elapsed()) {
+                std::thread::sleep(wait.min(Duration::from_secs(1)));
+            }
+            if saved.is_some_and(|t| t.elapsed() < Duration::from_millis(500)) {
+                return ScrubControl::Continue;
+            }
+            saved = Some(std::time::Instant::now());
+        }
         let state = ScanState {
             state: "scanning".into(),
             progress: p.clone(),
@@ -978,13 +1005,14 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
             _ => ScrubControl::Continue,
         }
     };
-    let (p, end) = store
-        .scrub(
-            resume.map(|s| &s.progress),
-            Duration::from_millis(500),
-            &mut report,
-        )
-        .map_err(err)?;
+    let resume_from = resume.map(|s| &s.progress);
+    let (p, end) = match rate {
+        // Rate-limited: the smallest slices (128 blocks), looked at often, so it keeps its
+        // pace and holds the store lock only briefly each time.
+        Some(_) => store.scrub_in_slices(resume_from, Duration::from_millis(10), 128, &mut report),
+        None => store.scrub(resume_from, Duration::from_millis(500), &mut report),
+    }
+    .map_err(err)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }

@@ -87,12 +87,28 @@ impl StoreCore {
         every: Duration,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
+        self.scrub_in_slices(resume, every, SCRUB_SLICE, report)
+    }
+
+    /// `scrub` with objects scrubbed `slice` blocks at a time (default `SCRUB_SLICE`;
+    /// rounded up to a multiple of an indirect block's 128, so each indirect block of the
+    /// lowest level is still scrubbed once): each slice holds the store lock while it
+    /// reads, and `report` is called only between slices, so a rate-limited scrub takes
+    /// small slices to pace itself evenly and to keep writers waiting for the lock briefly.
+    pub fn scrub_in_slices(
+        &self,
+        resume: Option<&ScrubProgress>,
+        every: Duration,
+        slice: u64,
+        report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
+    ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
+        let slice = slice.div_ceil(128).max(1) * 128;
         let class = match resume {
             Some(_) => "sysevent.fs.zfs.scrub_resume",
             None => "sysevent.fs.zfs.scrub_start",
         };
         self.pool().post_event(class, None, &[]);
-        let result = self.scrub_pass(resume, every, report);
+        let result = self.scrub_pass(resume, every, slice, report);
         let (class, details) = match &result {
             Ok((p, end)) => {
                 let class = match end {
@@ -120,6 +136,7 @@ impl StoreCore {
         &self,
         resume: Option<&ScrubProgress>,
         every: Duration,
+        slice: u64,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
         let synced_txg = self.sync()?;
@@ -150,7 +167,7 @@ impl StoreCore {
         let last = self.lock().next_object;
         while p.next_object < last {
             let id = p.next_object;
-            match self.scrub_slice(id, p.next_block, &mut p)? {
+            match self.scrub_slice(id, p.next_block, slice, &mut p)? {
                 Some(next) => p.next_block = next,
                 None => {
                     p.next_object = id + 1;
@@ -266,13 +283,14 @@ impl StoreCore {
 
     /// Scrubs an object's whole tree: indirect blocks as they are walked, then the data
     /// blocks in disk order.
-    /// Scrubs block ids `[from, from + SCRUB_SLICE)` of object `id` under the state lock
+    /// Scrubs block ids `[from, from + slice)` of object `id` under the state lock
     /// (a tree damaged beyond redundancy counts as an error of its object); the block id to
     /// go on from, or `None` when the object is done.
     fn scrub_slice(
         &self,
         id: u64,
         from: u64,
+        slice: u64,
         p: &mut ScrubProgress,
     ) -> Result<Option<u64>, StoreError> {
         let mut st = self.lock();
@@ -282,14 +300,13 @@ impl StoreCore {
         }
         let owner = Some((dnode.dataset, id));
         let mut data: Vec<BlockPointer> = Vec::new();
-        let walked =
-            crate::walk::walk_range(self.pool(), &dnode, from, SCRUB_SLICE, &mut |bp, _| {
-                if bp.level == 0 {
-                    data.push(*bp);
-                    return true;
-                }
-                self.scrub_one(&mut st, bp, owner, p).is_some()
-            });
+        let walked = crate::walk::walk_range(self.pool(), &dnode, from, slice, &mut |bp, _| {
+            if bp.level == 0 {
+                data.push(*bp);
+                return true;
+            }
+            self.scrub_one(&mut st, bp, owner, p).is_some()
+        });
         // In vdev-offset order: the slice's data blocks are read as one sweep.
         data.sort_by_key(|b| b.dvas[0]);
         for bp in &data {
