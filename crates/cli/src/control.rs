@@ -181,7 +181,7 @@ fn serve_one(home: &Home, store: &Arc<Store>, serving: &Serving, mut conn: UnixS
         }
     };
     let reply = if let Some(json) = line.trim().strip_prefix("exec ") {
-        let code = exec_request(store, json, fds, &conn);
+        let code = exec_request(store, serving, json, fds, &conn);
         format!("exit {code}\n")
     } else {
         let request = line.clone();
@@ -200,7 +200,13 @@ struct ExecRequest {
 }
 
 /// Runs a command line for a client; its exit code.
-fn exec_request(store: &Arc<Store>, json: &str, fds: Vec<File>, conn: &UnixStream) -> i32 {
+fn exec_request(
+    store: &Arc<Store>,
+    serving: &Serving,
+    json: &str,
+    fds: Vec<File>,
+    conn: &UnixStream,
+) -> i32 {
     let _ = conn.set_read_timeout(None);
     let req: ExecRequest = match serde_json::from_str(json) {
         Ok(r) => r,
@@ -234,6 +240,7 @@ fn exec_request(store: &Arc<Store>, json: &str, fds: Vec<File>, conn: &UnixStrea
         stdin,
         stdout,
         stderr,
+        mounted: serving.mounts.mounted(),
     };
     crate::served::with_ctx(ctx, || {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

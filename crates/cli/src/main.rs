@@ -394,6 +394,19 @@ fn served_pool(cmd: &Command) -> Option<String> {
     }
 }
 
+/// The files a served command changes: (`POOL/DS[/PATH]`, whether everything under it).
+fn changes_files_of(cmd: &Command) -> Option<(&str, bool)> {
+    use data_cmds::DatasetCmd;
+    match cmd {
+        Command::Put(a) => Some((a.dest(), false)),
+        Command::Rm(a) => Some((a.path(), false)),
+        Command::Mkdir(a) => Some((a.path(), false)),
+        Command::Dataset(DatasetCmd::Destroy { name, .. }) => Some((name, true)),
+        Command::Destroy(a) => Some((&a.name, true)),
+        _ => None,
+    }
+}
+
 /// Runs a command line for a client of the control socket (`control::exec_request`), on
 /// the thread `served::with_ctx` prepared; its exit code. What changed the pool goes into
 /// its history as it would in-process.
@@ -409,6 +422,12 @@ pub(crate) fn run_served(store: &cairn_objset::Store, argv: &[String]) -> i32 {
     if served_pool(&cli.command).is_none() {
         errln!("cairn: the service does not run this command: run it with the pool not served");
         return 2;
+    }
+    if let Err(msg) = changes_files_of(&cli.command).map_or(Ok(()), |(target, all)| {
+        served::check_not_mounted(target, all)
+    }) {
+        errln!("cairn: {msg}");
+        return 1;
     }
     let changed = changed_pool(&cli.command);
     let command_line = std::iter::once("cairn")

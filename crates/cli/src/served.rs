@@ -24,6 +24,8 @@ pub struct Ctx {
     pub stdin: File,
     pub stdout: File,
     pub stderr: File,
+    /// (dataset, directory) of the file systems the service has mounted.
+    pub mounted: Vec<(String, std::path::PathBuf)>,
 }
 
 thread_local! {
@@ -116,4 +118,30 @@ pub fn stdin() -> Box<dyn Read> {
 /// draws none).
 pub fn stderr_is_terminal() -> bool {
     !active() && std::io::stderr().is_terminal()
+}
+
+/// Refuses a served command that would change the files of `target` (`POOL/DS[/PATH]`, or
+/// with `with_children` a dataset and everything under it) while the service has it
+/// mounted: the kernel caches names, attributes and pages of a mount and would not see the
+/// change. Changes go through the mount instead.
+pub fn check_not_mounted(target: &str, with_children: bool) -> Result<(), String> {
+    let target = target.trim_end_matches('/');
+    CTX.with(|c| {
+        let c = c.borrow();
+        let Some(ctx) = c.as_ref() else { return Ok(()) };
+        let under = |outer: &str, inner: &str| {
+            inner == outer || inner.strip_prefix(outer).is_some_and(|r| r.starts_with('/'))
+        };
+        for (ds, dir) in &ctx.mounted {
+            if under(ds, target) || (with_children && under(target, ds)) {
+                return Err(format!(
+                    "'{ds}' is in use: mounted at {} by this service (PID {}); change its files through the mount, or unmount it first (`cairn umount {}`)",
+                    dir.display(),
+                    std::process::id(),
+                    dir.display()
+                ));
+            }
+        }
+        Ok(())
+    })
 }
