@@ -126,8 +126,19 @@ pub fn spawn(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // Private: only this user (and root) may reach the service, which runs commands.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Some(dir) = path.parent() {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+    }
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
     listener.set_nonblocking(true)?;
     let serving = Arc::new(serving);
     let clients = Arc::new(AtomicUsize::new(0));
@@ -172,6 +183,10 @@ const MAX_REQUEST: usize = 1 << 20;
 
 /// Reads one request and answers it; never panics on what a client sends.
 fn serve_one(home: &Home, store: &Arc<Store>, serving: &Serving, mut conn: UnixStream) {
+    if let Err(e) = check_peer(&conn) {
+        let _ = writeln!(conn, "error: {e}");
+        return;
+    }
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
     let (line, fds) = match recv_request(&conn) {
         Ok(r) => r,
@@ -254,6 +269,38 @@ fn exec_request(
             }
         }
     })
+}
+
+/// Only root and the user the service runs as may use it (SO_PEERCRED).
+fn check_peer(conn: &UnixStream) -> Result<(), String> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if r != 0 {
+        return Err("cannot tell who is asking (SO_PEERCRED failed)".into());
+    }
+    if cred.uid != 0 && cred.uid != me {
+        return Err(format!(
+            "user {} may not use this service (it runs as user {me}); run cairn as that user or root",
+            cred.uid
+        ));
+    }
+    Ok(())
 }
 
 /// Reads one request line with the descriptors passed along with it.

@@ -366,3 +366,45 @@ fn the_systemd_unit_serves_every_imported_pool() {
     let e = fails(&cairn(&home, &["serve", "--all", "--nbd", "127.0.0.1:0"]));
     assert!(e.contains("one process per pool"), "{e}");
 }
+
+/// The control socket is private (0600 in a 0700 directory), and a user other than the
+/// service's (and root) who reaches it anyway is refused (SO_PEERCRED).
+#[test]
+fn another_user_cannot_use_the_service() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to act as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&served.socket), 0o600);
+    assert_eq!(mode(served.socket.parent().unwrap()), 0o700);
+    let nobody = |args: &[&str]| {
+        std::process::Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .env("CAIRN_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    // As it is: the user cannot even reach the state directory.
+    fails(&nobody(&["mkdir", "tank/docs/by-nobody"]));
+    // Opened up by mistake: the service itself refuses the user.
+    for p in [
+        dir.path(),
+        &home,
+        served.socket.parent().unwrap(),
+        &served.socket,
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let e = fails(&nobody(&["mkdir", "tank/docs/by-nobody"]));
+    assert!(e.contains("may not use this service"), "{e}");
+    assert!(!ok(&cairn(&home, &["ls", "tank/docs"])).contains("by-nobody"));
+    served.stop();
+}
