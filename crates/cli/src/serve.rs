@@ -450,6 +450,10 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         if last_heal.elapsed() >= Duration::from_secs(1) {
             last_heal = Instant::now();
             healer.tick(&home, &store);
+            // What happened in the service reaches `cairn events` within a second (a
+            // process that exits writes its events as it ends; this one does not end).
+            store.pool().note_leaf_changes();
+            store.pool().flush_events();
         }
         if last_auto_snapshot.is_none_or(|t| t.elapsed() >= AUTO_SNAPSHOT_EVERY) {
             last_auto_snapshot = Some(Instant::now());

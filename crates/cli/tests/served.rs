@@ -192,6 +192,20 @@ fn changes_made_through_the_service_are_committed_and_in_the_history() {
         scrub.starts_with("scrub of 'tank' repaired 0B (0 bytes), 0 errors"),
         "{scrub}"
     );
+    // Its events reach `cairn events` while the service runs.
+    let start = Instant::now();
+    loop {
+        let events = ok(&cairn(&home, &["events", "-H", "tank"]));
+        if events.contains("scrub_finish") {
+            assert!(events.contains("scrub_start"), "{events}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no scrub events: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // What cannot be served says who holds the pool and what to do.
     let e = fails(&cairn(&home, &["offline", "tank", "x"]));
     assert!(
