@@ -898,6 +898,9 @@ pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
     })
 }
 
+/// Blocks a rate-limited scrub reads per hold of the store lock.
+const RATED_SCRUB_SLICE: u64 = 1;
+
 #[derive(Args, Debug)]
 pub struct ScrubArgs {
     /// Show a progress bar and wait (cairn always runs the scrub in this process).
@@ -1007,9 +1010,14 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
     };
     let resume_from = resume.map(|s| &s.progress);
     let (p, end) = match rate {
-        // Rate-limited: the smallest slices (128 blocks), looked at often, so it keeps its
-        // pace and holds the store lock only briefly each time.
-        Some(_) => store.scrub_in_slices(resume_from, Duration::from_millis(10), 128, &mut report),
+        // Rate-limited: small slices, looked at often, so it keeps its pace and holds the
+        // store lock (which foreground reads and writes wait for) only briefly each time.
+        Some(_) => store.scrub_in_slices(
+            resume_from,
+            Duration::from_millis(10),
+            RATED_SCRUB_SLICE,
+            &mut report,
+        ),
         None => store.scrub(resume_from, Duration::from_millis(500), &mut report),
     }
     .map_err(err)?;

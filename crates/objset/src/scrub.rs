@@ -90,11 +90,11 @@ impl StoreCore {
         self.scrub_in_slices(resume, every, SCRUB_SLICE, report)
     }
 
-    /// `scrub` with objects scrubbed `slice` blocks at a time (default `SCRUB_SLICE`;
-    /// rounded up to a multiple of an indirect block's 128, so each indirect block of the
-    /// lowest level is still scrubbed once): each slice holds the store lock while it
-    /// reads, and `report` is called only between slices, so a rate-limited scrub takes
-    /// small slices to pace itself evenly and to keep writers waiting for the lock briefly.
+    /// `scrub` with objects scrubbed `slice` blocks at a time (default `SCRUB_SLICE`; each
+    /// indirect block is still scrubbed once, by the slice its first block id is in): each
+    /// slice holds the store lock while it reads, and `report` is called only between
+    /// slices, so a rate-limited scrub takes small slices to pace itself evenly and to
+    /// keep other users of the store waiting for the lock briefly.
     pub fn scrub_in_slices(
         &self,
         resume: Option<&ScrubProgress>,
@@ -102,7 +102,7 @@ impl StoreCore {
         slice: u64,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
-        let slice = slice.div_ceil(128).max(1) * 128;
+        let slice = slice.max(1);
         let class = match resume {
             Some(_) => "sysevent.fs.zfs.scrub_resume",
             None => "sysevent.fs.zfs.scrub_start",
