@@ -281,6 +281,26 @@ impl StoreCore {
         }
     }
 
+    /// Scrubs one block without the state lock (the caller holds the read gate); None if
+    /// it is beyond repair (the caller marks its object damaged).
+    fn scrub_one_unlocked(&self, bp: &BlockPointer, p: &mut ScrubProgress) -> Option<BlockHealth> {
+        if bp.is_hole() {
+            return Some(BlockHealth::default());
+        }
+        p.blocks += 1;
+        p.examined_bytes += bp.total_asize();
+        match self.pool().scrub_bp(bp) {
+            Ok(h) => {
+                p.repaired_bytes += h.repaired_bytes;
+                Some(h)
+            }
+            Err(_) => {
+                p.errors += 1;
+                None
+            }
+        }
+    }
+
     /// Scrubs an object's whole tree: indirect blocks as they are walked, then the data
     /// blocks in disk order.
     /// Scrubs block ids `[from, from + slice)` of object `id` under the state lock
@@ -307,10 +327,21 @@ impl StoreCore {
             }
             self.scrub_one(&mut st, bp, owner, p).is_some()
         });
-        // In vdev-offset order: the slice's data blocks are read as one sweep.
+        // In vdev-offset order: the slice's data blocks are read as one sweep — without the
+        // store lock, as reads fetch blocks (so the pool's users wait for the scrub only
+        // while it walks the slice's indirect blocks): the read gate, taken before the lock
+        // is released, keeps a sync from freeing them for reuse meanwhile.
         data.sort_by_key(|b| b.dvas[0]);
+        let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        drop(st);
+        let mut lost = false;
         for bp in &data {
-            self.scrub_one(&mut st, bp, owner, p);
+            lost |= self.scrub_one_unlocked(bp, p).is_none();
+        }
+        drop(gate);
+        let mut st = self.lock();
+        if lost {
+            self.mark_damaged(&mut st, dnode.dataset, id);
         }
         match walked {
             Ok(next) => Ok(next),
