@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Foreground read latency while a scrub runs: fio 4 KiB random reads (nbd engine) on a
-# volume served by `cairn serve`, over a raidz1 of three file leaves that each add a few
-# ms to every I/O (`fault:FILE?delay_ms=N`, so the disks are the bottleneck), measured
+# volume served by `cairn serve`, over a raidz1 of three file leaves that each take a few
+# ms per I/O, one I/O at a time (`fault:FILE?delay_ms=N&serial=1`: busy disks, so the
+# disks are the bottleneck), measured
 #   (1) with no scrub, (2) with an unlimited scrub running, (3) with `scrub --rate RATE`.
 # Prints the p50/p99 completion latency and IOPS of each run.
 #
@@ -42,8 +43,8 @@ cleanup() {
 trap cleanup EXIT
 
 for i in 0 1 2; do truncate -s 1G "$WORK/d$i"; done
-"$CAIRN" create tank raidz1 "fault:$WORK/d0?delay_ms=$DELAY" "fault:$WORK/d1?delay_ms=$DELAY" \
-    "fault:$WORK/d2?delay_ms=$DELAY" >/dev/null
+F="delay_ms=$DELAY&serial=1"
+"$CAIRN" create tank raidz1 "fault:$WORK/d0?$F" "fault:$WORK/d1?$F" "fault:$WORK/d2?$F" >/dev/null
 "$CAIRN" volume create -V 256M -b 16K tank/vol
 head -c "$((DATA_MB << 20))" /dev/urandom > "$WORK/data"
 "$CAIRN" put "$WORK/data" tank/data
@@ -88,7 +89,7 @@ stop_scrub
 python3 - "$WORK" "$RATE" "$DELAY" <<'EOF'
 import json, sys
 work, rate, delay = sys.argv[1:4]
-print(f"fio 4k random read, iodepth 1, raidz1 of 3 leaves with {delay} ms added per I/O")
+print(f"fio 4k random read, iodepth 1, raidz1 of 3 leaves taking {delay} ms per I/O, one at a time")
 print(f"{'run':<22} {'IOPS':>8} {'p50 ms':>8} {'p99 ms':>8}")
 for name, label in [("idle", "no scrub"), ("scrub", "scrub (unlimited)"), ("rated", f"scrub --rate {rate}")]:
     job = json.load(open(f"{work}/{name}.json"))["jobs"][0]["read"]
