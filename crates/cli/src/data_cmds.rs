@@ -899,7 +899,7 @@ pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
 }
 
 /// Blocks a rate-limited scrub reads per hold of the store lock.
-const RATED_SCRUB_SLICE: u64 = 128;
+const RATED_SCRUB_SLICE: u64 = 8;
 
 #[derive(Args, Debug)]
 pub struct ScrubArgs {
