@@ -390,6 +390,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Destroy(a) if a.name.contains('/') && !a.name.contains('@') => pool(&a.name),
         Command::Set(a) if !data_cmds::is_pool_set(a) => pool(&a.target),
         Command::Scrub(a) if !a.stops_or_pauses() => pool(&a.pool),
+        Command::Resilver(a) => pool(&a.pool),
         _ => None,
     }
 }

@@ -466,3 +466,72 @@ fn scrubs_beside_overwriting_writers_find_nothing_wrong() {
     let out = ok(&cairn(&home, &["scrub", "tank"]));
     assert!(out.contains("repaired 0B (0 bytes), 0 errors"), "{out}");
 }
+
+/// `cairn resilver -w` against a served pool waits for the service's own background
+/// resilver and reports it as an in-process resilver does.
+#[test]
+fn resilver_waits_for_the_service_resilvering_a_spare() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "mirror", &d[0], &d[1], "spare", &d[2]],
+    ));
+    let src = dir.path().join("data");
+    std::fs::write(&src, pseudo_random(16 * MIB as usize, 4)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/data"]));
+    // d0 is gone: the spare takes its slot and needs a resilver.
+    std::fs::rename(&d[0], dir.path().join("d0.away")).unwrap();
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("INUSE"), "{st}");
+    let socket = home.join("run").join("tank.sock");
+    let mut child = cairn_cmd(&home)
+        .args([
+            "--tunable",
+            "resilver_rate=6M",
+            "serve",
+            "--duration",
+            "120",
+            "tank",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = fails(&cairn(&home, &["resilver", "--rate", "1M", "tank"]));
+    assert!(e.contains("resilver_rate"), "{e}");
+    let out = cairn(&home, &["resilver", "-w", "tank"]);
+    let text = ok(&out);
+    assert!(
+        text.starts_with("resilvered 16") && text.contains("with 0 errors"),
+        "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resilver: "),
+        "no progress under -w"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "not paced by the service"
+    );
+    assert_eq!(
+        ok(&cairn(&home, &["resilver", "tank"])),
+        "pool 'tank' needs no resilver\n"
+    );
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        cairn(&home, &["cat", "tank/data"]).stdout,
+        pseudo_random(16 * MIB as usize, 4)
+    );
+}
