@@ -1,7 +1,7 @@
 //! Data commands: put, get, cat, ls, rm, mkdir; datasets, volumes and properties; scrub.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use cairn_geometry::format_zfs_size;
@@ -41,7 +41,7 @@ pub fn data_errors(log: ErrorLog) -> DataErrors {
 }
 
 fn progress_bar(total: u64, what: &str) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() || total < (64 << 20) {
+    if !crate::served::stderr_is_terminal() || total < (64 << 20) {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total);
@@ -68,6 +68,12 @@ pub struct PutArgs {
     dest: String,
 }
 
+impl PutArgs {
+    pub fn dest(&self) -> &str {
+        &self.dest
+    }
+}
+
 /// Prefix of the hidden file a `put` writes before it takes the final name.
 const PUT_TEMP_PREFIX: &str = ".cairn-put-";
 
@@ -79,7 +85,7 @@ pub fn put(a: PutArgs) -> Result<(), String> {
     let store = open(pool_of(&a.dest))?;
     let dest = put_destination(&store, &a)?;
     let (mut input, total): (Box<dyn Read>, u64) = if a.src.as_os_str() == "-" {
-        (Box::new(std::io::stdin().lock()), 0)
+        (crate::served::stdin(), 0)
     } else {
         let f = std::fs::File::open(&a.src).map_err(|e| format!("{}: {e}", a.src.display()))?;
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -89,7 +95,14 @@ pub fn put(a: PutArgs) -> Result<(), String> {
         .rsplit_once('/')
         .expect("a destination has a directory");
     remove_stale_put_temps(&store, dir);
-    let temp = format!("{dir}/{PUT_TEMP_PREFIX}{}-{name}", std::process::id());
+    let temp = if crate::served::active() {
+        // Puts of several clients run at once in a service: each its own temp name.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{dir}/{PUT_TEMP_PREFIX}{}.{n}-{name}", std::process::id())
+    } else {
+        format!("{dir}/{PUT_TEMP_PREFIX}{}-{name}", std::process::id())
+    };
     let written = store
         .create_file(&temp, true)
         .map_err(err)
@@ -140,12 +153,13 @@ fn put_destination(store: &Store, a: &PutArgs) -> Result<String, String> {
     }
 }
 
-/// Removes what killed puts left in `dir` (this process holds the pool, so no put is
-/// running there now).
+/// Removes what killed puts left in `dir` (this process holds the pool, so no put of
+/// another process is running there now; a service's own puts in flight are kept).
 fn remove_stale_put_temps(store: &Store, dir: &str) {
     let Ok(entries) = store.list(dir) else { return };
+    let ours = format!("{PUT_TEMP_PREFIX}{}.", std::process::id());
     for e in entries {
-        if e.name.starts_with(PUT_TEMP_PREFIX) {
+        if e.name.starts_with(PUT_TEMP_PREFIX) && !e.name.starts_with(&ours) {
             let _ = store.remove(&format!("{dir}/{}", e.name), false);
         }
     }
@@ -216,7 +230,7 @@ fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
     }
     let size = store.object_dnode(&r).map_err(err)?.size;
     let mut out: Box<dyn Write> = if dest.as_os_str() == "-" {
-        Box::new(std::io::stdout().lock())
+        crate::served::stdout()
     } else {
         Box::new(std::fs::File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?)
     };
@@ -256,6 +270,49 @@ pub struct CatArgs {
     path: String,
 }
 
+impl CatArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl LsArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl RmArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl MkdirArgs {
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl GetCmdArgs {
+    /// The pool the command reads: of the file (`get POOL/DS/PATH DEST`) or of the dataset
+    /// (`get PROP DATASET`).
+    pub fn pool_name(&self) -> &str {
+        if self.first.contains('/') {
+            &self.first
+        } else {
+            &self.second
+        }
+    }
+}
+
+/// Whether `cairn set` changes a pool property (which needs the pool to itself).
+pub fn is_pool_set(a: &SetArgs) -> bool {
+    a.assignment
+        .split_once('=')
+        .is_some_and(|(k, _)| is_pool_prop(k, &a.target))
+}
+
 pub fn cat(a: CatArgs) -> Result<(), String> {
     get_file(GetArgs {
         src: a.path,
@@ -282,7 +339,7 @@ pub fn ls(a: LsArgs) -> Result<(), String> {
         store.list(&a.path).map_err(err)?
     };
     if a.json {
-        println!("{}", serde_json::json!({ "entries": entries }));
+        outln!("{}", serde_json::json!({ "entries": entries }));
     } else {
         for e in &entries {
             let size = if a.parsable {
@@ -295,7 +352,7 @@ pub fn ls(a: LsArgs) -> Result<(), String> {
             } else {
                 e.name.clone()
             };
-            println!("{:<6} {:>10}  {name}", e.kind, size);
+            outln!("{:<6} {:>10}  {name}", e.kind, size);
         }
     }
     finish(store)
@@ -408,7 +465,7 @@ pub fn dataset(cmd: DatasetCmd) -> Result<(), String> {
             }
             infos.sort_by(|a, b| a.name.cmp(&b.name));
             if json {
-                println!("{}", serde_json::json!({ "datasets": infos }));
+                outln!("{}", serde_json::json!({ "datasets": infos }));
             } else {
                 print_dataset_table(&infos, scripted, parsable);
             }
@@ -444,7 +501,7 @@ fn print_dataset_table(infos: &[cairn_objset::DatasetInfo], scripted: bool, pars
     }
     if scripted {
         for r in rows {
-            println!("{}", r.join("\t"));
+            outln!("{}", r.join("\t"));
         }
         return;
     }
@@ -452,7 +509,7 @@ fn print_dataset_table(infos: &[cairn_objset::DatasetInfo], scripted: bool, pars
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     for r in rows {
-        println!(
+        outln!(
             "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {}",
             r[0],
             r[1],
@@ -515,7 +572,63 @@ pub fn volume(cmd: VolumeCmd) -> Result<(), String> {
 /// Whether `prop` of `target` is a pool property (`readpolicy` of a pool name, no `/`):
 /// the pool's label config holds it, not the root dataset.
 fn is_pool_prop(prop: &str, target: &str) -> bool {
-    !target.contains(['/', '@']) && cairn_vdev::PoolProps::NAMES.contains(&prop)
+    !target.contains(['/', '@'])
+        && (cairn_vdev::PoolProps::NAMES.contains(&prop) || POOL_STATS.contains(&prop))
+}
+
+/// The read-only pool properties, as `zpool get` names them (measured, not kept).
+const POOL_STATS: [&str; 8] = [
+    "size",
+    "capacity",
+    "allocated",
+    "free",
+    "health",
+    "guid",
+    "ashift",
+    "fragmentation",
+];
+
+/// A read-only pool property of an open store: exact numbers with `parsable`, else as
+/// `zpool get` prints them.
+fn pool_stat(store: &Store, name: &str, parsable: bool) -> Result<String, String> {
+    let usage = store.space();
+    let row = cairn_pool::status::ListRow::with_usage(store.pool(), usage.alloc, usage.used);
+    let size = |b: u64| {
+        if parsable {
+            b.to_string()
+        } else {
+            format_zfs_size(b)
+        }
+    };
+    let percent = |p: u64| {
+        if parsable {
+            p.to_string()
+        } else {
+            format!("{p}%")
+        }
+    };
+    Ok(match name {
+        "size" => size(row.size),
+        "capacity" => percent(row.capacity_percent()),
+        "allocated" => size(row.alloc),
+        "free" => size(row.free),
+        "health" => row.health.to_string(),
+        "guid" => cairn_pool::status::status_json(store.pool())
+            .guid
+            .to_string(),
+        "ashift" => cairn_pool::status::status_json(store.pool())
+            .vdevs
+            .iter()
+            .map(|t| t.ashift)
+            .max()
+            .unwrap_or(0)
+            .to_string(),
+        "fragmentation" => match store.fragmentation_percent() {
+            Some(p) => percent(p),
+            None => "-".into(),
+        },
+        other => return Err(format!("unknown pool property '{other}'")),
+    })
 }
 
 #[derive(Args, Debug)]
@@ -531,6 +644,12 @@ pub fn set(a: SetArgs) -> Result<(), String> {
         .assignment
         .split_once('=')
         .ok_or("use `cairn set PROP=VALUE DATASET` or `cairn set PROP=VALUE POOL`")?;
+    if is_pool_prop(k, &a.target) && POOL_STATS.contains(&k) {
+        return Err(format!(
+            "pool property '{k}' is read-only (settable: {})",
+            cairn_vdev::PoolProps::NAMES.join(", ")
+        ));
+    }
     if is_pool_prop(k, &a.target) {
         let mut pool = Pool::open(&crate::home(), &a.target).map_err(err)?;
         pool.set_property(k, v).map_err(err)?;
@@ -547,6 +666,9 @@ pub struct GetCmdArgs {
     /// Scripted output: no header, tab separated.
     #[arg(short = 'H')]
     scripted: bool,
+    /// Exact numbers (bytes, percent without `%`) for the pool's size properties.
+    #[arg(short = 'p')]
+    parsable: bool,
     #[arg(long)]
     json: bool,
     /// Property list (or a file path `POOL/DS/PATH`).
@@ -585,8 +707,9 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
                 .map(|p| p.0.to_string()),
         )
         .chain(
-            cairn_vdev::PoolProps::NAMES
+            POOL_STATS
                 .iter()
+                .chain(cairn_vdev::PoolProps::NAMES.iter())
                 .filter(|p| is_pool_prop(p, &a.second))
                 .map(|p| p.to_string()),
         )
@@ -596,7 +719,9 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
     };
     let mut rows = Vec::new();
     for k in &keys {
-        let (v, src) = if is_pool_prop(k, &a.second) {
+        let (v, src) = if is_pool_prop(k, &a.second) && POOL_STATS.contains(&k.as_str()) {
+            (pool_stat(&store, k, a.parsable)?, "-".to_string())
+        } else if is_pool_prop(k, &a.second) {
             let v = store.pool().property(k).map_err(err)?;
             let dflt = cairn_vdev::PoolProps::default().get(k).map_err(err)?;
             (
@@ -613,19 +738,19 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             .iter()
             .map(|(k, v, s)| serde_json::json!({"property": k, "value": v, "source": s}))
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "name": a.second, "properties": v })
         );
     } else {
         if !a.scripted {
-            println!("{:<24} {:<16} {:<14} SOURCE", "NAME", "PROPERTY", "VALUE");
+            outln!("{:<24} {:<16} {:<14} SOURCE", "NAME", "PROPERTY", "VALUE");
         }
         for (k, v, s) in rows {
             if a.scripted {
-                println!("{}\t{k}\t{v}\t{s}", a.second);
+                outln!("{}\t{k}\t{v}\t{s}", a.second);
             } else {
-                println!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
+                outln!("{:<24} {:<16} {:<14} {s}", a.second, k, v);
             }
         }
     }

@@ -181,6 +181,9 @@ pub fn clear(a: ClearArgs) -> Result<(), String> {
 }
 
 pub fn resilver(a: ResilverArgs) -> Result<(), String> {
+    if crate::served::active() {
+        return resilver_served(&a);
+    }
     let home = crate::home();
     let pool = Pool::open(&home, &a.pool).map_err(err)?;
     if !pool.needs_resilver() {
@@ -188,6 +191,54 @@ pub fn resilver(a: ResilverArgs) -> Result<(), String> {
         return Ok(());
     }
     run_resilver(&home, pool, &a.flags)
+}
+
+/// `cairn resilver [-w] POOL` run by the service that holds the pool: the service
+/// resilvers by itself in the background; this waits until it is done (printing progress
+/// under `-w`) and reports it as an in-process resilver does.
+fn resilver_served(a: &ResilverArgs) -> Result<(), String> {
+    let home = crate::home();
+    let store = crate::store_open::open(&a.pool)?;
+    if !store.pool().needs_resilver() {
+        outln!("pool '{}' needs no resilver", a.pool);
+        return Ok(());
+    }
+    if a.flags.rate.is_some() {
+        return Err(format!(
+            "--rate: the service holding '{}' resilvers at the rate it was started with (the resilver_rate tunable); restart it with `--tunable resilver_rate=R`, or run `cairn resilver --rate R` with the pool not served",
+            a.pool
+        ));
+    }
+    let asked = unix_now();
+    let mut shown = std::time::Instant::now();
+    while store.pool().needs_resilver() {
+        if a.flags.wait && shown.elapsed() >= Duration::from_secs(1) {
+            shown = std::time::Instant::now();
+            if let Some(line) = resilver_scan_line(&home, store.pool()) {
+                errln!("resilver: {}", line.trim());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The service records the resilver when its thread ends (within a second or so).
+    let files = cairn_objset::scan_state::ScanFiles::of(&home, &a.pool);
+    for _ in 0..100 {
+        let record = files.last_resilver().filter(|r| r.ended >= asked);
+        if let Some(r) = record {
+            let rate = (r.repaired_bytes as f64 / r.elapsed_secs.max(1e-9)) as u64;
+            outln!(
+                "resilvered {} in {:.1} s ({}/s) with {} errors",
+                format_zfs_size(r.repaired_bytes),
+                r.elapsed_secs,
+                format_zfs_size(rate),
+                r.errors
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    outln!("pool '{}' needs no resilver", a.pool);
+    Ok(())
 }
 
 /// The `resilver_rate` tunable (bytes per second), for resilvers nobody started by hand.

@@ -14,7 +14,7 @@ use cairn_objset::Store;
 use cairn_pool::{Pool, PoolError};
 use clap::Args;
 
-use crate::store_open::finish;
+use crate::store_open::finish_store;
 
 /// How long a history record waits for a pool another process holds.
 const RECORD_WAIT: Duration = Duration::from_secs(3);
@@ -40,20 +40,36 @@ pub fn history(a: HistoryArgs) -> Result<(), String> {
         println!("no pools available");
     }
     for (i, name) in names.iter().enumerate() {
-        let store = Store::open(Pool::open(&home, name).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let records = store.history().map_err(|e| e.to_string())?;
         if i > 0 {
             println!();
         }
-        println!("History for '{name}':");
-        for r in &records {
-            println!("{}", render(r, a.long));
+        let request = if a.long { "history -l" } else { "history" };
+        if let Some(answer) = crate::control::ask(&home, name, request) {
+            // A `cairn serve` holds the pool: it renders its history.
+            match answer.strip_prefix("error: ") {
+                Some(e) => return Err(e.trim().to_string()),
+                None => print!("{answer}"),
+            }
+            continue;
         }
+        let store = Store::open(Pool::open(&home, name).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        print!("{}", render_all(&store, name, a.long)?);
         // Reading changes nothing: drop the store without a sync (nothing is dirty).
         drop(store);
     }
     Ok(())
+}
+
+/// `History for 'POOL':` and one line per record.
+pub fn render_all(store: &Store, name: &str, long: bool) -> Result<String, String> {
+    let records = store.history().map_err(|e| e.to_string())?;
+    let mut text = format!("History for '{name}':\n");
+    for r in &records {
+        text.push_str(&render(r, long));
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 fn render(r: &HistoryRecord, long: bool) -> String {
@@ -113,7 +129,7 @@ fn append(pool: Pool, command: &str) -> Result<(), String> {
     store
         .log_history(command, &user_name(), &host_name())
         .map_err(|e| e.to_string())?;
-    finish(store)
+    finish_store(store)
 }
 
 pub fn user_name() -> String {

@@ -20,7 +20,8 @@ pub struct IostatArgs {
     /// Also every top-level vdev and leaf.
     #[arg(short = 'v')]
     verbose: bool,
-    /// Average time requests spent in the device (disk_wait), read and write.
+    /// Average latencies, read and write: total_wait (queue + disk), disk_wait (in the
+    /// device), queue_wait (waiting for an I/O thread or behind the job's earlier requests).
     #[arg(short = 'l')]
     latency: bool,
     /// Requests inside the devices right now.
@@ -234,8 +235,22 @@ fn row(
     cells.push(size((c.read_bytes as f64 / secs) as u64));
     cells.push(size((c.write_bytes as f64 / secs) as u64));
     if a.latency {
+        // total_wait = queue + disk, as zpool's total_wait is the sum of its parts.
+        let total = |disk: u64, queue: u64| disk.saturating_add(queue);
+        cells.push(latency(
+            total(c.read_wait_ns, c.read_queue_ns),
+            c.read_ops,
+            a.parsable,
+        ));
+        cells.push(latency(
+            total(c.write_wait_ns, c.write_queue_ns),
+            c.write_ops,
+            a.parsable,
+        ));
         cells.push(latency(c.read_wait_ns, c.read_ops, a.parsable));
         cells.push(latency(c.write_wait_ns, c.write_ops, a.parsable));
+        cells.push(latency(c.read_queue_ns, c.read_ops, a.parsable));
+        cells.push(latency(c.write_queue_ns, c.write_ops, a.parsable));
     }
     if a.queues {
         cells.push(c.in_flight.to_string());
@@ -285,8 +300,8 @@ fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
     let mut head1 = vec!["", "capacity", "", "operations", "", "bandwidth", ""];
     let mut head2 = vec!["pool", "alloc", "free", "read", "write", "read", "write"];
     if a.latency {
-        head1.extend(["disk_wait", ""]);
-        head2.extend(["read", "write"]);
+        head1.extend(["total_wait", "", "disk_wait", "", "queue_wait", ""]);
+        head2.extend(["read", "write", "read", "write", "read", "write"]);
     }
     if a.queues {
         head1.push("active");

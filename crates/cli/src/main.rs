@@ -1,5 +1,18 @@
 //! The `cairn` binary: a thin clap front end over the library crates.
 
+// The output macros of commands a service may run for a client (`served`); defined before
+// the modules that use them.
+/// `println!` for commands that may run for a client of the control socket.
+macro_rules! outln {
+    () => { $crate::served::out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::served::out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// `eprintln!` for commands that may run for a client of the control socket.
+macro_rules! errln {
+    ($($t:tt)*) => { $crate::served::err(format_args!("{}\n", format_args!($($t)*))) };
+}
+
 mod clock;
 mod control;
 mod control_server;
@@ -15,6 +28,7 @@ mod mount_table;
 mod pool_cmds;
 mod scrub_cmd;
 mod serve;
+mod served;
 mod snapshot_cmds;
 mod snapshot_export;
 mod snapshot_paths;
@@ -201,6 +215,10 @@ struct ListArgs {
     /// Print JSON: {"pools": [{name, size, alloc, free, avail, health}]}.
     #[arg(long)]
     json: bool,
+    /// Columns, comma-separated: name, size, alloc (allocated), free, cap (capacity), health,
+    /// avail (available).
+    #[arg(short = 'o', value_name = "PROP[,PROP]…")]
+    columns: Option<String>,
     /// List datasets instead of pools, as `zfs list -t`: filesystem, volume, snapshot or all.
     #[arg(short = 't', value_name = "TYPE")]
     types: Option<String>,
@@ -325,12 +343,123 @@ fn main() {
         eprintln!("cairn: {msg}");
         std::process::exit(1);
     }
+    if let Some(pool) = served_pool(&cli.command) {
+        // A `cairn serve` holds the pool: it runs the command itself (`served`).
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        if let Some(code) = control::exec(&home(), &pool, &argv) {
+            exit_with(code);
+        }
+    }
     let changed = changed_pool(&cli.command);
     let command_line = history_cmd::command_line();
     if let Some((pool, Record::Before)) = &changed {
         history_cmd::record(pool, &command_line);
     }
-    let result: Result<(), String> = match cli.command {
+    if let Err(msg) = dispatch(cli.command) {
+        eprintln!("cairn: {msg}");
+        std::process::exit(1);
+    }
+    if let Some((pool, Record::After)) = &changed {
+        history_cmd::record(pool, &command_line);
+    }
+}
+
+/// Ends this process with a served command's exit code (141: by SIGPIPE, as the command
+/// would have ended in-process when its output was closed).
+fn exit_with(code: i32) -> ! {
+    if code == 141 {
+        // SAFETY: restoring the default action and raising a signal have no preconditions.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::raise(libc::SIGPIPE);
+        }
+    }
+    std::process::exit(code)
+}
+
+/// The pool whose serving process (if one runs) should run `cmd`: the commands that read
+/// or change files, datasets, volumes and dataset properties, and scrubs. The others either
+/// ask the service for what they need themselves (`status`, `list`, `iostat`, `history`,
+/// snapshots) or need the pool to themselves (device management, pool properties, export).
+fn served_pool(cmd: &Command) -> Option<String> {
+    use data_cmds::{DatasetCmd, VolumeCmd};
+    use store_open::pool_of;
+    let pool = |name: &str| Some(pool_of(name).to_string());
+    match cmd {
+        Command::Put(a) => pool(a.dest()),
+        Command::Get(a) => pool(a.pool_name()),
+        Command::Cat(a) => pool(a.path()),
+        Command::Ls(a) => pool(a.path()),
+        Command::Rm(a) => pool(a.path()),
+        Command::Mkdir(a) => pool(a.path()),
+        Command::Dataset(DatasetCmd::Create { name, .. })
+        | Command::Dataset(DatasetCmd::Destroy { name, .. })
+        | Command::Volume(VolumeCmd::Create { name, .. }) => pool(name),
+        Command::Dataset(DatasetCmd::List { pool: p, .. }) => pool(p),
+        Command::Destroy(a) if a.name.contains('/') && !a.name.contains('@') => pool(&a.name),
+        Command::Set(a) if !data_cmds::is_pool_set(a) => pool(&a.target),
+        Command::Scrub(a) if !a.stops_or_pauses() => pool(&a.pool),
+        Command::Resilver(a) => pool(&a.pool),
+        _ => None,
+    }
+}
+
+/// The files a served command changes: (`POOL/DS[/PATH]`, whether everything under it).
+fn changes_files_of(cmd: &Command) -> Option<(&str, bool)> {
+    use data_cmds::DatasetCmd;
+    match cmd {
+        Command::Put(a) => Some((a.dest(), false)),
+        Command::Rm(a) => Some((a.path(), false)),
+        Command::Mkdir(a) => Some((a.path(), false)),
+        Command::Dataset(DatasetCmd::Destroy { name, .. }) => Some((name, true)),
+        Command::Destroy(a) => Some((&a.name, true)),
+        _ => None,
+    }
+}
+
+/// Runs a command line for a client of the control socket (`control::exec_request`), on
+/// the thread `served::with_ctx` prepared; its exit code. What changed the pool goes into
+/// its history as it would in-process.
+pub(crate) fn run_served(store: &cairn_objset::Store, argv: &[String]) -> i32 {
+    let args = std::iter::once("cairn".to_string()).chain(argv.iter().cloned());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("{}", e.render());
+            return e.exit_code();
+        }
+    };
+    if served_pool(&cli.command).is_none() {
+        errln!("cairn: the service does not run this command: run it with the pool not served");
+        return 2;
+    }
+    if let Err(msg) = changes_files_of(&cli.command).map_or(Ok(()), |(target, all)| {
+        served::check_not_mounted(target, all)
+    }) {
+        errln!("cairn: {msg}");
+        return 1;
+    }
+    let changed = changed_pool(&cli.command);
+    let command_line = std::iter::once("cairn")
+        .chain(argv.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match dispatch(cli.command) {
+        Ok(()) => {
+            if changed.is_some() {
+                history_cmd::record_served(store, &command_line);
+            }
+            0
+        }
+        Err(msg) => {
+            errln!("cairn: {msg}");
+            1
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<(), String> {
+    match command {
         Command::Create(a) => pool_cmds::create(a),
         Command::Status(a) => pool_cmds::status(a),
         Command::List(a) => pool_cmds::list(a),
@@ -381,13 +510,6 @@ fn main() {
             Ok(())
         }
         Command::CrashWriter(a) => cairn_torture::writer::run(&a).map_err(|e| e.to_string()),
-    };
-    if let Err(msg) = result {
-        eprintln!("cairn: {msg}");
-        std::process::exit(1);
-    }
-    if let Some((pool, Record::After)) = &changed {
-        history_cmd::record(pool, &command_line);
     }
 }
 

@@ -12,6 +12,7 @@ use cairn_objset::{DatasetKind, Store};
 /// A file system this process serves.
 struct ServedMount {
     dataset: String,
+    dir: PathBuf,
     mounted: Option<cairn_fuse::Mounted>,
 }
 
@@ -147,6 +148,7 @@ impl MountTable {
         }
         self.served().push(ServedMount {
             dataset: ds.to_string(),
+            dir,
             mounted: Some(m),
         });
         Ok(())
@@ -166,6 +168,15 @@ impl MountTable {
             }
         }
         served.retain(|m| m.mounted.is_some());
+    }
+
+    /// (dataset, directory) of every mount served now.
+    pub fn mounted(&self) -> Vec<(String, PathBuf)> {
+        self.served()
+            .iter()
+            .filter(|m| m.mounted.as_ref().is_some_and(|s| !s.is_finished()))
+            .map(|m| (m.dataset.clone(), m.dir.clone()))
+            .collect()
     }
 
     /// Whether no mount is served any more.

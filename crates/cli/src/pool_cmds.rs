@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use cairn_geometry::format_zfs_size;
-use cairn_pool::status::{render_list, render_status_with, status_json, ListRow};
+use cairn_pool::status::{render_list, render_status_with, status_json, DataErrors, ListRow};
 use cairn_pool::{CreateOptions, Home, Pool};
 use cairn_vdev::label_io::read_leaf_labels;
 use cairn_vdev::{FileLeaf, LeafOptions};
@@ -126,24 +126,25 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             return Ok(());
         }
     }
-    let pools = pools_to_show(&home, a.pool.as_deref())?;
     if a.json {
-        let list: Vec<_> = pools
-            .iter()
-            .map(|p| {
-                let mut v = serde_json::to_value(status_json(p)).unwrap_or_default();
-                let e = crate::data_cmds::load_errors(p);
-                v["data_errors"] = serde_json::json!({
-                    "files": e.files,
-                    "unlisted": e.unlisted,
-                    "unreadable": e.unreadable,
-                });
-                v
-            })
-            .collect();
+        // A served pool's entry comes from its service (`status-json`), the others' from
+        // opening them here.
+        let mut list = Vec::new();
+        for name in pool_names(&home, a.pool.as_deref())? {
+            let served = crate::control::ask(&home, &name, "status-json")
+                .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok());
+            match served {
+                Some(v) => list.push(v),
+                None => {
+                    let p = Pool::open(&home, &name).map_err(err)?;
+                    list.push(status_value(&p, &crate::data_cmds::load_errors(&p)));
+                }
+            }
+        }
         println!("{}", serde_json::json!({ "pools": list }));
         return Ok(());
     }
+    let pools = pools_to_show(&home, a.pool.as_deref())?;
     if pools.is_empty() {
         println!("no pools available");
         return Ok(());
@@ -159,6 +160,17 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
         .collect();
     print_statuses(&texts, a.unhealthy_only);
     Ok(())
+}
+
+/// A pool's entry of `status --json`: its health tree and its data errors.
+pub fn status_value(p: &Pool, e: &DataErrors) -> serde_json::Value {
+    let mut v = serde_json::to_value(status_json(p)).unwrap_or_default();
+    v["data_errors"] = serde_json::json!({
+        "files": e.files,
+        "unlisted": e.unlisted,
+        "unreadable": e.unreadable,
+    });
+    v
 }
 
 /// Prints rendered statuses; with `-x` only the unhealthy ones, or "all pools are healthy".
@@ -224,9 +236,84 @@ pub fn list(a: ListArgs) -> Result<(), String> {
     } else if rows.is_empty() {
         println!("no pools available");
     } else {
-        print!("{}", render_list(&rows, a.scripted, a.parsable));
+        let table = render_list(&rows, true, a.parsable);
+        match &a.columns {
+            None => print!("{}", render_list(&rows, a.scripted, a.parsable)),
+            Some(cols) => print!("{}", select_columns(&table, cols, a.scripted)?),
+        }
     }
     Ok(())
+}
+
+/// The columns of `list`, in `render_list`'s order, with the names `-o` accepts.
+const LIST_COLUMNS: [(&str, &[&str]); 7] = [
+    ("NAME", &["name"]),
+    ("SIZE", &["size"]),
+    ("ALLOC", &["alloc", "allocated"]),
+    ("FREE", &["free"]),
+    ("CAP", &["cap", "capacity"]),
+    ("HEALTH", &["health"]),
+    ("AVAIL", &["avail", "available"]),
+];
+
+/// `list -o COLS`: the chosen columns of a scripted (tab-separated) table, aligned as
+/// `list` aligns them unless `scripted`.
+fn select_columns(table: &str, cols: &str, scripted: bool) -> Result<String, String> {
+    let mut picked = Vec::new();
+    for c in cols.split(',').map(str::trim) {
+        let at = LIST_COLUMNS
+            .iter()
+            .position(|(_, names)| names.contains(&c.to_ascii_lowercase().as_str()))
+            .ok_or_else(|| {
+                format!(
+                    "unknown column '{c}' for `list -o`; give some of: {}",
+                    LIST_COLUMNS.map(|(_, n)| n.join("|")).join(", ")
+                )
+            })?;
+        picked.push(at);
+    }
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    if !scripted {
+        lines.push(
+            picked
+                .iter()
+                .map(|&i| LIST_COLUMNS[i].0.to_string())
+                .collect(),
+        );
+    }
+    for row in table.lines() {
+        let cells: Vec<&str> = row.split('\t').collect();
+        lines.push(
+            picked
+                .iter()
+                .map(|&i| cells.get(i).unwrap_or(&"-").to_string())
+                .collect(),
+        );
+    }
+    let mut out = String::new();
+    if scripted {
+        for l in &lines {
+            out.push_str(&l.join("\t"));
+            out.push('\n');
+        }
+        return Ok(out);
+    }
+    let widths: Vec<usize> = (0..picked.len())
+        .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
+        .collect();
+    for l in &lines {
+        let mut line = String::new();
+        for (i, cell) in l.iter().enumerate() {
+            if i == 0 {
+                line.push_str(&format!("{cell:<w$}", w = widths[0]));
+            } else {
+                line.push_str(&format!("  {cell:>w$}", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// A `list` row: a pool that holds no tree yet has nothing allocated; otherwise the

@@ -2,7 +2,6 @@
 //! state and its transitions are the engine's (`cairn_objset::scan_state`); this module
 //! parses the arguments and prints.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
@@ -65,7 +64,18 @@ pub struct ScrubArgs {
     /// Pause a running scrub; `cairn scrub POOL` resumes it.
     #[arg(short = 'p')]
     pause: bool,
+    /// Examine at most this many bytes per second, e.g. 50M (default: the `scrub_rate`
+    /// tunable, unlimited when 0), so that the pool's other users keep their share.
+    #[arg(long, value_name = "BYTES/S")]
+    rate: Option<String>,
     pub(crate) pool: String,
+}
+
+impl ScrubArgs {
+    /// `-s` or `-p`: a request to the process that scrubs, never run by a service.
+    pub fn stops_or_pauses(&self) -> bool {
+        self.stop || self.pause
+    }
 }
 
 pub fn scrub(a: ScrubArgs) -> Result<(), String> {
@@ -79,17 +89,19 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         };
         return pause_or_stop(&home, &a.pool, &files, request);
     }
-    if let Some(answer) = crate::control::ask(&home, &a.pool, "scrub") {
-        print!("{answer}");
-        return if answer.starts_with("error") {
-            Err(answer.trim().to_string())
-        } else {
-            Ok(())
-        };
-    }
+    let rate = match &a.rate {
+        None => crate::tunables::get().scrub_rate(),
+        Some(text) => Some(
+            cairn_objset::dataset::parse_size(text)
+                .filter(|&r| r > 0)
+                .ok_or_else(|| {
+                    format!("bad scrub rate '{text}': give bytes per second above 0, e.g. 50M")
+                })?,
+        ),
+    };
     let store = open(&a.pool)?;
     let bar =
-        (a.wait && std::io::stderr().is_terminal()).then(|| progress_bar(store.space().alloc));
+        (a.wait && crate::served::stderr_is_terminal()).then(|| progress_bar(store.space().alloc));
     let mut show = |p: &ScrubProgress| {
         if let Some(b) = &bar {
             b.set_length(p.total_bytes);
@@ -102,14 +114,14 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         }
     };
     let (state, end) = store
-        .run_scrub(&files, Duration::from_millis(500), &mut show)
+        .run_scrub(&files, Duration::from_millis(500), rate, &mut show)
         .map_err(err)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     let p = &state.progress;
     match end {
-        ScrubEnd::Finished => println!(
+        ScrubEnd::Finished => outln!(
             "scrub of '{}' repaired {} ({} bytes), {} errors, {} blocks in {:.1} s",
             a.pool,
             format_zfs_size(p.repaired_bytes),
@@ -118,7 +130,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
             p.blocks,
             p.elapsed_secs
         ),
-        _ => println!("scrub of '{}' {}", a.pool, state.state.name()),
+        _ => outln!("scrub of '{}' {}", a.pool, state.state.name()),
     }
     finish(store)
 }

@@ -26,7 +26,7 @@ use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
 use cairn_pool::Home;
 
-use crate::store_open::{finish, open};
+use crate::store_open::{finish_store as finish, open_store as open};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -53,7 +53,12 @@ pub struct ServeArgs {
     /// Exit once every mount is gone (what `cairn mount` starts).
     #[arg(long, hide = true)]
     until_unmounted: bool,
-    pool: String,
+    /// Serve every pool imported here (the pool cache in `$CAIRN_HOME`), one process each.
+    #[arg(long, conflicts_with = "pools")]
+    all: bool,
+    /// The pool (or pools: one process each).
+    #[arg(required_unless_present = "all")]
+    pools: Vec<String>,
 }
 
 /// A volume as an NBD export.
@@ -274,14 +279,100 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn serve(a: ServeArgs) -> Result<(), String> {
+    if a.all || a.pools.len() != 1 {
+        return serve_several(&a);
+    }
+    serve_one(a)
+}
+
+/// `cairn serve --all` or `cairn serve POOL POOL…`: a `cairn serve POOL` process per pool,
+/// each with its own control socket (so one pool's trouble stays its own); SIGINT/SIGTERM
+/// is passed on to them, and this process ends when they all have (failing if one failed).
+fn serve_several(a: &ServeArgs) -> Result<(), String> {
+    if !a.tcp.is_empty() || !a.sockets.is_empty() || !a.mounts.is_empty() {
+        return Err("--nbd, --nbd-socket and --mount name one pool's volumes and file systems: give them to `cairn serve POOL`, one process per pool".into());
+    }
     let home = crate::home();
-    let store = open(&a.pool)?;
+    let pools = if a.all {
+        home.pool_names().map_err(|e| e.to_string())?
+    } else {
+        a.pools.clone()
+    };
+    if pools.is_empty() {
+        return Err(format!(
+            "no pools are imported in {} (`cairn import` one first)",
+            home.root().display()
+        ));
+    }
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let mut children = Vec::new();
+    for pool in &pools {
+        let mut cmd = std::process::Command::new(&program);
+        cmd.arg("serve")
+            .arg("--sync-interval")
+            .arg(a.sync_interval.to_string());
+        if let Some(d) = a.duration {
+            cmd.arg("--duration").arg(d.to_string());
+        }
+        if a.mount_all {
+            cmd.arg("--mount-all");
+        }
+        cmd.arg(pool);
+        match cmd.spawn() {
+            Ok(child) => {
+                eprintln!("cairn: serving pool '{pool}' (PID {})", child.id());
+                children.push((pool.clone(), child));
+            }
+            Err(e) => eprintln!("cairn: cannot start serving pool '{pool}': {e}"),
+        }
+    }
+    let mut failed = pools.len() - children.len();
+    let mut signalled = false;
+    while !children.is_empty() {
+        if STOP.load(Ordering::SeqCst) && !signalled {
+            signalled = true;
+            for (_, child) in &children {
+                // SAFETY: sending SIGTERM to our own child process.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            }
+        }
+        children.retain_mut(|(pool, child)| match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                if !status.success() {
+                    eprintln!("cairn: serving pool '{pool}' ended with {status}");
+                    failed += 1;
+                }
+                false
+            }
+            Err(_) => false,
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    match failed {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} of {} pools could not be served (see above)",
+            pools.len()
+        )),
+    }
+}
+
+fn serve_one(a: ServeArgs) -> Result<(), String> {
+    let home = crate::home();
+    let pool_name = a.pools[0].clone();
+    let store = open(&pool_name)?;
     if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
         // Holding the pool is a service of its own: commands over the control socket,
         // automatic snapshots, hot spares and resilvers.
         eprintln!(
             "cairn: holding pool '{}' (no exports or mounts; commands go through its control socket)",
-            a.pool
+            pool_name
         );
     }
     let store = Arc::new(store);
@@ -362,6 +453,10 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
         if last_heal.elapsed() >= Duration::from_secs(1) {
             last_heal = Instant::now();
             healer.tick(&home, &store);
+            // What happened in the service reaches `cairn events` within a second (a
+            // process that exits writes its events as it ends; this one does not end).
+            store.pool().note_leaf_changes();
+            store.pool().flush_events();
         }
         if last_auto_snapshot.is_none_or(|t| t.elapsed() >= AUTO_SNAPSHOT_EVERY) {
             last_auto_snapshot = Some(Instant::now());

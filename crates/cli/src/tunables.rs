@@ -16,6 +16,7 @@
 //!    cache_max            cairn_pool::io::cache::set_default_capacity (0 = off)
 //!    parity_kernel        cairn_parity::set_default_kernel (auto = best for this CPU)
 //!    resilver_rate        resilvers nobody started by hand (0 = unlimited)
+//!    scrub_rate           bytes/s a scrub examines unless `scrub --rate` says (0 = unlimited)
 //! ```
 //!
 //! `cairn tunables [--json]` prints every value in force and where it came from.
@@ -98,6 +99,12 @@ const SPECS: &[Spec] = &[
         kind: Kind::Size { min: 0 },
         default: || "0".to_string(),
         doc: "bytes/s of resilvers nobody started by hand (0 = unlimited)",
+    },
+    Spec {
+        name: "scrub_rate",
+        kind: Kind::Size { min: 0 },
+        default: || "0".to_string(),
+        doc: "bytes/s a scrub examines unless `scrub --rate` says (0 = unlimited)",
     },
 ];
 
@@ -212,6 +219,10 @@ impl Tunables {
     /// Bytes per second for resilvers nobody started by hand; `None` = unlimited.
     pub fn resilver_rate(&self) -> Option<u64> {
         Some(self.number("resilver_rate")).filter(|&r| r > 0)
+    }
+
+    pub fn scrub_rate(&self) -> Option<u64> {
+        Some(self.number("scrub_rate")).filter(|&r| r > 0)
     }
 
     /// Hands each layer its part (before any pool is opened).

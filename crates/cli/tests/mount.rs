@@ -209,9 +209,18 @@ fn mount_refuses_what_it_cannot_serve() {
     mount(&s);
     let err = fails(&cairn(&s.home, &["mount", "tank/fs", "/tmp"]));
     assert!(err.contains("already mounted"), "{err}");
-    // The pool is owned by the serving process: another writer is told who holds it.
+    // The serving process runs CLI commands, but not ones that would change a mounted
+    // file system behind the kernel's caches: those say where it is mounted.
     let err = fails(&cairn(&s.home, &["mkdir", "tank/fs/x"]));
-    assert!(err.contains("in use"), "{err}");
+    assert!(
+        err.contains("in use") && err.contains("mounted at") && err.contains("cairn umount"),
+        "{err}"
+    );
+    let err = fails(&cairn(&s.home, &["destroy", "tank/fs"]));
+    assert!(err.contains("mounted at"), "{err}");
+    // Reading it, and changing what is not mounted, go through the service.
+    ok(&cairn(&s.home, &["ls", "tank/fs"]));
+    ok(&cairn(&s.home, &["mkdir", "tank/elsewhere"]));
     umount(&s);
     ok(&cairn(&s.home, &["mkdir", "tank/fs/x"]));
     let err = fails(&cairn(&s.home, &["umount", s.mnt.to_str().unwrap()]));

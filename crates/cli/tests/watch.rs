@@ -178,7 +178,25 @@ fn iostat_counts_the_bytes_written_and_read() {
         table.contains("mirror-0") && table.contains(&d[0]),
         "{table}"
     );
-    assert!(table.contains("disk_wait"), "{table}");
+    assert!(
+        table.contains("total_wait") && table.contains("disk_wait") && table.contains("queue_wait"),
+        "{table}"
+    );
+    // -l -p: total_wait = disk_wait + queue_wait (averages in ns, each rounded down), and
+    // the mirror's writes went through the I/O threads, so they waited in the queue.
+    let l = ok(&cairn(&home, &["iostat", "-l", "-H", "-p", "tank"]));
+    let cells: Vec<u64> = l
+        .trim()
+        .split('\t')
+        .skip(1)
+        .map(|c| c.parse().unwrap())
+        .collect();
+    let (total_w, disk_w, queue_w) = (cells[7], cells[9], cells[11]);
+    assert!(
+        total_w >= disk_w + queue_w && total_w <= disk_w + queue_w + 1,
+        "{l}"
+    );
+    assert!(queue_w > 0, "{l}");
     let hist = ok(&cairn(&home, &["iostat", "-w", "tank"]));
     assert!(hist.contains("latency"), "{hist}");
     // An interval report covers only its interval: nothing happened in it.

@@ -221,20 +221,40 @@ impl ScanFiles {
     }
 }
 
+/// Blocks a rate-limited scrub reads per hold of the store lock.
+const RATED_SCRUB_SLICE: u64 = 8;
+
 impl Store {
     /// Runs the pool's scrub, or resumes the one paused or interrupted, keeping its state
     /// in `files` every `interval` and at the end; a request another process leaves
     /// (`ScanFiles::send_request`) pauses or stops it. `progress` sees each step.
+    ///
+    /// With `rate` (bytes per second) it examines no faster, in small slices of the pool
+    /// (`Store::scrub_in_slices`) so that it holds the store lock only briefly each time.
     pub fn run_scrub(
         &self,
         files: &ScanFiles,
         interval: Duration,
+        rate: Option<u64>,
         progress: &mut dyn FnMut(&ScrubProgress),
     ) -> Result<(ScrubState, ScrubEnd), StoreError> {
         files.clear_request();
         let resume = files.scrub().filter(|s| s.state.is_in_progress());
         let started = resume.as_ref().map(|s| s.started).unwrap_or_else(unix_now);
+        let began = std::time::Instant::now();
+        let mut saved = None::<std::time::Instant>;
         let mut report = |p: &ScrubProgress| {
+            if let Some(rate) = rate {
+                // Behind the rate: wait until the bytes examined so far are due.
+                let due = Duration::from_secs_f64(p.examined_bytes as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(began.elapsed()) {
+                    std::thread::sleep(wait.min(Duration::from_secs(1)));
+                }
+                if saved.is_some_and(|t| t.elapsed() < Duration::from_millis(500)) {
+                    return ScrubControl::Continue;
+                }
+                saved = Some(std::time::Instant::now());
+            }
             let _ = files.save_scrub(&ScrubState {
                 state: ScanPhase::Scanning,
                 progress: p.clone(),
@@ -248,7 +268,16 @@ impl Store {
                 None => ScrubControl::Continue,
             }
         };
-        let (p, end) = self.scrub(resume.as_ref().map(|s| &s.progress), interval, &mut report)?;
+        let resume_from = resume.as_ref().map(|s| &s.progress);
+        let (p, end) = match rate {
+            Some(_) => self.scrub_in_slices(
+                resume_from,
+                Duration::from_millis(10),
+                RATED_SCRUB_SLICE,
+                &mut report,
+            ),
+            None => self.scrub(resume_from, interval, &mut report),
+        }?;
         files.clear_request();
         let state = ScrubState {
             state: ScanPhase::after(&end),

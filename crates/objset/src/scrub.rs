@@ -88,12 +88,28 @@ impl StoreCore {
         every: Duration,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
+        self.scrub_in_slices(resume, every, SCRUB_SLICE, report)
+    }
+
+    /// `scrub` with objects scrubbed `slice` blocks at a time (default `SCRUB_SLICE`; each
+    /// indirect block is still scrubbed once, by the slice its first block id is in): each
+    /// slice holds the store lock while it reads, and `report` is called only between
+    /// slices, so a rate-limited scrub takes small slices to pace itself evenly and to
+    /// keep other users of the store waiting for the lock briefly.
+    pub fn scrub_in_slices(
+        &self,
+        resume: Option<&ScrubProgress>,
+        every: Duration,
+        slice: u64,
+        report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
+    ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
+        let slice = slice.max(1);
         let class = match resume {
             Some(_) => "sysevent.fs.zfs.scrub_resume",
             None => "sysevent.fs.zfs.scrub_start",
         };
         self.pool().post_event(class, None, &[]);
-        let result = self.scrub_pass(resume, every, report);
+        let result = self.scrub_pass(resume, every, slice, report);
         let (class, details) = match &result {
             Ok((p, end)) => {
                 let class = match end {
@@ -121,6 +137,7 @@ impl StoreCore {
         &self,
         resume: Option<&ScrubProgress>,
         every: Duration,
+        slice: u64,
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
         let synced_txg = self.sync()?;
@@ -151,7 +168,7 @@ impl StoreCore {
         let last = self.lock().next_object;
         while p.next_object < last {
             let id = p.next_object;
-            match self.scrub_slice(id, p.next_block, &mut p)? {
+            match self.scrub_slice(id, p.next_block, slice, &mut p)? {
                 Some(next) => p.next_block = next,
                 None => {
                     p.next_object = id + 1;
@@ -239,15 +256,36 @@ impl StoreCore {
         }
     }
 
+    /// Scrubs one block without the state lock (the caller holds the read gate); None if
+    /// it is beyond repair (the caller marks its object damaged).
+    fn scrub_one_unlocked(&self, bp: &BlockPointer, p: &mut ScrubProgress) -> Option<BlockHealth> {
+        if bp.is_hole() {
+            return Some(BlockHealth::default());
+        }
+        p.blocks += 1;
+        p.examined_bytes += bp.total_asize();
+        match self.pool().scrub_bp(bp) {
+            Ok(h) => {
+                p.repaired_bytes += h.repaired_bytes;
+                Some(h)
+            }
+            Err(_) => {
+                p.errors += 1;
+                None
+            }
+        }
+    }
+
     /// Scrubs an object's whole tree: indirect blocks as they are walked, then the data
     /// blocks in disk order.
-    /// Scrubs block ids `[from, from + SCRUB_SLICE)` of object `id` under the state lock
+    /// Scrubs block ids `[from, from + slice)` of object `id` under the state lock
     /// (a tree damaged beyond redundancy counts as an error of its object); the block id to
     /// go on from, or `None` when the object is done.
     fn scrub_slice(
         &self,
         id: u64,
         from: u64,
+        slice: u64,
         p: &mut ScrubProgress,
     ) -> Result<Option<u64>, StoreError> {
         let mut st = self.lock();
@@ -257,18 +295,28 @@ impl StoreCore {
         }
         let owner = Some((dnode.dataset, id));
         let mut data: Vec<BlockPointer> = Vec::new();
-        let walked =
-            crate::walk::walk_range(self.pool(), &dnode, from, SCRUB_SLICE, &mut |bp, _| {
-                if bp.level == 0 {
-                    data.push(*bp);
-                    return true;
-                }
-                self.scrub_one(&mut st, bp, owner, p).is_some()
-            });
-        // In vdev-offset order: the slice's data blocks are read as one sweep.
+        let walked = crate::walk::walk_range(self.pool(), &dnode, from, slice, &mut |bp, _| {
+            if bp.level == 0 {
+                data.push(*bp);
+                return true;
+            }
+            self.scrub_one(&mut st, bp, owner, p).is_some()
+        });
+        // In vdev-offset order: the slice's data blocks are read as one sweep — without the
+        // store lock, as reads fetch blocks (so the pool's users wait for the scrub only
+        // while it walks the slice's indirect blocks): the read gate, taken before the lock
+        // is released, keeps a sync from freeing them for reuse meanwhile.
         data.sort_by_key(|b| b.dvas[0]);
+        let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        drop(st);
+        let mut lost = false;
         for bp in &data {
-            self.scrub_one(&mut st, bp, owner, p);
+            lost |= self.scrub_one_unlocked(bp, p).is_none();
+        }
+        drop(gate);
+        let mut st = self.lock();
+        if lost {
+            self.mark_damaged(&mut st, dnode.dataset, id);
         }
         match walked {
             Ok(next) => Ok(next),

@@ -18,6 +18,34 @@ impl StoreCore {
             .sum()
     }
 
+    /// The pool's free-space fragmentation in percent, as zpool's `fragmentation`: every
+    /// free segment weighs its bytes by how badly its size serves allocations (ZFS's
+    /// `zfs_frag_table`: 100 for 512 B–1 KiB, falling to 0 from 16 MiB up). `None` when
+    /// nothing is free.
+    pub fn fragmentation_percent(&self) -> Option<u64> {
+        const TABLE: [u64; 16] = [
+            100, 100, 98, 95, 90, 80, 70, 60, 50, 40, 30, 20, 15, 10, 5, 0,
+        ];
+        let st = self.lock();
+        let (mut weighted, mut free) = (0u128, 0u128);
+        for v in &st.alloc.vdevs {
+            let mut seg = |len: u64| {
+                if len > 0 {
+                    let bucket = (63 - len.max(512).leading_zeros() as usize - 9).min(15);
+                    weighted += u128::from(len) * u128::from(TABLE[bucket]);
+                    free += u128::from(len);
+                }
+            };
+            let mut at = 0u64;
+            for (off, len) in v.allocated_extents() {
+                seg(off.saturating_sub(at));
+                at = at.max(off + len);
+            }
+            seg(v.size().saturating_sub(at));
+        }
+        (free > 0).then(|| (weighted / free) as u64)
+    }
+
     /// Pool space now: (zpool SIZE, ALLOC raw, AVAIL as zfs list).
     pub fn space(&self) -> PoolUsage {
         let st = self.lock();

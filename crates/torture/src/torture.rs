@@ -1177,6 +1177,7 @@ fn current_settings(sw: &FaultSwitches) -> FaultSettings {
         bandwidth: sw.throttle_bytes_per_sec.load(Ordering::Relaxed),
         vanish: sw.vanished.load(Ordering::Relaxed),
         stale: sw.drop_writes.load(Ordering::Relaxed),
+        serial: sw.serial.load(Ordering::Relaxed),
         seed: None,
         control: None,
     }

@@ -44,6 +44,11 @@ pub struct FaultSwitches {
     pub delay_us: AtomicU64,
     /// Bandwidth limit in bytes per second (0 = none): each I/O sleeps `len / limit`.
     pub throttle_bytes_per_sec: AtomicU64,
+    /// The device serves one I/O at a time: the delay and bandwidth sleeps of concurrent
+    /// I/Os queue behind each other (a busy disk), instead of overlapping.
+    pub serial: AtomicBool,
+    /// Held through an I/O's sleeps when `serial`.
+    busy: std::sync::Mutex<()>,
     /// State of the generator that draws the random faults (xorshift; never 0).
     pub rng_state: AtomicU64,
     /// Writes that were failed, torn or dropped.
@@ -82,6 +87,10 @@ impl FaultSwitches {
             wait += Duration::from_secs_f64(len as f64 / bw as f64);
         }
         if !wait.is_zero() {
+            let _busy = self
+                .serial
+                .load(Ordering::Relaxed)
+                .then(|| self.busy.lock().unwrap_or_else(|p| p.into_inner()));
             std::thread::sleep(wait);
         }
     }
@@ -101,6 +110,7 @@ impl FaultSwitches {
             .store(ppm(s.corrupt), Ordering::Relaxed);
         self.torn_write_ppm.store(ppm(s.tear), Ordering::Relaxed);
         self.drop_writes.store(s.stale, Ordering::Relaxed);
+        self.serial.store(s.serial, Ordering::Relaxed);
         self.delay_us.store(s.delay_us, Ordering::Relaxed);
         self.throttle_bytes_per_sec
             .store(s.bandwidth, Ordering::Relaxed);
@@ -123,6 +133,7 @@ impl FaultSwitches {
 /// | `bw=N[K|M|G]` | bandwidth limit in bytes per second |
 /// | `vanish=1` | the device is gone: every I/O fails with ENXIO |
 /// | `stale=1` | writes report success but are dropped (the device comes back stale) |
+/// | `serial=1` | one I/O at a time: delays and bandwidth sleeps queue (a busy disk) |
 /// | `seed=N` | seed of the fault generator (default: fixed) |
 /// | `control=PATH` | control file (only in a `fault:` device spec, see `open_leaf`) |
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -135,6 +146,7 @@ pub struct FaultSettings {
     pub bandwidth: u64,
     pub vanish: bool,
     pub stale: bool,
+    pub serial: bool,
     pub seed: Option<u64>,
     pub control: Option<PathBuf>,
 }
@@ -142,7 +154,7 @@ pub struct FaultSettings {
 /// A fault setting that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FaultSpecError {
-    #[error("unknown fault setting '{0}' (known: fail_reads, fail_writes, corrupt, tear, delay_ms, delay_us, bw, vanish, stale, seed, control)")]
+    #[error("unknown fault setting '{0}' (known: fail_reads, fail_writes, corrupt, tear, delay_ms, delay_us, bw, vanish, stale, serial, seed, control)")]
     UnknownKey(String),
     #[error("fault setting '{key}': bad value '{value}' ({why})")]
     BadValue {
@@ -212,6 +224,7 @@ impl FaultSettings {
             }
             "vanish" => self.vanish = flag()?,
             "stale" => self.stale = flag()?,
+            "serial" => self.serial = flag()?,
             "seed" => self.seed = Some(number()?),
             "control" => self.control = Some(PathBuf::from(value)),
             _ => return Err(FaultSpecError::UnknownKey(key.to_string())),
@@ -541,6 +554,30 @@ mod tests {
             .count();
         assert!((8_000..12_000).contains(&hits), "{hits}");
         assert!(!sw.chance(&sw.write_error_ppm));
+    }
+
+    #[test]
+    fn a_serial_device_queues_its_delays() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = FaultLeaf::new(file_leaf(dir.path()));
+        let four_reads = |leaf: &FaultLeaf| {
+            let start = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for i in 0..4u64 {
+                    s.spawn(move || leaf.read_at(&mut [0u8; 4096], i * 4096).unwrap());
+                }
+            });
+            start.elapsed()
+        };
+        leaf.switches
+            .apply(&FaultSettings::parse("delay_ms=50").unwrap());
+        let overlapping = four_reads(&leaf);
+        assert!(overlapping < Duration::from_millis(150), "{overlapping:?}");
+        leaf.switches
+            .apply(&FaultSettings::parse("delay_ms=50&serial=1").unwrap());
+        let queued = four_reads(&leaf);
+        assert!(queued >= Duration::from_millis(200), "{queued:?}");
+        assert!(FaultSettings::parse("serial=2").is_err());
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!  Child::new(leaf) ──► MeteredLeaf { inner: leaf, stats: Arc<IoStats> }
 //!                          read_at / read_vectored_at   → ops[R] bytes[R] wait_ns[R] hist[R]
 //!                          write_at / write_vectored_at → ops[W] bytes[W] wait_ns[W] hist[W]
+//!                          (both)                       → queue_ns: time since the
+//!                                                         request was ready to go
 //!                          flush                        → flushes
 //!                          in_flight: requests inside the device right now (iostat -q)
 //! ```
@@ -16,7 +18,7 @@
 
 use std::ops::{Add, Sub};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +34,7 @@ pub struct IoStats {
     ops: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
     wait_ns: [AtomicU64; 2],
+    queue_ns: [AtomicU64; 2],
     pub(crate) flushes: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
@@ -47,6 +50,12 @@ pub struct IoCounts {
     /// Time requests spent inside the device (sum over requests).
     pub read_wait_ns: u64,
     pub write_wait_ns: u64,
+    /// Time requests waited before they went to the device (sum over requests): for an
+    /// I/O thread, or behind the earlier requests of the same job (`threads::queue_wait`).
+    #[serde(default)]
+    pub read_queue_ns: u64,
+    #[serde(default)]
+    pub write_queue_ns: u64,
     pub flushes: u64,
     /// Requests inside the device when the snapshot was taken (not summed over time).
     #[serde(default)]
@@ -68,6 +77,7 @@ impl Default for IoStats {
             ops: Default::default(),
             bytes: Default::default(),
             wait_ns: Default::default(),
+            queue_ns: Default::default(),
             flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
@@ -76,8 +86,18 @@ impl Default for IoStats {
 }
 
 impl IoStats {
-    pub(crate) fn record(&self, dir: usize, bytes: u64, started: Instant) {
+    pub(crate) fn record(
+        &self,
+        dir: usize,
+        bytes: u64,
+        started: Instant,
+        queued: Option<Duration>,
+    ) {
         let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        if let Some(q) = queued {
+            let q = q.as_nanos().min(u128::from(u64::MAX)) as u64;
+            self.queue_ns[dir].fetch_add(q, Ordering::Relaxed);
+        }
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
@@ -93,6 +113,8 @@ impl IoStats {
             write_bytes: get(&self.bytes[WRITE]),
             read_wait_ns: get(&self.wait_ns[READ]),
             write_wait_ns: get(&self.wait_ns[WRITE]),
+            read_queue_ns: get(&self.queue_ns[READ]),
+            write_queue_ns: get(&self.queue_ns[WRITE]),
             flushes: get(&self.flushes),
             in_flight: get(&self.in_flight),
             read_hist: self.hist[READ].iter().map(get).collect(),
@@ -122,6 +144,8 @@ impl Add for &IoCounts {
             write_bytes: self.write_bytes + o.write_bytes,
             read_wait_ns: self.read_wait_ns + o.read_wait_ns,
             write_wait_ns: self.write_wait_ns + o.write_wait_ns,
+            read_queue_ns: self.read_queue_ns + o.read_queue_ns,
+            write_queue_ns: self.write_queue_ns + o.write_queue_ns,
             flushes: self.flushes + o.flushes,
             in_flight: self.in_flight + o.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
@@ -142,6 +166,8 @@ impl Sub for &IoCounts {
             write_bytes: d(self.write_bytes, o.write_bytes),
             read_wait_ns: d(self.read_wait_ns, o.read_wait_ns),
             write_wait_ns: d(self.write_wait_ns, o.write_wait_ns),
+            read_queue_ns: d(self.read_queue_ns, o.read_queue_ns),
+            write_queue_ns: d(self.write_queue_ns, o.write_queue_ns),
             flushes: d(self.flushes, o.flushes),
             in_flight: self.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, d),

@@ -36,10 +36,12 @@ impl MeteredLeaf {
     ) -> io::Result<T> {
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let queued = crate::threads::queue_wait(started);
         let result = op();
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        crate::threads::mark_ready(Instant::now());
         if result.is_ok() {
-            self.stats.record(dir, bytes, started);
+            self.stats.record(dir, bytes, started, queued);
         }
         result
     }
@@ -118,5 +120,34 @@ mod tests {
         assert_eq!(s.write_hist.iter().sum::<u64>(), 2);
         let later = &s + &s;
         assert_eq!(&later - &s, s);
+        // Outside an I/O thread job nothing waited in a queue.
+        assert_eq!((s.read_queue_ns, s.write_queue_ns), (0, 0));
+    }
+
+    #[test]
+    fn a_request_counts_the_time_it_waited_since_its_job_was_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let file: Arc<dyn Leaf> = Arc::new(
+            crate::leaf::FileLeaf::open(&path, crate::leaf::LeafOptions::default()).unwrap(),
+        );
+        let leaf = MeteredLeaf::wrap(file);
+        // Two jobs; each waits 30 ms before its first request (as if every I/O thread
+        // were busy), then issues two reads back to back.
+        crate::threads::on_io_threads(vec![0u64, 1], |i| {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let mut buf = [0u8; 4096];
+            leaf.read_at(&mut buf, i * 8192).unwrap();
+            leaf.read_at(&mut buf, i * 8192 + 4096).unwrap();
+        });
+        let s = leaf.io_stats().unwrap().snapshot();
+        assert_eq!(s.read_ops, 4);
+        assert!(s.read_queue_ns >= 60_000_000, "{}", s.read_queue_ns);
+        assert!(s.read_queue_ns < 2_000_000_000, "{}", s.read_queue_ns);
+        assert_eq!(s.write_queue_ns, 0);
     }
 }

@@ -48,6 +48,38 @@ struct JobQueue {
 }
 
 thread_local! {
+    /// When the leaf request this thread issues next became ready to go: when its job was
+    /// queued, or when the job's previous request ended. `MeteredLeaf` counts the time
+    /// from then to the request's start as its queue wait (`iostat -l`). `None` outside
+    /// `on_io_threads` jobs.
+    static READY_SINCE: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// How long the leaf request starting now waited for an I/O thread (or behind the
+/// earlier requests of its job), and from now on the next one waits from `next`.
+pub(crate) fn queue_wait(now: std::time::Instant) -> Option<std::time::Duration> {
+    READY_SINCE.with(|r| r.get().map(|t| now.saturating_duration_since(t)))
+}
+
+/// Marks when the next leaf request of this thread's job is ready (after one ended).
+pub(crate) fn mark_ready(at: std::time::Instant) {
+    READY_SINCE.with(|r| {
+        if r.get().is_some() {
+            r.set(Some(at));
+        }
+    });
+}
+
+/// Runs `f` as a job queued at `queued`.
+fn as_job<R>(queued: std::time::Instant, f: impl FnOnce() -> R) -> R {
+    let outer = READY_SINCE.with(|r| r.replace(Some(queued)));
+    let result = f();
+    READY_SINCE.with(|r| r.set(outer));
+    result
+}
+
+thread_local! {
     /// Set on pool threads: a job that itself fans out runs its items inline (a pool
     /// thread waiting for jobs queued behind it could otherwise wait forever).
     static ON_POOL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -125,11 +157,14 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
         let first = items.next().expect("two or more items");
         let (first_slot, other_slots) = out.split_first_mut().expect("two or more slots");
         let q = queue();
+        let queued = std::time::Instant::now();
         {
             let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
             for (slot, item) in other_slots.iter_mut().zip(items) {
                 let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
-                    *slot = Some(catch_unwind(AssertUnwindSafe(|| f(item))));
+                    *slot = Some(catch_unwind(AssertUnwindSafe(|| {
+                        as_job(queued, || f(item))
+                    })));
                     latch.count_down();
                 });
                 // SAFETY: the job borrows `f`, `latch` and its `slot`, which all live until
@@ -148,7 +183,9 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
         for _ in 1..n {
             q.ready.notify_one();
         }
-        *first_slot = Some(catch_unwind(AssertUnwindSafe(|| f(first))));
+        *first_slot = Some(catch_unwind(AssertUnwindSafe(|| {
+            as_job(queued, || f(first))
+        })));
         latch.wait();
     }
     out.into_iter()

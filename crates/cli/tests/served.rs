@@ -1,0 +1,537 @@
+//! Commands against a pool that `cairn serve` holds: they run in the serving process (over
+//! its control socket) with the same output and exit codes as in-process (issue 14).
+
+mod support;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{cairn, cairn_cmd, fails, files, ok, pseudo_random, MIB};
+
+struct Served {
+    child: Child,
+    socket: PathBuf,
+}
+
+fn serve(home: &Path, pool: &str) -> Served {
+    let socket = home.join("run").join(format!("{pool}.sock"));
+    let child = cairn_cmd(home)
+        .args(["serve", "--sync-interval", "0.5", "--duration", "300", pool])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Served { child, socket }
+}
+
+impl Served {
+    fn stop(mut self) {
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert!(self.child.wait().unwrap().success(), "serve failed");
+        assert!(!self.socket.exists());
+    }
+    fn ask(&self, request: &[u8]) -> String {
+        use std::io::Read;
+        let mut s = UnixStream::connect(&self.socket).unwrap();
+        s.write_all(request).unwrap();
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+}
+
+/// Exit code, standard output and standard error, `txg` numbers blanked (a served pool may
+/// have synced more often).
+fn seen(out: &Output) -> (Option<i32>, String, String) {
+    let blank = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b).into_owned();
+        let mut v: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(_) => return text,
+        };
+        if let Some(pools) = v.get_mut("pools").and_then(|p| p.as_array_mut()) {
+            for p in pools {
+                p["txg"] = serde_json::Value::Null;
+            }
+        }
+        v.to_string()
+    };
+    (out.status.code(), blank(&out.stdout), blank(&out.stderr))
+}
+
+/// A pool with files, a dataset and a volume.
+fn pool_with_data(dir: &Path) -> PathBuf {
+    let home = dir.join("home");
+    let d = files(dir, 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    ok(&cairn(&home, &["dataset", "create", "tank/docs"]));
+    ok(&cairn(&home, &["set", "compression=zstd", "tank/docs"]));
+    ok(&cairn(&home, &["volume", "create", "-V", "8M", "tank/vol"]));
+    let src = dir.join("big");
+    std::fs::write(&src, pseudo_random(3 * MIB as usize, 7)).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/docs/big"],
+    ));
+    ok(&cairn(&home, &["mkdir", "tank/docs/sub"]));
+    home
+}
+
+#[test]
+fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["ls", "tank/docs"],
+        vec!["ls", "-p", "--json", "tank/docs"],
+        vec!["cat", "tank/docs/big"],
+        vec!["get", "tank/docs/big", "-"],
+        vec!["dataset", "list", "tank"],
+        vec!["dataset", "list", "-H", "-p", "tank"],
+        vec!["get", "all", "tank/docs"],
+        vec!["get", "-H", "compression,recordsize", "tank/docs"],
+        vec!["get", "--json", "readpolicy", "tank"],
+        vec!["get", "-p", "all", "tank"],
+        vec!["status", "--json", "tank"],
+        vec!["status", "tank"],
+        vec!["history", "tank"],
+        // Errors: the same message and exit code.
+        vec!["cat", "tank/docs/missing"],
+        vec!["ls", "tank/nope"],
+        vec!["get", "nosuchprop", "tank/docs"],
+        vec!["dataset", "create", "tank/docs"],
+        vec!["rm", "tank/docs/sub/none"],
+        vec!["put", "/nonexistent/file", "tank/docs/x"],
+    ];
+    let run_all = || -> Vec<_> {
+        commands
+            .iter()
+            .map(|c| (c.clone(), seen(&cairn(&home, c))))
+            .collect()
+    };
+    let alone = run_all();
+    let served = serve(&home, "tank");
+    let through = run_all();
+    for ((cmd, a), (_, b)) in alone.iter().zip(&through) {
+        assert_eq!(a, b, "cairn {cmd:?}: in-process vs served");
+    }
+    let cat = cairn(&home, &["cat", "tank/docs/big"]);
+    assert_eq!(cat.stdout, pseudo_random(3 * MIB as usize, 7));
+    let missing = alone
+        .iter()
+        .find(|(c, _)| c[1] == "tank/docs/missing")
+        .unwrap();
+    assert_eq!(missing.1 .0, Some(1));
+    assert!(missing.1 .2.contains("no such file"), "{:?}", missing.1);
+    served.stop();
+}
+
+#[test]
+fn changes_made_through_the_service_are_committed_and_in_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("local"), b"relative paths are the client's\n").unwrap();
+    let in_work = |args: &[&str]| {
+        cairn_cmd(&home)
+            .current_dir(&work)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Relative paths are resolved in the client's working directory.
+    ok(&in_work(&["put", "local", "tank/docs/"]));
+    ok(&in_work(&["get", "tank/docs/local", "back"]));
+    assert_eq!(
+        std::fs::read(work.join("back")).unwrap(),
+        b"relative paths are the client's\n"
+    );
+    // Standard input goes along.
+    let mut put = cairn_cmd(&home)
+        .args(["put", "-", "tank/docs/stdin"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin
+        .take()
+        .unwrap()
+        .write_all(&pseudo_random(MIB as usize, 3))
+        .unwrap();
+    assert!(put.wait().unwrap().success());
+    ok(&cairn(&home, &["mkdir", "tank/docs/a/b"]));
+    ok(&cairn(&home, &["rm", "tank/docs/big"]));
+    ok(&cairn(&home, &["dataset", "create", "tank/media"]));
+    ok(&cairn(
+        &home,
+        &["volume", "create", "-V", "4M", "tank/vol2"],
+    ));
+    ok(&cairn(&home, &["set", "recordsize=64K", "tank/media"]));
+    ok(&cairn(&home, &["dataset", "create", "tank/tmp"]));
+    ok(&cairn(&home, &["destroy", "tank/tmp"]));
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.starts_with("scrub of 'tank' repaired 0B (0 bytes), 0 errors"),
+        "{scrub}"
+    );
+    // Its events reach `cairn events` while the service runs.
+    let start = Instant::now();
+    loop {
+        let events = ok(&cairn(&home, &["events", "-H", "tank"]));
+        if events.contains("scrub_finish") {
+            assert!(events.contains("scrub_start"), "{events}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no scrub events: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // What cannot be served says who holds the pool and what to do.
+    let e = fails(&cairn(&home, &["offline", "tank", "x"]));
+    assert!(
+        e.contains("in use by PID") && e.contains("cairn serve"),
+        "{e}"
+    );
+    let e = fails(&cairn(&home, &["set", "readpolicy=md", "tank"]));
+    assert!(e.contains("in use by PID") && e.contains("stop it"), "{e}");
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    // kill -9: everything acknowledged was synced before the command answered.
+    let mut served = served;
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    let _ = std::fs::remove_file(&served.socket);
+    let ls = ok(&cairn(&home, &["ls", "tank/docs"]));
+    for name in ["local", "stdin", "a/"] {
+        assert!(ls.contains(name), "{name} missing: {ls}");
+    }
+    assert!(!ls.contains("big"), "{ls}");
+    assert_eq!(
+        ok(&cairn(&home, &["get", "-H", "recordsize", "tank/media"])),
+        "tank/media\trecordsize\t64K\tlocal\n"
+    );
+    let datasets = ok(&cairn(&home, &["dataset", "list", "-H", "tank"]));
+    assert!(
+        datasets.contains("tank/vol2") && !datasets.contains("tank/tmp"),
+        "{datasets}"
+    );
+    for cmd in [
+        "cairn dataset create tank/media",
+        "cairn volume create -V 4M tank/vol2",
+        "cairn set recordsize=64K tank/media",
+        "cairn destroy tank/tmp",
+        "cairn scrub tank",
+    ] {
+        assert!(history.contains(cmd), "{cmd} not in {history}");
+    }
+    assert!(!history.contains("cairn put"), "{history}");
+    assert!(ok(&cairn(&home, &["scrub", "tank"])).contains("0 errors"));
+}
+
+#[test]
+fn concurrent_clients_are_served_concurrently_and_correctly() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let home = home.clone();
+            let dir = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                for i in 0..12u64 {
+                    let data = pseudo_random(64 << 10, t * 100 + i);
+                    let src = dir.join(format!("src-{t}-{i}"));
+                    std::fs::write(&src, &data).unwrap();
+                    let name = format!("tank/docs/t{t}-{i}");
+                    ok(&cairn(&home, &["put", src.to_str().unwrap(), &name]));
+                    let back = cairn(&home, &["cat", &name]);
+                    assert!(back.status.success());
+                    assert!(back.stdout == data, "{name} read back differs");
+                    if i % 3 == 0 {
+                        ok(&cairn(&home, &["rm", &name]));
+                    }
+                }
+            })
+        })
+        .collect();
+    // A status meanwhile is answered while the others run.
+    assert!(ok(&cairn(&home, &["status", "tank"])).contains("ONLINE"));
+    for t in threads {
+        t.join().unwrap();
+    }
+    served.stop();
+    let ls = ok(&cairn(&home, &["ls", "tank/docs"]));
+    for t in 0..4 {
+        for i in 0..12 {
+            assert_eq!(
+                ls.contains(&format!("t{t}-{i}\n")),
+                i % 3 != 0,
+                "t{t}-{i}: {ls}"
+            );
+        }
+    }
+}
+
+#[test]
+fn malformed_requests_and_closed_pipes_do_not_hurt_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    assert!(served
+        .ask(b"nonsense\n")
+        .starts_with("error: unknown request"));
+    assert!(served
+        .ask(b"exec {not json\n")
+        .starts_with("error: bad exec request"));
+    assert!(served
+        .ask(b"exec {\"argv\":[\"ls\",\"tank\"],\"cwd\":\"/\"}\n")
+        .starts_with("error: exec needs standard input, output and error"));
+    assert!(served.ask(&[0xff, 0xfe, b'\n']).starts_with("error:"));
+    assert!(served.ask(b"").starts_with("error: unknown request"));
+    // An `ls` whose reader is gone ends by SIGPIPE as in-process, quietly.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = cairn_cmd(&home)
+        .args(["ls", "tank/docs"])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The service still answers.
+    assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
+    served.stop();
+}
+
+/// The systemd unit's command line serves every imported pool, one process each, and
+/// stops them all on SIGTERM.
+#[test]
+fn the_systemd_unit_serves_every_imported_pool() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contrib/cairn.service"
+    ))
+    .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let mut words = exec.split_whitespace();
+    assert!(words.next().unwrap().ends_with("/cairn"), "{exec}");
+    let args: Vec<&str> = words.collect();
+    assert_eq!(args, ["serve", "--all"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let d = files(&other, 2, 64 * MIB);
+    ok(&cairn(&home, &["create", "second", "mirror", &d[0], &d[1]]));
+    let mut service = cairn_cmd(&home)
+        .args(&args)
+        .args(["--duration", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    for pool in ["tank", "second"] {
+        let socket = home.join("run").join(format!("{pool}.sock"));
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{pool} not served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    ok(&cairn(&home, &["mkdir", "second/served"]));
+    assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
+    let e = fails(&cairn(&home, &["export", "second"]));
+    assert!(e.contains("in use by PID"), "{e}");
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(service.wait().unwrap().success());
+    assert!(ok(&cairn(&home, &["ls", "second"])).contains("served/"));
+    let e = fails(&cairn(&home, &["serve", "--all", "--nbd", "127.0.0.1:0"]));
+    assert!(e.contains("one process per pool"), "{e}");
+}
+
+/// The control socket is private (0600 in a 0700 directory), and a user other than the
+/// service's (and root) who reaches it anyway is refused (SO_PEERCRED).
+#[test]
+fn another_user_cannot_use_the_service() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to act as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&served.socket), 0o600);
+    assert_eq!(mode(served.socket.parent().unwrap()), 0o700);
+    let nobody = |args: &[&str]| {
+        std::process::Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .env("CAIRN_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    // As it is: the user cannot even reach the state directory.
+    fails(&nobody(&["mkdir", "tank/docs/by-nobody"]));
+    // Opened up by mistake: the service itself refuses the user.
+    for p in [
+        dir.path(),
+        &home,
+        served.socket.parent().unwrap(),
+        &served.socket,
+    ] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let e = fails(&nobody(&["mkdir", "tank/docs/by-nobody"]));
+    assert!(e.contains("may not use this service"), "{e}");
+    assert!(!ok(&cairn(&home, &["ls", "tank/docs"])).contains("by-nobody"));
+    served.stop();
+}
+
+/// Scrubs read data blocks outside the store lock while writers overwrite files (freeing
+/// and reusing blocks, syncing after every put): every scrub finds nothing wrong and the
+/// data reads back.
+#[test]
+fn scrubs_beside_overwriting_writers_find_nothing_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let served = serve(&home, "tank");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (home, dir, stop) = (home.clone(), dir.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let src = dir.join(format!("w{t}"));
+                    std::fs::write(&src, pseudo_random(2 * MIB as usize, t * 1000 + round))
+                        .unwrap();
+                    let dest = format!("tank/docs/w{t}");
+                    ok(&cairn(&home, &["put", "-f", src.to_str().unwrap(), &dest]));
+                    round += 1;
+                }
+                round
+            })
+        })
+        .collect();
+    for _ in 0..6 {
+        let out = ok(&cairn(&home, &["scrub", "tank"]));
+        assert!(out.contains(", 0 errors"), "{out}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let rounds: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    served.stop();
+    for (t, &n) in rounds.iter().enumerate() {
+        let back = cairn(&home, &["cat", &format!("tank/docs/w{t}")]);
+        assert_eq!(
+            back.stdout,
+            pseudo_random(2 * MIB as usize, t as u64 * 1000 + n - 1)
+        );
+    }
+    let out = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(out.contains("repaired 0B (0 bytes), 0 errors"), "{out}");
+}
+
+/// `cairn resilver -w` against a served pool waits for the service's own background
+/// resilver and reports it as an in-process resilver does.
+#[test]
+fn resilver_waits_for_the_service_resilvering_a_spare() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "mirror", &d[0], &d[1], "spare", &d[2]],
+    ));
+    let src = dir.path().join("data");
+    std::fs::write(&src, pseudo_random(16 * MIB as usize, 4)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/data"]));
+    // d0 is gone: the spare takes its slot and needs a resilver.
+    std::fs::rename(&d[0], dir.path().join("d0.away")).unwrap();
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("INUSE"), "{st}");
+    let socket = home.join("run").join("tank.sock");
+    let mut child = cairn_cmd(&home)
+        .args([
+            "--tunable",
+            "resilver_rate=6M",
+            "serve",
+            "--duration",
+            "120",
+            "tank",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = fails(&cairn(&home, &["resilver", "--rate", "1M", "tank"]));
+    assert!(e.contains("resilver_rate"), "{e}");
+    let out = cairn(&home, &["resilver", "-w", "tank"]);
+    let text = ok(&out);
+    assert!(
+        text.starts_with("resilvered 16") && text.contains("with 0 errors"),
+        "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resilver: "),
+        "no progress under -w"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "not paced by the service"
+    );
+    assert_eq!(
+        ok(&cairn(&home, &["resilver", "tank"])),
+        "pool 'tank' needs no resilver\n"
+    );
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        cairn(&home, &["cat", "tank/data"]).stdout,
+        pseudo_random(16 * MIB as usize, 4)
+    );
+}
