@@ -400,6 +400,9 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Set(a) if !data_cmds::is_pool_set(a) => pool(&a.target),
         Command::Scrub(a) if !a.stops_or_pauses() => pool(&a.pool),
         Command::Resilver(a) => pool(&a.pool),
+        Command::Send(a) => a.pool(),
+        Command::Receive(a) => pool(&a.target),
+        Command::Clone(a) => pool(&a.snapshot),
         _ => None,
     }
 }
@@ -413,6 +416,7 @@ fn changes_files_of(cmd: &Command) -> Option<(&str, bool)> {
         Command::Mkdir(a) => Some((a.path(), false)),
         Command::Dataset(DatasetCmd::Destroy { name, .. }) => Some((name, true)),
         Command::Destroy(a) => Some((&a.name, true)),
+        Command::Receive(a) => Some((&a.target, true)),
         _ => None,
     }
 }

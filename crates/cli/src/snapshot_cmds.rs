@@ -228,10 +228,23 @@ pub struct SendArgs {
     verbose: bool,
 }
 
+impl SendArgs {
+    /// The pool the stream comes from (of the snapshot, or of the token's snapshot).
+    pub fn pool(&self) -> Option<String> {
+        match (&self.snapshot, &self.token) {
+            (Some(s), _) => Some(pool_of(s).to_string()),
+            (None, Some(t)) => ResumeToken::decode(t)
+                .ok()
+                .map(|t| pool_of(&t.to).to_string()),
+            (None, None) => None,
+        }
+    }
+}
+
 /// `cairn send POOL/DS@SNAP > FILE` (or `| cairn receive …`, `| ssh host cairn receive …`).
 pub fn send(a: SendArgs) -> Result<(), String> {
     use std::io::IsTerminal;
-    if std::io::stdout().is_terminal() {
+    if !crate::served::active() && std::io::stdout().is_terminal() {
         return Err(
             "the stream is binary: redirect it to a file or a pipe (`cairn send DS@SNAP > FILE`)"
                 .into(),
@@ -251,7 +264,7 @@ pub fn send(a: SendArgs) -> Result<(), String> {
         (None, None) => unreachable!("clap requires one"),
     };
     let store = open(&pool)?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, crate::served::stdout());
     let stats = match (&a.snapshot, &a.token) {
         (Some(snapshot), _) => store.send(snapshot, &opts, &mut out),
         (None, Some(token)) => store.send_resume(token, &mut out),
@@ -262,7 +275,7 @@ pub fn send(a: SendArgs) -> Result<(), String> {
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        eprintln!("sent {what}: {}", stream_summary(&stats));
+        errln!("sent {what}: {}", stream_summary(&stats));
     }
     Ok(())
 }
@@ -309,7 +322,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
         finish(store)?;
         return done;
     }
-    let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+    let mut input = std::io::BufReader::with_capacity(1 << 20, crate::served::stdin());
     let opts = ReceiveOptions {
         force: a.force,
         resumable: a.resumable,
@@ -318,7 +331,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        println!("received {}: {}", a.target, stream_summary(&stats));
+        outln!("received {}: {}", a.target, stream_summary(&stats));
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{cairn, cairn_cmd, fails, files, ok, pseudo_random, MIB};
+use support::{cairn, cairn_cmd, fails, files, ok, ok_bytes, pseudo_random, MIB};
 
 struct Served {
     child: Child,
@@ -533,5 +533,61 @@ fn resilver_waits_for_the_service_resilvering_a_spare() {
     assert_eq!(
         cairn(&home, &["cat", "tank/data"]).stdout,
         pseudo_random(16 * MIB as usize, 4)
+    );
+}
+
+/// send, receive (incremental too) and clone run in the serving process: the stream goes
+/// through the client's standard output and input, and the results read back.
+#[test]
+fn send_receive_and_clone_run_in_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let big = pseudo_random(3 * MIB as usize, 7);
+    ok(&cairn(&home, &["snapshot", "tank/docs@a"]));
+    let served = serve(&home, "tank");
+    let stream = dir.path().join("stream");
+    let run_with = |args: &[&str], stdin: Option<&Path>, stdout: Option<&Path>| {
+        let mut c = cairn_cmd(&home);
+        c.args(args);
+        if let Some(p) = stdin {
+            c.stdin(std::fs::File::open(p).unwrap());
+        }
+        if let Some(p) = stdout {
+            c.stdout(std::fs::File::create(p).unwrap());
+        }
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run_with(&["send", "tank/docs@a"], None, Some(&stream));
+    assert!(std::fs::metadata(&stream).unwrap().len() > 3 * MIB);
+    let said = run_with(&["receive", "-v", "tank/copy"], Some(&stream), None);
+    assert!(said.contains("1 stream"), "{said}");
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/copy/big"])) == big);
+    // An incremental, through the same pipes.
+    let src = dir.path().join("small");
+    std::fs::write(&src, b"new file").unwrap();
+    ok(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/docs/new"],
+    ));
+    ok(&cairn(&home, &["snapshot", "tank/docs@b"]));
+    run_with(&["send", "-i", "@a", "tank/docs@b"], None, Some(&stream));
+    assert!(std::fs::metadata(&stream).unwrap().len() < MIB);
+    run_with(&["receive", "tank/copy"], Some(&stream), None);
+    assert_eq!(ok(&cairn(&home, &["cat", "tank/copy/new"])), "new file");
+    run_with(&["clone", "tank/docs@a", "tank/fork"], None, None);
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fork/big"])) == big);
+    let e = fails(&cairn(&home, &["receive", "tank/copy"]));
+    assert!(e.contains("empty"), "{e}");
+    served.stop();
+    let history = ok(&cairn(&home, &["history"]));
+    assert!(
+        history.contains("receive tank/copy") && history.contains("clone tank/docs@a"),
+        "{history}"
     );
 }
