@@ -88,12 +88,20 @@ impl StoreCore {
                 return Err(self.over_quota(st, dataset, "refquota", q));
             }
         }
-        for id in lineage(t, dataset) {
-            if let Some(q) = limit(t, id, "quota") {
-                let used = t.used_total(id).saturating_add(self.pending_in(st, id));
-                if used.saturating_add(more) > q {
-                    return Err(self.over_quota(st, id, "quota", q));
-                }
+        let quotas: Vec<(u32, u64)> = lineage(t, dataset)
+            .into_iter()
+            .filter_map(|id| limit(t, id, "quota").map(|q| (id, q)))
+            .collect();
+        for (id, q) in quotas {
+            // `quota` counts what the dataset's snapshots hold as well (as zfs's does).
+            let snapshots = crate::snapshot_ops::snapshot_used_subtree_cached(&self.pool, st, id);
+            let used = st
+                .datasets
+                .used_total(id)
+                .saturating_add(self.pending_in(st, id))
+                .saturating_add(snapshots);
+            if used.saturating_add(more) > q {
+                return Err(self.over_quota(st, id, "quota", q));
             }
         }
         let reserved = self.reserved_elsewhere(st, dataset);
@@ -156,7 +164,8 @@ impl StoreCore {
         }
         for id in lineage(t, dataset) {
             if let Some(q) = limit(t, id, "quota") {
-                avail = avail.min(q.saturating_sub(t.used_total(id)));
+                let snapshots = crate::snapshot_ops::snapshot_used_subtree(&self.pool, st, id);
+                avail = avail.min(q.saturating_sub(t.used_total(id).saturating_add(snapshots)));
             }
         }
         avail

@@ -243,6 +243,8 @@ pub(crate) struct SnapLists {
     /// at the next sync, after the dataset record is gone, and those born at or before the
     /// origin must still be left to it (`crate::clone`).
     pub destroyed_clones: HashMap<u32, u64>,
+    /// Dataset → (open txg, bytes its and its descendants' snapshots hold), for quotas.
+    pub subtree_bytes: HashMap<u32, (u64, u64)>,
 }
 
 impl SnapLists {

@@ -590,6 +590,19 @@ fn snapshot_guid(dataset: u32, name: &str, txg: u64) -> u64 {
 }
 
 /// Bytes only snapshots hold, over dataset `id` and all its descendants (part of USED).
+/// `snapshot_used_subtree`, computed once per open txg (dead lists change only at a sync,
+/// or in a destroy or rollback, which sync): what a `quota` check adds on every write.
+pub(crate) fn snapshot_used_subtree_cached(pool: &Pool, st: &mut State, id: u32) -> u64 {
+    if let Some(&(txg, bytes)) = st.snaps.subtree_bytes.get(&id) {
+        if txg == st.txg {
+            return bytes;
+        }
+    }
+    let bytes = snapshot_used_subtree(pool, st, id);
+    st.snaps.subtree_bytes.insert(id, (st.txg, bytes));
+    bytes
+}
+
 pub(crate) fn snapshot_used_subtree(pool: &Pool, st: &State, id: u32) -> u64 {
     let own = snapshot_space_locked(pool, st, id).0;
     st.datasets

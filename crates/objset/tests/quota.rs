@@ -95,3 +95,39 @@ fn quota_values_are_checked() {
     assert!(store.set_property("tank", "quota", "lots").is_err());
     assert!(store.set_property("tank", "reservation", "-5").is_err());
 }
+
+/// `quota` counts snapshot space (as zfs's does), `refquota` does not: after a snapshot,
+/// rewriting a file needs room for both copies under a quota, and AVAIL says so.
+#[test]
+fn quota_counts_what_snapshots_hold_and_refquota_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 512 * MIB);
+    let store = open_store(&home);
+    fs(&store, "tank/q", &[("quota", "10M")]);
+    fs(&store, "tank/r", &[("refquota", "10M")]);
+    for ds in ["tank/q", "tank/r"] {
+        write_mib(&store, &format!("{ds}/a"), 6).unwrap();
+        store.sync().unwrap();
+        store.snapshot_create(&[format!("{ds}@s")], false).unwrap();
+        // (Different bytes than before: a rewrite makes new blocks.)
+        let r = store.resolve(&format!("{ds}/a")).unwrap();
+        let result = (0..6).try_for_each(|i| store.write(&r, i * MIB, &[0xa5u8; MIB as usize]));
+        let result = result.and_then(|()| store.sync().map(|_| ()));
+        if ds == "tank/q" {
+            let err = result.unwrap_err();
+            assert!(matches!(err, StoreError::QuotaExceeded { .. }), "{err}");
+            let avail = store.dataset_info(ds).unwrap().avail;
+            assert!(
+                avail <= 4 * MIB + 256 * 1024,
+                "AVAIL {avail} counts the snapshot"
+            );
+        } else {
+            result.unwrap();
+        }
+    }
+    // Destroying the snapshot gives the room back.
+    store.snapshot_destroy("tank/q@s").unwrap();
+    let r = store.resolve("tank/q/a").unwrap();
+    (0..6).for_each(|i| store.write(&r, i * MIB, &[0x77u8; MIB as usize]).unwrap());
+    store.sync().unwrap();
+}
