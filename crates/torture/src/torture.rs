@@ -64,7 +64,8 @@ pub struct TortureArgs {
     /// Workload operations per iteration.
     #[arg(long, default_value_t = 200)]
     pub steps: usize,
-    /// Directory for the runs' leaf files (default: the system temp directory).
+    /// Directory for the runs' leaf files (the `cairn` binary gives the system temp
+    /// directory when the flag is absent; this library reads no environment).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print the report as JSON.
@@ -145,7 +146,9 @@ pub fn run(args: &TortureArgs) -> Result<TortureReport, TortureError> {
     let deadline = args
         .seconds
         .map(|s| Instant::now() + Duration::from_secs(s));
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let base = args.dir.clone().ok_or_else(|| {
+        TortureError::BadArgument("no directory for the leaf files: give --dir DIR".into())
+    })?;
     eprintln!("torture: seed {first} ({} steps per iteration)", args.steps);
     let seeds = seed_sequence(first).take(limit.min(usize::MAX as u64) as usize);
     let report = run_seeds(seeds, args.steps, &base, deadline, true)?;
