@@ -3,10 +3,12 @@
 
 pub mod io;
 pub mod parity;
+pub mod send;
 pub mod snapshots;
 
 pub use io::IoBenchArgs;
 pub use parity::ParityBenchArgs;
+pub use send::SendBenchArgs;
 pub use snapshots::SnapshotBenchArgs;
 
 /// `cairn bench …` subcommands.
@@ -20,6 +22,8 @@ pub enum BenchCommand {
     /// Snapshot create and destroy times as the dataset grows (1 GiB, 64 GiB), side by
     /// side with zfs-fuse when it is installed.
     Snapshot(SnapshotBenchArgs),
+    /// `send` and `receive` throughput on tmpfs leaves, and what an incremental reads.
+    Send(SendBenchArgs),
 }
 
 /// Runs a benchmark, printing to stdout.
@@ -28,5 +32,6 @@ pub fn run(cmd: &BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::Parity(args) => parity::run(args),
         BenchCommand::Io(args) => io::run(args),
         BenchCommand::Snapshot(args) => snapshots::run(args),
+        BenchCommand::Send(args) => send::run(args),
     }
 }

@@ -574,6 +574,8 @@ pub fn get(a: GetCmdArgs) -> Result<(), String> {
             "usedbychildren",
             "written",
             "compressratio",
+            "origin",
+            "receive_resume_token",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -16,6 +16,7 @@ mod pool_cmds;
 mod scrub_cmd;
 mod serve;
 mod snapshot_cmds;
+mod snapshot_export;
 mod snapshot_paths;
 mod store_open;
 mod tunables;
@@ -57,6 +58,9 @@ enum Command {
     /// Roll a dataset back to a snapshot: `cairn rollback [-r] POOL/DS@NAME` (the newest,
     /// or with -r destroying the newer ones).
     Rollback(snapshot_cmds::RollbackArgs),
+    /// A writable dataset that starts as a snapshot and shares its blocks:
+    /// `cairn clone POOL/DS@SNAP POOL/NEW`.
+    Clone(snapshot_cmds::CloneArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
     /// Hold snapshots (a held one cannot be destroyed): `cairn hold [-r] TAG POOL/DS@SNAP…`.
@@ -335,6 +339,7 @@ fn main() {
         Command::Destroy(a) => destroy(a),
         Command::Snapshot(a) => snapshot_cmds::snapshot(a),
         Command::Rollback(a) => snapshot_cmds::rollback(a),
+        Command::Clone(a) => snapshot_cmds::clone(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Send(a) => snapshot_cmds::send(a),
         Command::Hold(a) => snapshot_cmds::hold(a, true),
@@ -422,6 +427,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Destroy(a) => Some((a.name.clone(), Record::Before)),
         Command::Snapshot(a) => after(a.names.first()?),
         Command::Rollback(a) => after(&a.name),
+        Command::Clone(a) => after(&a.target),
         Command::Receive(a) => after(&a.target),
         Command::Hold(a) | Command::Release(a) => after(a.names.first()?),
         Command::Clear(a) => after(&a.pool),

@@ -172,6 +172,9 @@ impl ExportSource for VolumeSource {
     }
     fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>> {
         let full = self.full_name(name);
+        if full.contains('@') {
+            return crate::snapshot_export::open(&self.store, &full);
+        }
         let volume = self.store.resolve(&full).ok()?;
         if volume.kind != ObjectKind::Volume {
             return None;

@@ -3,7 +3,10 @@
 //! and `cairn list -t snapshot`. `POOL/DS@NAME/PATH` read by cat, get and ls: `crate::snapshot_paths`.
 
 use cairn_geometry::units::format_zfs_size;
+use cairn_objset::receive::ReceiveOptions;
+use cairn_objset::send::SendOptions;
 use cairn_objset::snapshot_ops::SnapshotInfo;
+use cairn_objset::stream::{ResumeToken, StreamStats};
 use cairn_objset::Store;
 use clap::Args;
 
@@ -202,8 +205,24 @@ pub fn holds(names: &[String]) -> Result<(), String> {
 
 #[derive(Args, Debug)]
 pub struct SendArgs {
-    /// POOL/DS@SNAPSHOT: a full stream of it goes to standard output.
-    snapshot: String,
+    /// POOL/DS@SNAPSHOT: a stream of it goes to standard output.
+    #[arg(required_unless_present = "token")]
+    snapshot: Option<String>,
+    /// Resume a receive that `receive -s` kept: TOKEN is the receiving dataset's
+    /// receive_resume_token; the rest of its stream is sent.
+    #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["snapshot", "incremental", "intermediates", "replicate"])]
+    token: Option<String>,
+    /// An incremental from this earlier snapshot (`@a`, `a` or `POOL/DS@a`): only what
+    /// changed since it is sent.
+    #[arg(short = 'i', value_name = "SNAPSHOT", conflicts_with = "intermediates")]
+    incremental: Option<String>,
+    /// As -i, with every snapshot in between (a stream each).
+    #[arg(short = 'I', value_name = "SNAPSHOT")]
+    intermediates: Option<String>,
+    /// A replication stream: the dataset, its descendants, and all their snapshots up to
+    /// this one (from -i/-I's on, if given).
+    #[arg(short = 'R')]
+    replicate: bool,
     /// Print what was sent on standard error.
     #[arg(short = 'v')]
     verbose: bool,
@@ -218,28 +237,66 @@ pub fn send(a: SendArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    let store = open(pool_of(&a.snapshot))?;
+    let opts = SendOptions {
+        from: a.incremental.clone().or(a.intermediates.clone()),
+        intermediates: a.intermediates.is_some(),
+        replicate: a.replicate,
+    };
+    let (what, pool) = match (&a.snapshot, &a.token) {
+        (Some(snapshot), _) => (snapshot.clone(), pool_of(snapshot).to_string()),
+        (None, Some(token)) => {
+            let t = ResumeToken::decode(token).map_err(err)?;
+            (format!("the rest of {}", t.to), pool_of(&t.to).to_string())
+        }
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let store = open(&pool)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
-    let stats = store.send(&a.snapshot, &mut out).map_err(err);
+    let stats = match (&a.snapshot, &a.token) {
+        (Some(snapshot), _) => store.send(snapshot, &opts, &mut out),
+        (None, Some(token)) => store.send_resume(token, &mut out),
+        (None, None) => unreachable!("clap requires one"),
+    }
+    .map_err(err);
     drop(out);
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        eprintln!(
-            "sent {}: {} objects, {} of data, {} stream bytes",
-            a.snapshot,
-            stats.objects,
-            format_zfs_size(stats.data_bytes),
-            stats.stream_bytes
-        );
+        eprintln!("sent {what}: {}", stream_summary(&stats));
     }
     Ok(())
 }
 
+/// "N streams, N objects (N freed), SIZE of data, N stream bytes".
+fn stream_summary(s: &StreamStats) -> String {
+    format!(
+        "{} stream{}, {} objects ({} freed), {} of data, {} stream bytes",
+        s.streams,
+        if s.streams == 1 { "" } else { "s" },
+        s.objects,
+        s.freed_objects,
+        format_zfs_size(s.data_bytes),
+        s.stream_bytes
+    )
+}
+
 #[derive(Args, Debug)]
 pub struct ReceiveArgs {
-    /// POOL/NEWDS: created from the stream on standard input, with the sent snapshot.
+    /// POOL/DS: a full stream creates it; an incremental updates it (it must hold the
+    /// stream's origin snapshot). A replication stream's descendants go below it.
     pub target: String,
+    /// Roll the target back to the incremental's origin first (destroying newer snapshots
+    /// and changes made since).
+    #[arg(short = 'F')]
+    force: bool,
+    /// If the stream stops part-way, keep what arrived: `cairn send -t TOKEN` (TOKEN from
+    /// `cairn get receive_resume_token DS`) sends the rest.
+    #[arg(short = 's')]
+    resumable: bool,
+    /// Discard a partial receive kept by -s (the dataset it was making, or what it applied
+    /// since the incremental's origin); reads no stream.
+    #[arg(short = 'A', conflicts_with_all = ["force", "resumable"])]
+    abort: bool,
     /// Print what was received.
     #[arg(short = 'v')]
     verbose: bool,
@@ -247,17 +304,21 @@ pub struct ReceiveArgs {
 
 pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     let store = open(pool_of(&a.target))?;
+    if a.abort {
+        let done = store.receive_abort(&a.target).map_err(err);
+        finish(store)?;
+        return done;
+    }
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock());
-    let stats = store.receive(&a.target, &mut input).map_err(err);
+    let opts = ReceiveOptions {
+        force: a.force,
+        resumable: a.resumable,
+    };
+    let stats = store.receive(&a.target, &opts, &mut input).map_err(err);
     finish(store)?;
     let stats = stats?;
     if a.verbose {
-        println!(
-            "received {}: {} objects, {} of data",
-            a.target,
-            stats.objects,
-            format_zfs_size(stats.data_bytes)
-        );
+        println!("received {}: {}", a.target, stream_summary(&stats));
     }
     Ok(())
 }
@@ -277,6 +338,22 @@ pub fn rollback(a: RollbackArgs) -> Result<(), String> {
         .snapshot_rollback(&a.name, a.destroy_newer)
         .map_err(err)?;
     finish(store)
+}
+
+#[derive(Args, Debug)]
+pub struct CloneArgs {
+    /// POOL/DS@SNAP: what the clone starts as.
+    pub snapshot: String,
+    /// POOL/NEW: the clone, a writable dataset (or volume) sharing the snapshot's blocks.
+    pub target: String,
+}
+
+/// `cairn clone POOL/DS@SNAP POOL/NEW`.
+pub fn clone(a: CloneArgs) -> Result<(), String> {
+    let store = open(pool_of(&a.snapshot))?;
+    let made = store.clone_create(&a.snapshot, &a.target).map_err(err);
+    finish(store)?;
+    made
 }
 
 /// `cairn destroy` of snapshots: `DS@A` (one), `DS@A%B` (A to B in txg order; either end

@@ -8,9 +8,9 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Pool name of `POOL[/…]`.
+/// The pool of `POOL/DS…`, `POOL@SNAP` or `POOL/DS@SNAP/PATH`.
 pub(crate) fn pool_of(path: &str) -> &str {
-    path.split('/').next().unwrap_or(path)
+    path.split(['/', '@']).next().unwrap_or(path)
 }
 
 /// Opens the pool and its store.

@@ -342,6 +342,8 @@ fn ext4_on_a_volume_through_nbdfuse_and_a_loop_device() {
             return;
         }
     }
+    // (Checked first: without it the FUSE mount could not be taken down at the end.)
+    drop(tool("fusermount3", "fuse3"));
     let dir = tempfile::tempdir().unwrap();
     let home = setup(dir.path(), &["mirror", "d0", "d1"], 256);
     ok(cairn(
@@ -431,8 +433,76 @@ fn ext4_on_a_volume_through_nbdfuse_and_a_loop_device() {
         );
     }
     drop(cleanup);
-    let _ = nbdfuse.wait();
+    // nbdfuse exits once unmounted; bounded, so a mount that would not go fails the test.
+    let start = Instant::now();
+    while nbdfuse.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = nbdfuse.kill();
+            panic!("nbdfuse did not exit after its mount was taken down");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     server.stop();
     let scrub = ok(cairn(&home, &["scrub", "tank"]));
     assert!(scrub.contains(", 0 errors"), "{scrub}");
+}
+
+/// `POOL/VOL@SNAP` is a read-only export of the volume as the snapshot holds it, while
+/// the volume itself stays writable; a write to the snapshot is refused.
+#[test]
+fn a_volume_snapshot_is_a_read_only_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = setup(dir.path(), &["mirror", "d0", "d1"], 256);
+    ok(cairn(&home, &["volume", "create", "-V", "32M", "tank/vol"]));
+    let sock = dir.path().join("nbd.sock");
+    let uri = |name: &str| format!("nbd+unix:///{name}?socket={}", sock.display());
+    let copy_in = |img: &Path, to: &str| {
+        let mut conv = tool("qemu-img", "qemu-utils");
+        conv.args([
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            img.to_str().unwrap(),
+            to,
+        ]);
+        conv
+    };
+    let (one, two) = (dir.path().join("one.raw"), dir.path().join("two.raw"));
+    random_file(&one, 32 * MIB as usize, 11);
+    random_file(&two, 32 * MIB as usize, 12);
+    let server = Server::start(&home, "tank", &sock);
+    run(copy_in(&one, &uri("tank/vol")));
+    server.stop();
+    ok(cairn(&home, &["snapshot", "tank/vol@first"]));
+    let server = Server::start(&home, "tank", &sock);
+    run(copy_in(&two, &uri("tank/vol")));
+    let same = |img: &Path, name: &str| {
+        let mut cmp = tool("qemu-img", "qemu-utils");
+        cmp.args([
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            img.to_str().unwrap(),
+            &uri(name),
+        ]);
+        run(cmp).contains("identical")
+    };
+    assert!(same(&one, "tank/vol@first"));
+    assert!(same(&two, "tank/vol"));
+    let mut info = tool("nbdinfo", "libnbd-bin");
+    info.args(["--json", &uri("tank/vol@first")]);
+    let js: serde_json::Value = serde_json::from_str(&run(info)).unwrap();
+    assert_eq!(js["exports"][0]["is_read_only"], true, "{js}");
+    let refused = copy_in(&two, &uri("tank/vol@first")).output().unwrap();
+    assert!(
+        !refused.status.success(),
+        "a write to a snapshot export succeeded"
+    );
+    assert!(same(&one, "tank/vol@first"));
+    server.stop();
 }

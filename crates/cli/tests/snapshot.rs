@@ -87,6 +87,75 @@ fn snapshot_read_rollback_and_destroy_from_the_command_line() {
     assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@monday/file"])) == v1);
     let e = fails(&cairn(&home, &["send", "tank/fs@nope"]));
     assert!(e.contains("tank/fs@nope"), "{e}");
+    // An incremental from monday: only the change travels, and the copy follows.
+    ok(&cairn(&home, &["snapshot", "tank/fs@inc"]));
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "-i", "@monday", "tank/fs@inc"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(std::fs::metadata(&stream).unwrap().len() < 2 * v1.len() as u64);
+    let got = support::cairn_cmd(&home)
+        .args(["receive", "-v", "backup/fs"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&got.stdout);
+    assert!(got.status.success() && said.contains("1 stream,"), "{said}");
+    let now = ok_bytes(&cairn(&home, &["cat", "tank/fs/file"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/fs@inc/file"])) == now);
+    // A stream cut in half, received with -s, resumes with send -t.
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "tank/fs@inc"])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bytes = std::fs::read(&stream).unwrap();
+    std::fs::write(&stream, &bytes[..bytes.len() / 2]).unwrap();
+    let cut = support::cairn_cmd(&home)
+        .args(["receive", "-s", "backup/half"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&cut.stderr);
+    assert!(!cut.status.success() && e.contains("send -t"), "{e}");
+    let token = ok(&cairn(
+        &home,
+        &["get", "-H", "receive_resume_token", "backup/half"],
+    ));
+    let token = token.split('\t').nth(2).unwrap().trim().to_string();
+    let out = std::fs::File::create(&stream).unwrap();
+    let st = support::cairn_cmd(&home)
+        .args(["send", "-t", &token])
+        .stdout(out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(std::fs::metadata(&stream).unwrap().len() < bytes.len() as u64);
+    let st = support::cairn_cmd(&home)
+        .args(["receive", "-s", "backup/half"])
+        .stdin(std::fs::File::open(&stream).unwrap())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(ok_bytes(&cairn(&home, &["cat", "backup/half@inc/file"])) == now);
+    // A clone of monday: writable, reads as monday, and keeps monday from being destroyed.
+    ok(&cairn(&home, &["clone", "tank/fs@monday", "tank/monday"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/monday/file"])) == v1);
+    let origin = ok(&cairn(&home, &["get", "-H", "origin", "tank/monday"]));
+    assert!(origin.contains("tank/fs@monday"), "{origin}");
+    ok(&cairn(
+        &home,
+        &["put", "-f", src.to_str().unwrap(), "tank/monday/file"],
+    ));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fs@monday/file"])) == v1);
+    let e = fails(&cairn(&home, &["destroy", "tank/fs@monday"]));
+    assert!(e.contains("clones") && e.contains("tank/monday"), "{e}");
+    ok(&cairn(&home, &["destroy", "tank/monday"]));
 
     // diff: what changed since monday (the file was replaced: same name, new object).
     ok(&cairn(&home, &["mkdir", "tank/fs/newdir"]));

@@ -97,6 +97,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::AttributesFull(_) => libc::ENOSPC,
         E::TooLarge(_) | E::PastEnd { .. } => libc::EFBIG,
         E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) | E::BadStream(_) => libc::EINVAL,
+        E::ReceiveKept { .. } => libc::EIO,
         E::Pool(_) | E::Corrupt(_) | E::CorruptMetadata(_) | E::DataLost(_) | E::LocalIo { .. } => {
             libc::EIO
         }

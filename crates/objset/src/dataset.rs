@@ -40,6 +40,16 @@ pub struct Dataset {
     pub props: BTreeMap<String, String>,
 }
 
+/// A clone's origin snapshot, `POOL/DS@SNAP` (internal; shown as `origin`).
+pub const ORIGIN_PROP: &str = "cairn:origin";
+/// Bytes of its origin's blocks a clone no longer uses (internal).
+pub const ORIGIN_RELEASED_PROP: &str = "cairn:origin-released";
+
+/// Whether a property is kept by cairn itself (not sent, not set by users).
+pub fn is_internal_property(key: &str) -> bool {
+    key.starts_with("cairn:")
+}
+
 /// Properties cairn knows, with defaults; `inherit` says whether children inherit it.
 pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("compression", "lz4", true),
@@ -98,7 +108,7 @@ pub fn validate_dataset_name(name: &str) -> Result<(), StoreError> {
     if name.contains('@') {
         return Err(StoreError::BadName(
             name.to_string(),
-            "'@' names a snapshot, and cairn has no snapshots yet; a dataset is POOL/NAME".into(),
+            "'@' names a snapshot; a dataset is POOL/NAME".into(),
         ));
     }
     if !name.contains('/') {
@@ -366,12 +376,47 @@ impl DatasetTable {
     }
 
     /// USED of a dataset: its own space plus all descendants'.
+    /// USED of a dataset and its descendants (REFER, less what a clone shares with its
+    /// origin snapshot, which the origin is charged for).
     pub fn used_total(&self, id: u32) -> u64 {
         // Saturating: the figures come from disk and must not overflow (found by fuzzing).
-        let own = self.by_id(id).map(|d| d.used).unwrap_or(0);
+        let own = self
+            .by_id(id)
+            .map(|d| d.used.saturating_sub(self.shared_with_origin(id)))
+            .unwrap_or(0);
         self.children(id)
             .map(|c| self.used_total(c.id))
             .fold(own, u64::saturating_add)
+    }
+
+    /// The origin snapshot of a clone (`crate::clone`).
+    pub fn origin_of(&self, id: u32) -> Option<&crate::snapshot::SnapshotRecord> {
+        let full = self.by_id(id)?.props.get(ORIGIN_PROP)?;
+        let (ds, snap) = full.split_once('@')?;
+        self.snapshots.find(self.by_name(ds)?.id, snap)
+    }
+
+    /// Bytes a clone still shares with its origin snapshot: what the snapshot referenced,
+    /// less what the clone has since stopped using of it.
+    pub fn shared_with_origin(&self, id: u32) -> u64 {
+        let Some(origin) = self.origin_of(id) else {
+            return 0;
+        };
+        let released = self
+            .by_id(id)
+            .and_then(|d| d.props.get(ORIGIN_RELEASED_PROP))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        origin.referenced.saturating_sub(released)
+    }
+
+    /// The clones of snapshot `full` (`POOL/DS@SNAP`).
+    pub fn clones_of(&self, full: &str) -> Vec<String> {
+        self.datasets
+            .iter()
+            .filter(|d| d.props.get(ORIGIN_PROP).is_some_and(|o| o == full))
+            .map(|d| d.name.clone())
+            .collect()
     }
 
     /// (logical, physical) over a dataset and its descendants, for compressratio.

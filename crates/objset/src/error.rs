@@ -66,6 +66,8 @@ pub enum StoreError {
     NewerFormat(String),
     #[error("not a valid send stream: {0}; nothing was received")]
     BadStream(String),
+    #[error("the receive stopped ({why}); what arrived is kept: {resume}")]
+    ReceiveKept { why: String, resume: String },
     #[error("object {0} is too large to address")]
     TooLarge(u64),
     #[error("dataset '{0}' does not exist; see `cairn dataset list`")]

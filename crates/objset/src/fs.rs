@@ -229,9 +229,17 @@ impl StoreCore {
         }
         let mut st = self.wait_for_writer(self.lock());
         self.destroy_all_snapshots_locked(&mut st, ds.id)?;
+        if let Some(map) = ds.props.get(crate::receive::RECEIVE_MAP_PROP) {
+            if let Ok(object) = map.parse() {
+                self.free_object_locked(&mut st, object)?;
+            }
+        }
         match ds.kind {
             DatasetKind::Volume => self.free_object_locked(&mut st, ds.object)?,
             DatasetKind::Filesystem => self.free_tree_locked(&mut st, ds.object)?,
+        }
+        if let Some(origin) = st.datasets.origin_of(ds.id).map(|r| r.txg) {
+            st.snaps.destroyed_clones.insert(ds.id, origin);
         }
         st.datasets.datasets.retain(|d| d.id != ds.id);
         st.datasets_dirty = true;
@@ -243,10 +251,23 @@ impl StoreCore {
         for (_, e) in self.dir_list(st, dir)? {
             match e.kind {
                 ObjectKind::Directory => self.free_tree_locked(st, e.object)?,
-                _ => self.free_object_locked(st, e.object)?,
+                _ => self.unlink_object_locked(st, e.object)?,
             }
         }
         self.free_object_locked(st, dir)
+    }
+
+    /// A name of object `id` is gone: one link fewer, and the object is freed with its last
+    /// (a hard link elsewhere keeps it).
+    fn unlink_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let dnode = &mut self.object_mut(st, id)?.dnode;
+        if dnode.nlink <= 1 {
+            return self.free_object_locked(st, id);
+        }
+        dnode.nlink -= 1;
+        dnode.ctime_ns = crate::core::now_ns();
+        self.object_mut(st, id)?.dnode_dirty = true;
+        Ok(())
     }
 
     pub fn set_property(&self, dataset: &str, key: &str, value: &str) -> Result<(), StoreError> {
@@ -314,6 +335,29 @@ impl StoreCore {
                 "-".into(),
             ),
             "written" => (info.written.to_string(), "-".into()),
+            k if k.starts_with("written@") => {
+                let snap = &k["written@".len()..];
+                let full = match snap.split_once('@') {
+                    Some(_) => snap.to_string(),
+                    None => format!("{dataset}@{snap}"),
+                };
+                drop(st);
+                return Ok((self.written_since(&full)?.to_string(), "-".into()));
+            }
+            "origin" => (
+                ds.props
+                    .get(crate::dataset::ORIGIN_PROP)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                "-".into(),
+            ),
+            "receive_resume_token" => (
+                ds.props
+                    .get(crate::receive::RESUME_TOKEN_PROP)
+                    .cloned()
+                    .unwrap_or_else(|| "-".into()),
+                "-".into(),
+            ),
             "compressratio" => (format!("{:.2}x", info.compressratio), "-".into()),
             "type" => (
                 match info.kind {
@@ -446,7 +490,8 @@ impl StoreCore {
     }
 
     /// Gives the file at `from` the name `to` in the same directory, in one step of the
-    /// open txg: an existing file at `to` is freed (a directory there is an error). What a
+    /// open txg: an existing file at `to` loses that name (and is freed unless it has another
+    /// hard link; a directory there is an error). What a
     /// `put` that wrote a temporary file does last, so `to` names the old contents or the
     /// new, never a part of them.
     pub fn replace_with(&self, from: &str, to: &str) -> Result<(), StoreError> {
@@ -468,7 +513,7 @@ impl StoreCore {
         // The new name first: when it cannot be added (a full DIR2 leaf), nothing changed.
         self.dir_insert(&mut st, dir, &to_name, entry)?;
         if let Some(old) = old {
-            self.free_object_locked(&mut st, old.object)?;
+            self.unlink_object_locked(&mut st, old.object)?;
         }
         self.dir_remove(&mut st, dir, &from_name)?;
         self.touch_changed(&mut st, dir)
@@ -556,12 +601,34 @@ impl StoreCore {
     /// the read gate), so other writers and reads go on meanwhile; the block is used if the
     /// object still points to it once the lock is back, and read again otherwise.
     pub fn write(&self, r: &Resolved, offset: u64, data: &[u8]) -> Result<(), StoreError> {
+        self.write_checked(r, offset, data, true)
+    }
+
+    /// `write` into a dataset even if it is read-only (`cairn receive` does, as zfs does).
+    pub(crate) fn write_unchecked(
+        &self,
+        r: &Resolved,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        self.write_checked(r, offset, data, false)
+    }
+
+    fn write_checked(
+        &self,
+        r: &Resolved,
+        offset: u64,
+        data: &[u8],
+        check_readonly: bool,
+    ) -> Result<(), StoreError> {
         let mut prefetched = Prefetched::new();
         // Blocks that keep changing under the prefetch (other writers, syncs) are read under
         // the lock after a few rounds.
         for round in 0.. {
             let mut st = self.throttle(self.lock());
-            self.check_writable_dataset(&st, r.dataset)?;
+            if check_readonly {
+                self.check_writable_dataset(&st, r.dataset)?;
+            }
             if r.kind == ObjectKind::Volume {
                 let size = self.object_mut(&mut st, r.object)?.dnode.size;
                 if offset
@@ -716,7 +783,7 @@ impl StoreCore {
             let parent = &mut self.object_mut(&mut st, dir)?.dnode;
             parent.nlink = parent.nlink.saturating_sub(1).max(2);
         } else {
-            self.free_object_locked(&mut st, e.object)?;
+            self.unlink_object_locked(&mut st, e.object)?;
         }
         self.dir_remove(&mut st, dir, &name)?;
         self.touch_changed(&mut st, dir)
@@ -769,7 +836,7 @@ impl StoreCore {
     }
 
     /// Syncs when the open txg holds more dirty data than allowed.
-    fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
+    pub(crate) fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
         if self.over_dirty_limit(st) {
             self.sync_locked(st)?;
         }

@@ -6,6 +6,7 @@
 
 pub mod autosnap;
 pub mod calendar;
+pub mod clone;
 pub mod codec;
 pub mod config;
 pub mod core;
@@ -25,10 +26,12 @@ pub mod posix;
 pub mod property_values;
 pub mod props;
 pub mod quota;
+pub mod receive;
 pub mod resilver;
 pub mod root;
 pub mod scan_state;
 pub mod scrub;
+pub mod send;
 pub mod snapshot;
 pub mod snapshot_ops;
 pub mod snapshot_read;

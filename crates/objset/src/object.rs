@@ -193,6 +193,11 @@ pub struct SyncCtx<'a> {
     /// holds them, so they go to `dead` instead of `freed` (0: no snapshot; `crate::snapshot`).
     pub dead_floor: u64,
     pub dead: &'a mut Vec<BlockPointer>,
+    /// A clone's origin txg: blocks born at or before it belong to the origin snapshot,
+    /// which keeps them; the clone only stops counting them (0: not a clone; `crate::clone`).
+    pub origin_floor: u64,
+    /// Bytes of such blocks this sync stopped using.
+    pub origin_released: u64,
     pub cache: &'a mut IndirectCache,
     pub txg: u64,
     /// Metadata copies (2, or more with `copies`).
@@ -207,7 +212,9 @@ impl SyncCtx<'_> {
         dnode.used = dnode.used.saturating_sub(self.pool.deflated_size(bp));
         dnode.logical = dnode.logical.saturating_sub(u64::from(bp.lsize));
         dnode.physical = dnode.physical.saturating_sub(u64::from(bp.psize));
-        if bp.birth <= self.dead_floor {
+        if bp.birth <= self.origin_floor {
+            self.origin_released += self.pool.deflated_size(bp);
+        } else if bp.birth <= self.dead_floor {
             self.dead.push(*bp);
         } else {
             self.freed.extend(bp.copies().copied());

@@ -3,7 +3,8 @@
 //! ```text
 //!  offset  size  field
 //!       0     8  magic "CAIRNOS1" (ROOT_MAGIC)
-//!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`)
+//!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`; 3 when
+//!                it has clones, see `crate::clone`)
 //!      12     4  reserved (0)
 //!      16     8  txg
 //!      24     8  next object id
@@ -46,19 +47,23 @@ pub(crate) struct RootBlock {
     /// The pool has snapshots: written as version 2, which older cairn builds refuse
     /// (they would free the blocks snapshots keep).
     pub(crate) snapshots: bool,
+    /// The pool has clones: version 3, which builds without clones refuse (they would free
+    /// the origin's blocks a clone stops using).
+    pub(crate) clones: bool,
 }
 
-/// Root block versions: 1, and 2 (snapshots in use).
+/// Root block versions: 1, 2 (snapshots in use) and 3 (clones in use).
 pub(crate) const ROOT_VERSION: u32 = 1;
 pub(crate) const ROOT_VERSION_SNAPSHOTS: u32 = 2;
+pub(crate) const ROOT_VERSION_CLONES: u32 = 3;
 
 impl RootBlock {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
-        let version = if self.snapshots {
-            ROOT_VERSION_SNAPSHOTS
-        } else {
-            ROOT_VERSION
+        let version = match (self.clones, self.snapshots) {
+            (true, _) => ROOT_VERSION_CLONES,
+            (false, true) => ROOT_VERSION_SNAPSHOTS,
+            (false, false) => ROOT_VERSION,
         };
         w.u64(ROOT_MAGIC)
             .u32(version)
@@ -93,7 +98,7 @@ impl RootBlock {
             return Err(StoreError::corrupt("root block", "bad magic".to_string()));
         }
         let version = r.u32().map_err(corrupt)?;
-        if version > ROOT_VERSION_SNAPSHOTS {
+        if version > ROOT_VERSION_CLONES {
             return Err(StoreError::NewerFormat(format!(
                 "root block version {version}"
             )));
@@ -137,7 +142,8 @@ impl RootBlock {
             space_map_bps,
             damaged,
             damaged_unlisted,
-            snapshots: version == ROOT_VERSION_SNAPSHOTS,
+            snapshots: version >= ROOT_VERSION_SNAPSHOTS,
+            clones: version >= ROOT_VERSION_CLONES,
         })
     }
 }
@@ -193,6 +199,7 @@ mod tests {
             damaged: (0..damaged as u64).map(|i| ((1, i + 2), 5 + i)).collect(),
             damaged_unlisted: 0,
             snapshots: false,
+            clones: false,
         }
     }
 
@@ -204,11 +211,16 @@ mod tests {
         let bytes = root.encode();
         assert_eq!(bytes[8], ROOT_VERSION_SNAPSHOTS as u8);
         assert!(RootBlock::decode(&bytes).unwrap().snapshots);
+        root.clones = true;
+        let bytes = root.encode();
+        assert_eq!(bytes[8], ROOT_VERSION_CLONES as u8);
+        let back = RootBlock::decode(&bytes).unwrap();
+        assert!(back.snapshots && back.clones);
         let mut newer = bytes.clone();
-        newer[8] = 3;
+        newer[8] = 4;
         let e = RootBlock::decode(&newer)
             .err()
-            .expect("version 3 is refused");
+            .expect("version 4 is refused");
         assert!(e.to_string().contains("upgrade cairn"), "{e}");
     }
 

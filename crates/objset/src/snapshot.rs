@@ -239,6 +239,10 @@ pub(crate) struct SnapLists {
     pub overrides: HashMap<u64, DnodeList>,
     /// Objects a rollback restored in the open txg: their table dnodes are not saved again.
     pub restored: HashSet<u64>,
+    /// Clones destroyed in the open txg → their origin txg: their objects' blocks are freed
+    /// at the next sync, after the dataset record is gone, and those born at or before the
+    /// origin must still be left to it (`crate::clone`).
+    pub destroyed_clones: HashMap<u32, u64>,
 }
 
 impl SnapLists {

@@ -321,6 +321,32 @@ impl StoreCore {
         snapshot_space_locked(&self.pool, &st, dataset)
     }
 
+    /// `written@SNAP`: what the dataset references now that snapshot `full` does not —
+    /// the bytes born after it. ZFS's formula: referenced now, less the snapshot's
+    /// referenced, plus what the snapshot held and the dataset has since freed (those
+    /// blocks are on the dead lists after it, born at or before its txg).
+    pub fn written_since(&self, full: &str) -> Result<u64, StoreError> {
+        let st = self.lock();
+        let rec = find_snapshot(&st, full)?;
+        let snaps = &st.datasets.snapshots;
+        let later = snaps
+            .of(rec.dataset)
+            .filter(|r| r.txg > rec.txg)
+            .map(|r| r.dead_object)
+            .chain(snaps.heads.get(&rec.dataset).copied());
+        let killed = later
+            .filter_map(|o| st.snaps.dead.get(&o))
+            .map(|l| {
+                l.bytes(|bp| match bp.birth <= rec.txg {
+                    true => self.pool.deflated_size(bp),
+                    false => 0,
+                })
+            })
+            .fold(0, u64::saturating_add);
+        let referenced = st.datasets.by_id(rec.dataset).map_or(0, |d| d.used);
+        Ok((referenced + killed).saturating_sub(rec.referenced))
+    }
+
     /// `cairn destroy POOL/DS@NAME`: frees what only this snapshot held; returns those bytes.
     pub fn snapshot_destroy(&self, full: &str) -> Result<u64, StoreError> {
         let mut st = self.wait_for_writer(self.lock());
@@ -335,6 +361,18 @@ impl StoreCore {
         st: &mut State,
         rec: &SnapshotRecord,
     ) -> Result<u64, StoreError> {
+        let ds_name = st
+            .datasets
+            .by_id(rec.dataset)
+            .map_or("?".to_string(), |d| d.name.clone());
+        let clones = st.datasets.clones_of(&format!("{ds_name}@{}", rec.name));
+        if !clones.is_empty() {
+            return Err(StoreError::NotPermitted(format!(
+                "{ds_name}@{} has clones ({}); destroy them first (promote is not built)",
+                rec.name,
+                clones.join(", ")
+            )));
+        }
         if !rec.holds.is_empty() {
             let ds = st
                 .datasets

@@ -72,6 +72,17 @@ impl StoreCore {
             .ok_or_else(|| StoreError::NotFound(format!("{}: object {id}", v.name)))
     }
 
+    /// Object `id` as the snapshot shows it, or `None` if it is not part of it.
+    pub(crate) fn snapshot_dnode_if_any(
+        &self,
+        v: &SnapshotView,
+        id: u64,
+    ) -> Result<Option<Dnode>, StoreError> {
+        let mut st = self.lock();
+        let rec = record(&st, v)?;
+        snapshot_dnode_locked(&self.pool, &mut st, &rec, id)
+    }
+
     /// Reads from object `id` of the snapshot; returns the bytes read (0 at its end).
     pub fn snapshot_read(
         &self,
@@ -89,6 +100,24 @@ impl StoreCore {
         let _gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
         let obj = ObjectState::new(dnode);
         read_object(&self.pool, &mut IndirectCache::new(), id, &obj, offset, buf)
+    }
+
+    /// A reader of object `id` of the snapshot that keeps its indirect blocks between
+    /// reads (for reading a whole object in order, as `send` does).
+    pub(crate) fn snapshot_object_reader(
+        &self,
+        v: &SnapshotView,
+        id: u64,
+    ) -> Result<SnapshotObjectReader, StoreError> {
+        let dnode = self.snapshot_dnode(v, id)?;
+        if dnode.kind == ObjectKind::Directory {
+            return Err(StoreError::IsADirectory(format!("{}: object {id}", v.name)));
+        }
+        Ok(SnapshotObjectReader {
+            id,
+            obj: ObjectState::new(dnode),
+            cache: IndirectCache::new(),
+        })
     }
 
     /// The entries of directory `dir` in the snapshot, in name order.
@@ -148,6 +177,35 @@ impl StoreCore {
             at = self.snapshot_lookup(v, at.0, name)?;
         }
         Ok(at)
+    }
+}
+
+/// See `StoreCore::snapshot_object_reader`.
+pub(crate) struct SnapshotObjectReader {
+    id: u64,
+    obj: ObjectState,
+    cache: IndirectCache,
+}
+
+impl SnapshotObjectReader {
+    /// Reads at `offset`; returns the bytes read (0 at the end).
+    pub fn read(
+        &mut self,
+        store: &StoreCore,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, StoreError> {
+        // (The snapshot's blocks stay until it is destroyed; a destroy's frees wait for
+        // readers behind the read gate.)
+        let _gate = store.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        read_object(
+            &store.pool,
+            &mut self.cache,
+            self.id,
+            &self.obj,
+            offset,
+            buf,
+        )
     }
 }
 

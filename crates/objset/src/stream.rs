@@ -1,10 +1,13 @@
-//! `cairn send` / `cairn receive`: a snapshot as a byte stream, and back into a dataset of
-//! another (or the same) pool. Full streams only so far (README: limits).
+//! `cairn send` / `cairn receive`: the stream's wire format. `crate::send` writes it,
+//! `crate::receive` reads it back into a dataset.
 //!
 //! ```text
 //!  header   "CAIRNSTR" u64 | version u32 | kind u8 (1 file system, 2 volume) |
 //!           snapshot name str | guid u64 | txg u64 | root src id u64 | nprops u64 |
-//!           (key str, value str)…
+//!           (key str, value str)… |
+//!           v2: from guid u64 (0: a full stream) | dataset path str ("" the sent dataset,
+//!               "a/b" a descendant of it, in a replication stream) | sender's dataset
+//!               name str | resumed u8 (1: `send -t`) [| phase u8 | object u64 | offset u64]
 //!  record   type u8 | length u32 | payload | check 16 B
 //!           check = blake3(previous check ‖ type ‖ length ‖ payload)[..16], the first
 //!           previous check being the header's own: any flipped, missing, reordered or
@@ -13,61 +16,192 @@
 //!              gid u32 | nlink u32 | mtime u64 | ctime u64 | atime u64 | rdev u64 |
 //!              xattr src id u64
 //!    DATA   2  src id u64 | offset u64 | bytes (≤ 1 MiB; all-zero ranges are not sent)
-//!    DIR    3  dir src id u64 | n u64 | (name str, child src id u64, kind u8)…
+//!    DIR    3  dir src id u64 | n u64 | (name str, child src id u64, kind u8)… — the
+//!              directory's whole list of entries
 //!    END    4  records before it u64
+//!    FREE   5  src id u64 — the object is gone (incremental streams)
+//!    HOLE   6  src id u64 | offset u64 | length u64 — reads as zeros (incremental)
 //! ```
-//! The sender walks the snapshot (objects, then every directory's entries); object ids are
-//! the sender's and the receiver maps each to a new object of its own. A receive creates
-//! the named dataset, and on any error (a broken chain, a bad record, a full pool) destroys
-//! it again: the target is as it was.
+//! Object ids are the sender's; the receiver maps each to an object of its own and keeps
+//! the map in the dataset (`crate::receive`), so a later incremental names objects the
+//! same way. Records come in this order: objects (each followed by its data and holes) in
+//! id order, directories in id order, frees, end. Several streams may follow each other
+//! (`send -I`, `send -R`): each has its header and its own chain.
+//!
+//! Resuming (`receive -s`, `send -t`): records have a position — OBJECT and DATA/HOLE
+//! (phase 0, object, offset), DIR (1, dir, 0), FREE (2, object, 0). A receive cut short
+//! with `-s` keeps what it applied and a token naming the position after it; the resumed
+//! stream sends only records from there on (and the OBJECT record of the object it starts
+//! in, so its attributes are applied again).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 use crate::codec::{Reader, Writer};
-use crate::core::StoreCore;
 use crate::dataset::DatasetKind;
-use crate::dir::DirEntry;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::fs::Resolved;
-use crate::snapshot_read::SnapshotView;
 
-const MAGIC: u64 = 0x5254_534e_5249_4143; // "CAIRNSTR"
-const VERSION: u32 = 1;
+pub(crate) const MAGIC: u64 = 0x5254_534e_5249_4143; // "CAIRNSTR"
+/// The version written; version 1 (no origin, no dataset path) is still read.
+pub(crate) const VERSION: u32 = 2;
 const CHECK: usize = 16;
-const DATA_CHUNK: usize = 1 << 20;
+/// The largest DATA record's bytes (a block is at most 1 MiB).
+pub(crate) const DATA_CHUNK: usize = 1 << 20;
 /// The largest record a receiver accepts (a DIR record of many names is the largest).
 const MAX_RECORD: u32 = 64 << 20;
-const OBJECT: u8 = 1;
-const DATA: u8 = 2;
-const DIR: u8 = 3;
-const END: u8 = 4;
-
-/// Objects of a snapshot with their dnodes, in id order.
-type ObjectList = Vec<(u64, Dnode)>;
+pub(crate) const OBJECT: u8 = 1;
+pub(crate) const DATA: u8 = 2;
+pub(crate) const DIR: u8 = 3;
+pub(crate) const END: u8 = 4;
+pub(crate) const FREE: u8 = 5;
+pub(crate) const HOLE: u8 = 6;
 
 /// What a send or a receive moved.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StreamStats {
+    /// Streams (one per snapshot sent: `-I` and `-R` send several).
+    pub streams: u64,
     pub objects: u64,
+    pub freed_objects: u64,
     pub data_bytes: u64,
     pub records: u64,
     pub stream_bytes: u64,
 }
 
-fn bad(why: impl Into<String>) -> StoreError {
+impl StreamStats {
+    pub(crate) fn add(&mut self, o: &StreamStats) {
+        self.streams += o.streams;
+        self.objects += o.objects;
+        self.freed_objects += o.freed_objects;
+        self.data_bytes += o.data_bytes;
+        self.records += o.records;
+        self.stream_bytes += o.stream_bytes;
+    }
+}
+
+pub(crate) fn bad(why: impl Into<String>) -> StoreError {
     StoreError::BadStream(why.into())
 }
 
-/// Writes records, chaining their checks.
-struct Sender<'a> {
-    out: &'a mut dyn Write,
-    check: [u8; CHECK],
-    stats: StreamStats,
+/// What a stream's header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub kind: DatasetKind,
+    /// The snapshot sent (the part after `@`), its guid and txg on the sender.
+    pub snapshot: String,
+    pub guid: u64,
+    pub txg: u64,
+    /// The sender's id of the dataset's root object.
+    pub root: u64,
+    pub props: BTreeMap<String, String>,
+    /// The guid of the snapshot an incremental starts from; 0 for a full stream.
+    pub from_guid: u64,
+    /// Where the dataset sits below the one sent ("" for itself).
+    pub path: String,
+    /// The dataset's name on the sender (for resume tokens).
+    pub source: String,
+    /// A resumed stream (`send -t`): it starts at this position.
+    pub resume: Option<Position>,
 }
 
-impl Sender<'_> {
+/// A place in a stream (see "Resuming" above); ordered as records are sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub phase: u8,
+    pub object: u64,
+    pub offset: u64,
+}
+
+impl Position {
+    pub const OBJECTS: u8 = 0;
+    pub const DIRS: u8 = 1;
+    pub const FREES: u8 = 2;
+
+    /// Whether a resumed stream starting here sends object `id`'s OBJECT record.
+    pub fn sends_object(&self, id: u64) -> bool {
+        self.phase == Self::OBJECTS && id >= self.object
+    }
+
+    /// Whether it sends a record at `phase`/`object`/`offset`.
+    pub fn sends(&self, phase: u8, object: u64, offset: u64) -> bool {
+        Position {
+            phase,
+            object,
+            offset,
+        } >= *self
+    }
+}
+
+impl Header {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut h = Writer::new();
+        h.u64(MAGIC).u32(VERSION).u8(match self.kind {
+            DatasetKind::Filesystem => 1,
+            DatasetKind::Volume => 2,
+        });
+        h.str(&self.snapshot)
+            .u64(self.guid)
+            .u64(self.txg)
+            .u64(self.root);
+        h.u64(self.props.len() as u64);
+        for (k, val) in &self.props {
+            h.str(k).str(val);
+        }
+        h.u64(self.from_guid).str(&self.path).str(&self.source);
+        match self.resume {
+            None => h.u8(0),
+            Some(p) => h.u8(1).u8(p.phase).u64(p.object).u64(p.offset),
+        };
+        h.buf
+    }
+}
+
+/// Writes records, chaining their checks.
+pub(crate) struct Sender<'a> {
+    out: &'a mut dyn Write,
+    check: [u8; CHECK],
+    pub stats: StreamStats,
+    /// A resumed stream sends only records from here on.
+    resume: Option<Position>,
+}
+
+impl<'a> Sender<'a> {
+    /// Starts a stream: writes its header.
+    pub fn start(out: &'a mut dyn Write, header: &Header) -> Result<Sender<'a>, StoreError> {
+        let bytes = header.encode();
+        out.write_all(&bytes).map_err(Self::io)?;
+        let mut stats = StreamStats {
+            streams: 1,
+            ..StreamStats::default()
+        };
+        stats.stream_bytes = bytes.len() as u64;
+        Ok(Sender {
+            out,
+            check: header_check(&bytes),
+            stats,
+            resume: header.resume,
+        })
+    }
+
+    /// Whether object `id`'s OBJECT record is sent (all are, unless resuming).
+    pub fn sends_object(&self, id: u64) -> bool {
+        self.resume.is_none_or(|p| p.sends_object(id))
+    }
+
+    /// Whether the record at this position is sent.
+    pub fn sends(&self, phase: u8, object: u64, offset: u64) -> bool {
+        self.resume.is_none_or(|p| p.sends(phase, object, offset))
+    }
+
+    /// Where object `id`'s data starts (0, unless a resumed stream starts inside it).
+    pub fn data_start(&self, id: u64) -> u64 {
+        match self.resume {
+            Some(p) if p.phase == Position::OBJECTS && p.object == id => p.offset,
+            _ => 0,
+        }
+    }
+
     fn io(e: std::io::Error) -> StoreError {
         StoreError::LocalIo {
             path: "the stream".into(),
@@ -75,7 +209,7 @@ impl Sender<'_> {
         }
     }
 
-    fn record(&mut self, kind: u8, payload: &[u8]) -> Result<(), StoreError> {
+    pub fn record(&mut self, kind: u8, payload: &[u8]) -> Result<(), StoreError> {
         let len = (payload.len() as u32).to_le_bytes();
         let check = chain(&self.check, kind, &len, payload);
         self.out.write_all(&[kind]).map_err(Self::io)?;
@@ -86,6 +220,14 @@ impl Sender<'_> {
         self.stats.records += 1;
         self.stats.stream_bytes += (1 + 4 + payload.len() + CHECK) as u64;
         Ok(())
+    }
+
+    /// Ends the stream: the END record counts the records before it.
+    pub fn finish(mut self) -> Result<StreamStats, StoreError> {
+        let n = self.stats.records;
+        self.record(END, &n.to_le_bytes())?;
+        self.out.flush().map_err(Self::io)?;
+        Ok(self.stats)
     }
 }
 
@@ -103,7 +245,7 @@ fn header_check(header: &[u8]) -> [u8; CHECK] {
         .expect("16 bytes")
 }
 
-fn object_record(id: u64, d: &Dnode) -> Vec<u8> {
+pub(crate) fn object_record(id: u64, d: &Dnode) -> Vec<u8> {
     let mut w = Writer::new();
     w.u64(id).u8(d.kind as u8).u32(d.block_size).u64(d.size);
     w.u32(d.mode).u32(d.uid).u32(d.gid).u32(d.nlink);
@@ -115,137 +257,32 @@ fn object_record(id: u64, d: &Dnode) -> Vec<u8> {
     w.buf
 }
 
-impl StoreCore {
-    /// `cairn send POOL/DS@SNAP`: the snapshot as a full stream on `out`.
-    pub fn send(&self, snapshot: &str, out: &mut dyn Write) -> Result<StreamStats, StoreError> {
-        let v = self.snapshot_view(snapshot)?;
-        let table = self.datasets();
-        let ds = table.by_id(v.dataset).expect("a view names its dataset");
-        let guid = self
-            .snapshots(Some(&ds.name))?
-            .into_iter()
-            .find(|s| s.name == snapshot)
-            .map_or(0, |s| s.guid);
-        let mut h = Writer::new();
-        h.u64(MAGIC).u32(VERSION).u8(match ds.kind {
-            DatasetKind::Filesystem => 1,
-            DatasetKind::Volume => 2,
-        });
-        h.str(&v.snapshot).u64(guid).u64(v.txg).u64(v.root);
-        h.u64(ds.props.len() as u64);
-        for (k, val) in &ds.props {
-            h.str(k).str(val);
-        }
-        out.write_all(&h.buf).map_err(Sender::io)?;
-        let mut s = Sender {
-            out,
-            check: header_check(&h.buf),
-            stats: StreamStats::default(),
-        };
-        s.stats.stream_bytes = h.buf.len() as u64;
-        let (objects, dirs) = self.collect(&v)?;
-        for (id, dn) in &objects {
-            s.record(OBJECT, &object_record(*id, dn))?;
-            s.stats.objects += 1;
-            if dn.kind != ObjectKind::Directory {
-                self.send_data(&v, *id, dn, &mut s)?;
-            }
-        }
-        for dir in dirs {
-            let entries = self.snapshot_read_dir(&v, dir)?;
-            let mut w = Writer::new();
-            w.u64(dir).u64(entries.len() as u64);
-            for (name, e) in &entries {
-                w.str(name).u64(e.object).u8(e.kind as u8);
-            }
-            s.record(DIR, &w.buf)?;
-        }
-        let n = s.stats.records;
-        s.record(END, &n.to_le_bytes())?;
-        s.out.flush().map_err(Sender::io)?;
-        Ok(s.stats)
-    }
-
-    /// Every object of the snapshot (id order) and its directories.
-    fn collect(&self, v: &SnapshotView) -> Result<(ObjectList, Vec<u64>), StoreError> {
-        let mut seen: HashMap<u64, Dnode> = HashMap::new();
-        let mut dirs = Vec::new();
-        let mut queue = vec![v.root];
-        while let Some(id) = queue.pop() {
-            if seen.contains_key(&id) {
-                continue;
-            }
-            let dn = self.snapshot_dnode(v, id)?;
-            if dn.xattr != 0 {
-                queue.push(dn.xattr);
-            }
-            if dn.kind == ObjectKind::Directory {
-                dirs.push(id);
-                for (_, e) in self.snapshot_read_dir(v, id)? {
-                    queue.push(e.object);
-                }
-            }
-            seen.insert(id, dn);
-        }
-        let mut objects: Vec<(u64, Dnode)> = seen.into_iter().collect();
-        objects.sort_by_key(|(id, _)| *id);
-        dirs.sort_unstable();
-        Ok((objects, dirs))
-    }
-
-    fn send_data(
-        &self,
-        v: &SnapshotView,
-        id: u64,
-        dn: &Dnode,
-        s: &mut Sender<'_>,
-    ) -> Result<(), StoreError> {
-        let mut buf = vec![0u8; DATA_CHUNK];
-        let mut off = 0u64;
-        while off < dn.size {
-            let n = self.snapshot_read(v, id, off, &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            if buf[..n].iter().any(|&b| b != 0) {
-                let mut w = Writer::new();
-                w.u64(id).u64(off).raw(&buf[..n]);
-                s.record(DATA, &w.buf)?;
-                s.stats.data_bytes += n as u64;
-            }
-            off += n as u64;
-        }
-        Ok(())
-    }
-}
-
-/// What the stream's header says.
-struct Header {
-    kind: DatasetKind,
-    snapshot: String,
-    guid: u64,
-    root: u64,
-    props: std::collections::BTreeMap<String, String>,
-}
-
 /// Reads exactly what the stream holds, keeping the header's bytes for its check.
-struct Input<'a> {
+pub(crate) struct Input<'a> {
     input: &'a mut dyn Read,
     kept: Vec<u8>,
-    bytes: u64,
+    /// Bytes read so far (all streams).
+    pub bytes: u64,
+    check: [u8; CHECK],
 }
 
-impl Input<'_> {
+impl<'a> Input<'a> {
+    pub fn new(input: &'a mut dyn Read) -> Input<'a> {
+        Input {
+            input,
+            kept: Vec::new(),
+            bytes: 0,
+            check: [0; CHECK],
+        }
+    }
+
     fn take(&mut self, n: usize) -> Result<Vec<u8>, StoreError> {
         let mut buf = vec![0u8; n];
         self.input
             .read_exact(&mut buf)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => bad("it ends early (cut short?)"),
-                _ => StoreError::LocalIo {
-                    path: "the stream".into(),
-                    source: e,
-                },
+                _ => Sender::io(e),
             })?;
         self.bytes += n as u64;
         Ok(buf)
@@ -269,8 +306,28 @@ impl Input<'_> {
         String::from_utf8(self.kept(n as usize)?).map_err(|_| bad("a header string is not UTF-8"))
     }
 
-    fn header(&mut self) -> Result<Header, StoreError> {
-        if self.u64()? != MAGIC {
+    /// The next stream's header, or `None` at a clean end of input (between streams).
+    pub fn next_header(&mut self) -> Result<Option<Header>, StoreError> {
+        let mut first = [0u8; 1];
+        loop {
+            match self.input.read(&mut first) {
+                Ok(0) => return Ok(None),
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Sender::io(e)),
+            }
+        }
+        self.bytes += 1;
+        self.kept = first.to_vec();
+        let h = self.header_after_first_byte()?;
+        self.check = header_check(&self.kept);
+        Ok(Some(h))
+    }
+
+    fn header_after_first_byte(&mut self) -> Result<Header, StoreError> {
+        let mut magic = self.kept.clone();
+        magic.extend(self.kept(7)?);
+        if u64::from_le_bytes(magic.try_into().expect("8")) != MAGIC {
             return Err(bad("it does not start with a cairn send stream header"));
         }
         let version = u32::from_le_bytes(self.kept(4)?.try_into().expect("4"));
@@ -286,27 +343,65 @@ impl Input<'_> {
         };
         let snapshot = self.str()?;
         crate::dataset::validate_component(&snapshot)?;
-        let (guid, _txg, root) = (self.u64()?, self.u64()?, self.u64()?);
+        let (guid, txg, root) = (self.u64()?, self.u64()?, self.u64()?);
         let n = self.u64()?;
         if n > 1024 {
             return Err(bad(format!("{n} properties")));
         }
-        let mut props = std::collections::BTreeMap::new();
+        let mut props = BTreeMap::new();
         for _ in 0..n {
             let k = self.str()?;
             props.insert(k, self.str()?);
+        }
+        let (from_guid, path, source, resume) = if version >= 2 {
+            (
+                self.u64()?,
+                self.str()?,
+                self.str()?,
+                self.resume_position()?,
+            )
+        } else {
+            (0, String::new(), String::new(), None)
+        };
+        if !path.is_empty() {
+            path.split('/')
+                .try_for_each(crate::dataset::validate_component)?;
         }
         Ok(Header {
             kind,
             snapshot,
             guid,
+            txg,
             root,
             props,
+            from_guid,
+            path,
+            source,
+            resume,
         })
     }
 
+    fn resume_position(&mut self) -> Result<Option<Position>, StoreError> {
+        match self.kept(1)?[0] {
+            0 => Ok(None),
+            1 => {
+                let phase = self.kept(1)?[0];
+                if phase > Position::FREES {
+                    return Err(bad(format!("resume phase {phase}")));
+                }
+                let (object, offset) = (self.u64()?, self.u64()?);
+                Ok(Some(Position {
+                    phase,
+                    object,
+                    offset,
+                }))
+            }
+            f => Err(bad(format!("resume flag {f}"))),
+        }
+    }
+
     /// The next record, its check verified against the chain.
-    fn record(&mut self, check: &mut [u8; CHECK]) -> Result<(u8, Vec<u8>), StoreError> {
+    pub fn record(&mut self) -> Result<(u8, Vec<u8>), StoreError> {
         let kind = self.take(1)?[0];
         let len: [u8; 4] = self.take(4)?.try_into().expect("4");
         let n = u32::from_le_bytes(len);
@@ -315,25 +410,25 @@ impl Input<'_> {
         }
         let payload = self.take(n as usize)?;
         let got = self.take(CHECK)?;
-        let want = chain(check, kind, &len, &payload);
+        let want = chain(&self.check, kind, &len, &payload);
         if got != want {
             return Err(bad(format!(
                 "record at byte {} fails its check (the stream is damaged)",
                 self.bytes
             )));
         }
-        *check = want;
+        self.check = want;
         Ok((kind, payload))
     }
 }
 
 /// An object's attributes, applied once its data is in.
-struct Attrs {
-    dnode: Dnode,
-    xattr_src: u64,
+pub(crate) struct Attrs {
+    pub dnode: Dnode,
+    pub xattr_src: u64,
 }
 
-fn decode_object(p: &[u8]) -> Result<(u64, Attrs), StoreError> {
+pub(crate) fn decode_object(p: &[u8]) -> Result<(u64, Attrs), StoreError> {
     let mut r = Reader::new(p, "stream object record");
     let e = |x: crate::codec::DecodeError| bad(x.to_string());
     let id = r.u64().map_err(e)?;
@@ -374,196 +469,78 @@ fn decode_object(p: &[u8]) -> Result<(u64, Attrs), StoreError> {
     ))
 }
 
-/// A receive in progress: the new dataset and the sender's ids mapped to ours.
-struct Receiving {
-    dataset: u32,
-    root: u64,
-    root_src: u64,
-    map: HashMap<u64, u64>,
-    attrs: Vec<(u64, Attrs)>,
+/// What `receive -s` keeps of a stream cut short, for `send -t` (shown as the dataset's
+/// `receive_resume_token`): `1-` and hex of
+/// ```text
+///  to snapshot str (sender's POOL/DS@B) | to guid u64 | from guid u64 (0: full) | phase u8 | object u64 | offset u64 | check 4 B (blake3 of the rest)
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumeToken {
+    pub to: String,
+    pub to_guid: u64,
+    pub from_guid: u64,
+    pub at: Position,
 }
 
-impl StoreCore {
-    /// `cairn receive POOL/NEW < stream`: a full stream into a new dataset, which then has
-    /// the sent snapshot (same name and guid). On any error the new dataset is destroyed.
-    pub fn receive(&self, target: &str, input: &mut dyn Read) -> Result<StreamStats, StoreError> {
-        crate::dataset::validate_dataset_name(target)?;
-        if self.datasets().by_name(target).is_some() {
-            return Err(StoreError::DatasetExists(format!(
-                "{target} (a full stream is received into a new dataset; incremental streams and -F are not built yet)"
-            )));
-        }
-        let mut input = Input {
-            input,
-            kept: Vec::new(),
-            bytes: 0,
+impl ResumeToken {
+    pub fn encode(&self) -> String {
+        let mut w = Writer::new();
+        w.str(&self.to).u64(self.to_guid).u64(self.from_guid);
+        w.u8(self.at.phase).u64(self.at.object).u64(self.at.offset);
+        let check = blake3::hash(&w.buf);
+        w.raw(&check.as_bytes()[..4]);
+        let hex: String = w.buf.iter().map(|b| format!("{b:02x}")).collect();
+        format!("1-{hex}")
+    }
+
+    pub fn decode(token: &str) -> Result<ResumeToken, StoreError> {
+        let unusable = |why: &str| {
+            StoreError::BadStream(format!(
+                "the resume token is not usable ({why}); copy it whole from `cairn get receive_resume_token DS` on the receiving side"
+            ))
         };
-        let h = input.header()?;
-        let volsize = h.props.get("volsize").and_then(|v| v.parse().ok());
-        let mut props = h.props.clone();
-        props.remove("volsize");
-        self.dataset_create(target, h.kind, props, volsize, false)?;
-        let result = self.receive_into(target, &h, &mut input);
-        match result {
-            Ok(stats) => Ok(stats),
-            Err(e) => {
-                let _ = self.dataset_destroy(target, true);
-                Err(e)
-            }
+        let hex = token
+            .trim()
+            .strip_prefix("1-")
+            .ok_or_else(|| unusable("it does not start with 1-"))?;
+        if hex.len() % 2 != 0 || hex.len() < 8 || !hex.is_ascii() {
+            return Err(unusable("bad length"));
         }
-    }
-
-    fn receive_into(
-        &self,
-        target: &str,
-        h: &Header,
-        input: &mut Input<'_>,
-    ) -> Result<StreamStats, StoreError> {
-        let ds = self
-            .datasets()
-            .by_name(target)
-            .cloned()
-            .expect("just created");
-        let mut rx = Receiving {
-            dataset: ds.id,
-            root: ds.object,
-            root_src: h.root,
-            map: HashMap::new(),
-            attrs: Vec::new(),
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unusable("not hex"))?;
+        let (body, check) = bytes.split_at(bytes.len() - 4);
+        if blake3::hash(body).as_bytes()[..4] != *check {
+            return Err(unusable("its check fails"));
+        }
+        let mut r = Reader::new(body, "resume token");
+        let e = |_| unusable("it is cut short");
+        let t = ResumeToken {
+            to: r.str().map_err(e)?,
+            to_guid: r.u64().map_err(e)?,
+            from_guid: r.u64().map_err(e)?,
+            at: Position {
+                phase: r.u8().map_err(e)?,
+                object: r.u64().map_err(e)?,
+                offset: r.u64().map_err(e)?,
+            },
         };
-        let mut check = header_check(&input.kept);
-        let mut stats = StreamStats::default();
-        loop {
-            let (kind, payload) = input.record(&mut check)?;
-            match kind {
-                OBJECT => {
-                    self.receive_object(&mut rx, &payload)?;
-                    stats.objects += 1;
-                }
-                DATA => stats.data_bytes += self.receive_data(&rx, &payload)?,
-                DIR => self.receive_dir(&rx, &payload)?,
-                END if payload == stats.records.to_le_bytes() => break,
-                END => return Err(bad("its end record counts other records than it holds")),
-                k => return Err(bad(format!("record type {k}"))),
-            }
-            stats.records += 1;
-        }
-        self.apply_attrs(&rx)?;
-        stats.records += 1;
-        stats.stream_bytes = input.bytes;
-        let snap = format!("{target}@{}", h.snapshot);
-        self.snapshot_create(std::slice::from_ref(&snap), false)?;
-        self.set_snapshot_guid(rx.dataset, &h.snapshot, h.guid)?;
-        Ok(stats)
+        Ok(t)
     }
+}
 
-    fn receive_object(&self, rx: &mut Receiving, p: &[u8]) -> Result<(), StoreError> {
-        let (src, attrs) = decode_object(p)?;
-        if rx.map.contains_key(&src) {
-            return Err(bad(format!("object {src} is sent twice")));
-        }
-        let id = if src == rx.root_src {
-            rx.root
-        } else {
-            let mut st = self.lock();
-            let d = &attrs.dnode;
-            self.create_object_locked(&mut st, d.kind, rx.dataset, d.block_size)?
-        };
-        let kind_here = self.dnode(id)?.kind;
-        if kind_here != attrs.dnode.kind {
-            return Err(bad(format!(
-                "the root is a {:?} here, a {:?} in the stream",
-                kind_here, attrs.dnode.kind
-            )));
-        }
-        rx.map.insert(src, id);
-        rx.attrs.push((id, attrs));
-        Ok(())
+/// Fixed-size fields of a DATA (id, offset) or HOLE (id, offset, length) record.
+pub(crate) fn decode_u64s<const N: usize>(p: &[u8], what: &str) -> Result<[u64; N], StoreError> {
+    if p.len() < 8 * N {
+        return Err(bad(format!("a {what} record without its header")));
     }
-
-    fn mapped(rx: &Receiving, src: u64) -> Result<u64, StoreError> {
-        rx.map
-            .get(&src)
-            .copied()
-            .ok_or_else(|| bad(format!("object {src} is used before it is sent")))
+    let mut out = [0u64; N];
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = u64::from_le_bytes(p[8 * i..8 * i + 8].try_into().expect("8"));
     }
-
-    fn receive_data(&self, rx: &Receiving, p: &[u8]) -> Result<u64, StoreError> {
-        if p.len() < 16 {
-            return Err(bad("a data record without its header"));
-        }
-        let src = u64::from_le_bytes(p[..8].try_into().expect("8"));
-        let off = u64::from_le_bytes(p[8..16].try_into().expect("8"));
-        let id = Self::mapped(rx, src)?;
-        let kind = self.dnode(id)?.kind;
-        if kind == ObjectKind::Directory {
-            return Err(bad(format!("data for directory {src}")));
-        }
-        let r = Resolved {
-            dataset: rx.dataset,
-            object: id,
-            kind,
-        };
-        self.write(&r, off, &p[16..])?;
-        Ok((p.len() - 16) as u64)
-    }
-
-    fn receive_dir(&self, rx: &Receiving, p: &[u8]) -> Result<(), StoreError> {
-        let e = |x: crate::codec::DecodeError| bad(x.to_string());
-        let mut r = Reader::new(p, "stream directory record");
-        let dir = Self::mapped(rx, r.u64().map_err(e)?)?;
-        let n = r.count(13).map_err(e)?;
-        let mut st = self.lock();
-        for _ in 0..n {
-            let name = r.str().map_err(e)?;
-            let child = Self::mapped(rx, r.u64().map_err(e)?)?;
-            let kind = crate::dir::entry_kind(r.u8().map_err(e)?)
-                .ok_or_else(|| bad("a directory entry of an unknown kind"))?;
-            if name.is_empty()
-                || name.contains(['/', '\0'])
-                || name == "."
-                || name == ".."
-                || name.len() > 255
-            {
-                return Err(bad(format!("the name {name:?}")));
-            }
-            if self.object_mut(&mut st, dir)?.dnode.kind != ObjectKind::Directory {
-                return Err(bad("entries for an object that is not a directory"));
-            }
-            self.dir_insert(
-                &mut st,
-                dir,
-                &name,
-                DirEntry {
-                    object: child,
-                    kind,
-                },
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Sizes, owners, modes, times, links and extended-attribute objects, once every byte
-    /// is in (writes would move the times).
-    fn apply_attrs(&self, rx: &Receiving) -> Result<(), StoreError> {
-        let mut st = self.lock();
-        for (id, a) in &rx.attrs {
-            let xattr = match a.xattr_src {
-                0 => 0,
-                src => Self::mapped(rx, src)?,
-            };
-            if a.dnode.kind != ObjectKind::Directory {
-                self.truncate_locked(&mut st, *id, a.dnode.size)?;
-            }
-            let d = &mut self.object_mut(&mut st, *id)?.dnode;
-            let s = &a.dnode;
-            (d.mode, d.uid, d.gid, d.nlink, d.rdev) = (s.mode, s.uid, s.gid, s.nlink, s.rdev);
-            (d.mtime_ns, d.ctime_ns, d.atime_ns, d.xattr) =
-                (s.mtime_ns, s.ctime_ns, s.atime_ns, xattr);
-            self.object_mut(&mut st, *id)?.dnode_dirty = true;
-        }
-        Ok(())
-    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -571,31 +548,104 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn header() -> Header {
+        Header {
+            kind: DatasetKind::Filesystem,
+            snapshot: "s".into(),
+            guid: 1,
+            txg: 2,
+            root: 3,
+            props: BTreeMap::new(),
+            from_guid: 0,
+            path: String::new(),
+            source: "tank/fs".into(),
+            resume: None,
+        }
+    }
+
+    #[test]
+    fn a_header_reads_back_and_a_version_1_header_still_reads() {
+        let mut h = header();
+        h.from_guid = 77;
+        h.path = "a/b".into();
+        h.resume = Some(Position {
+            phase: 1,
+            object: 9,
+            offset: 4096,
+        });
+        h.props.insert("compression".into(), "zstd".into());
+        let bytes = h.encode();
+        let mut slice = &bytes[..];
+        assert_eq!(Input::new(&mut slice).next_header().unwrap(), Some(h));
+        let mut v1 = Writer::new();
+        v1.u64(MAGIC)
+            .u32(1)
+            .u8(2)
+            .str("s")
+            .u64(1)
+            .u64(2)
+            .u64(3)
+            .u64(0);
+        let mut slice = &v1.buf[..];
+        let got = Input::new(&mut slice).next_header().unwrap().unwrap();
+        assert_eq!(
+            (got.kind, got.from_guid, got.path.as_str()),
+            (DatasetKind::Volume, 0, "")
+        );
+        let mut empty: &[u8] = &[];
+        assert_eq!(Input::new(&mut empty).next_header().unwrap(), None);
+    }
+
+    #[test]
+    fn a_token_reads_back_and_a_damaged_one_is_refused() {
+        let t = ResumeToken {
+            to: "tank/fs@b".into(),
+            to_guid: 5,
+            from_guid: 6,
+            at: Position {
+                phase: 0,
+                object: 12,
+                offset: 1 << 20,
+            },
+        };
+        let s = t.encode();
+        assert_eq!(ResumeToken::decode(&s).unwrap(), t);
+        let mut bad = s.clone().into_bytes();
+        bad[10] = if bad[10] == b'0' { b'1' } else { b'0' };
+        let e = ResumeToken::decode(std::str::from_utf8(&bad).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("check"), "{e}");
+        assert!(ResumeToken::decode(&s[..s.len() - 2]).is_err());
+        assert!(ResumeToken::decode("xyz").is_err());
+    }
+
     proptest! {
-        /// Whatever bytes arrive, reading a header and records returns errors, never panics.
+        #[test]
+        fn any_token_text_is_refused_or_read_without_a_panic(text in ".{0,80}") {
+            let _ = ResumeToken::decode(&text);
+            let _ = ResumeToken::decode(&format!("1-{text}"));
+        }
+
+        /// Whatever bytes arrive, reading headers and records returns errors, never panics.
         #[test]
         fn any_bytes_are_refused_without_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let mut slice = &bytes[..];
-            let mut input = Input { input: &mut slice, kept: Vec::new(), bytes: 0 };
-            if input.header().is_ok() {
-                let mut check = header_check(&input.kept);
-                while input.record(&mut check).is_ok() {}
+            let mut input = Input::new(&mut slice);
+            if let Ok(Some(_)) = input.next_header() {
+                while input.record().is_ok() {}
             }
             let _ = decode_object(&bytes);
+            let _ = decode_u64s::<3>(&bytes, "hole");
         }
 
         /// A valid header followed by random records: every record fails its check.
         #[test]
         fn records_without_the_chain_fail(tail in proptest::collection::vec(any::<u8>(), 21..300)) {
-            let mut h = Writer::new();
-            h.u64(MAGIC).u32(VERSION).u8(1).str("s").u64(1).u64(2).u64(3).u64(0);
-            let mut bytes = h.buf.clone();
+            let mut bytes = header().encode();
             bytes.extend_from_slice(&tail);
             let mut slice = &bytes[..];
-            let mut input = Input { input: &mut slice, kept: Vec::new(), bytes: 0 };
-            prop_assert!(input.header().is_ok());
-            let mut check = header_check(&input.kept);
-            prop_assert!(input.record(&mut check).is_err());
+            let mut input = Input::new(&mut slice);
+            prop_assert!(input.next_header().unwrap().is_some());
+            prop_assert!(input.record().is_err());
         }
     }
 }

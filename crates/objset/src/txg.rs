@@ -55,10 +55,21 @@ impl TxgSync<'_> {
             0 => POOL_OBJECTS,
             id => self.st.objects[&id].dnode.dataset,
         };
-        let floor = if id <= DATASET_TABLE_OBJECT || dataset == POOL_OBJECTS {
-            0
+        let pool_object = id <= DATASET_TABLE_OBJECT || dataset == POOL_OBJECTS;
+        let (floor, origin_floor) = if pool_object {
+            (0, 0)
         } else {
-            self.st.datasets.snapshots.floor(dataset)
+            let origin = match self.st.datasets.origin_of(dataset) {
+                Some(r) => r.txg,
+                None => self
+                    .st
+                    .snaps
+                    .destroyed_clones
+                    .get(&dataset)
+                    .copied()
+                    .unwrap_or(0),
+            };
+            (self.st.datasets.snapshots.floor(dataset), origin)
         };
         let mut dead = Vec::new();
         let State {
@@ -79,11 +90,17 @@ impl TxgSync<'_> {
             freed: &mut self.freed,
             dead_floor: floor,
             dead: &mut dead,
+            origin_floor,
+            origin_released: 0,
             cache,
             txg: self.txg,
             metadata_copies: self.metadata_copies,
         };
         sync_object(&mut ctx, id, obj, props)?;
+        let released = ctx.origin_released;
+        if released > 0 {
+            self.count_origin_released(dataset, released);
+        }
         if !dead.is_empty() {
             let head = self.st.datasets.snapshots.heads.get(&dataset).copied();
             let list = head.and_then(|h| self.st.snaps.dead.get_mut(&h));
@@ -96,6 +113,22 @@ impl TxgSync<'_> {
             list.bps.extend(dead);
         }
         Ok(())
+    }
+
+    /// Adds to a clone's count of its origin's bytes it no longer uses.
+    fn count_origin_released(&mut self, dataset: u32, bytes: u64) {
+        use crate::dataset::ORIGIN_RELEASED_PROP;
+        if let Some(ds) = self.st.datasets.by_id_mut(dataset) {
+            let before: u64 = ds
+                .props
+                .get(ORIGIN_RELEASED_PROP)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let now = before.saturating_add(bytes);
+            ds.props
+                .insert(ORIGIN_RELEASED_PROP.into(), now.to_string());
+            self.st.datasets_dirty = true;
+        }
     }
 
     /// Appends what each dead list gained to its object (or rewrites a list a destroy or
@@ -304,6 +337,12 @@ impl TxgSync<'_> {
             damaged: self.st.damaged.clone(),
             damaged_unlisted: self.st.damaged_unlisted,
             snapshots: !self.st.datasets.snapshots.is_empty(),
+            clones: self
+                .st
+                .datasets
+                .datasets
+                .iter()
+                .any(|d| d.props.contains_key(crate::dataset::ORIGIN_PROP)),
         };
         let block = prepare(
             &root.encode(),
@@ -373,6 +412,8 @@ impl StoreCore {
         sync.save_overrides()?;
         sync.write_object_table()?;
         let (root_bp, map_bps) = sync.write_space_map_and_root()?;
+        // (Destroyed clones' objects were written above: their origins are needed no more.)
+        sync.st.snaps.destroyed_clones.clear();
         sync.commit(root_bp, map_bps)
     }
 

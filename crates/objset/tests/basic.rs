@@ -296,3 +296,41 @@ fn a_short_block_extended_by_truncate_reads_zeros_past_its_end() {
         }
     }
 }
+
+/// Removing one name of a hard-linked file (`cairn rm`, `rm -r` of a directory holding
+/// it, a `put` over it) keeps the file for its other names: it is freed with its last.
+#[test]
+fn removing_a_name_keeps_a_file_that_has_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "", 1, 128 * MIB);
+    let store = open_store(&home);
+    let id = store.create_file("tank/d/a", false).unwrap();
+    let r = store.resolve("tank/d/a").unwrap();
+    store.write(&r, 0, b"kept").unwrap();
+    let (_, root) = store.fs_root("tank").unwrap();
+    for name in ["b", "c"] {
+        store.link(id, root, name).unwrap();
+    }
+    let read = |p: &str| {
+        let r = store.resolve(p).unwrap();
+        let mut buf = [0u8; 4];
+        store.read(&r, 0, &mut buf).unwrap();
+        (buf, store.object_dnode(&r).unwrap().nlink)
+    };
+    store.remove("tank/b", false).unwrap();
+    assert_eq!(read("tank/c"), (*b"kept", 2));
+    store.remove("tank/d", true).unwrap();
+    assert_eq!(read("tank/c"), (*b"kept", 1));
+    store.link(id, root, "e").unwrap();
+    store.create_file("tank/tmp", false).unwrap();
+    store.replace_with("tank/tmp", "tank/c").unwrap();
+    store.sync().unwrap();
+    assert_eq!(read("tank/e"), (*b"kept", 1));
+    let used = store.datasets().by_name("tank").unwrap().used;
+    store.remove("tank/e", false).unwrap();
+    store.sync().unwrap();
+    assert!(
+        store.datasets().by_name("tank").unwrap().used < used,
+        "the last name frees it"
+    );
+}

@@ -7,49 +7,15 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cairn_objset::receive::ReceiveOptions;
 use cairn_objset::scrub::ScrubControl;
-use cairn_objset::snapshot_read::SnapshotView;
+use cairn_objset::send::SendOptions;
 use cairn_objset::{DatasetKind, Store};
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 
 const MIB: u64 = 1 << 20;
 const FILES: usize = 6;
-
-type Files = BTreeMap<String, Vec<u8>>;
-
-fn read_live(store: &Store, path: &str) -> Vec<u8> {
-    let r = store.resolve(path).unwrap();
-    let size = store.object_dnode(&r).unwrap().size as usize;
-    let mut buf = vec![0u8; size];
-    assert_eq!(store.read(&r, 0, &mut buf).unwrap(), size);
-    buf
-}
-
-/// Every file of a snapshot by path (a directory as `path/`, with no contents).
-fn read_snapshot(store: &Store, v: &SnapshotView) -> Files {
-    let mut out = Files::new();
-    read_snapshot_dir(store, v, v.root, "", &mut out);
-    out
-}
-
-fn read_snapshot_dir(store: &Store, v: &SnapshotView, dir: u64, prefix: &str, out: &mut Files) {
-    for (name, e) in store.snapshot_read_dir(v, dir).unwrap() {
-        let dn = store.snapshot_dnode(v, e.object).unwrap();
-        if dn.kind == cairn_objset::dnode::ObjectKind::Directory {
-            let path = format!("{prefix}{name}/");
-            read_snapshot_dir(store, v, e.object, &path, out);
-            out.insert(path, Vec::new());
-            continue;
-        }
-        let mut buf = vec![0u8; dn.size as usize];
-        assert_eq!(
-            store.snapshot_read(v, e.object, 0, &mut buf).unwrap(),
-            buf.len()
-        );
-        out.insert(format!("{prefix}{name}"), buf);
-    }
-}
 
 fn check_all(store: &Store, live: &Files, snaps: &BTreeMap<String, Files>, step: usize) {
     for (name, want) in live {
@@ -480,14 +446,17 @@ fn send_and_receive_round_trip_and_refuse_damage() {
     src.snapshot_create(&["tank/fs@s1".to_string()], false)
         .unwrap();
     let mut stream = Vec::new();
-    let sent = src.send("tank/fs@s1", &mut stream).unwrap();
+    let sent = src
+        .send("tank/fs@s1", &SendOptions::default(), &mut stream)
+        .unwrap();
     assert!(sent.data_bytes < 6 * MIB, "holes are not sent: {sent:?}");
 
     // Into a second pool, under another name.
     let dir2 = tempfile::tempdir().unwrap();
     let (home2, _) = new_pool(dir2.path(), "", 1, 256 * MIB);
     let dst = open_store(&home2);
-    dst.receive("tank/copy", &mut &stream[..]).unwrap();
+    dst.receive("tank/copy", &ReceiveOptions::default(), &mut &stream[..])
+        .unwrap();
     let view = |s: &Store, n: &str| s.snapshot_view(n).unwrap();
     let (a, b) = (view(&src, "tank/fs@s1"), view(&dst, "tank/copy@s1"));
     assert_eq!(read_snapshot(&src, &a), read_snapshot(&dst, &b));
@@ -514,17 +483,61 @@ fn send_and_receive_round_trip_and_refuse_damage() {
     let mut flipped = stream.clone();
     let at = flipped.len() / 2;
     flipped[at] ^= 0x10;
-    let e = dst.receive("tank/bad", &mut &flipped[..]).unwrap_err();
+    let e = dst
+        .receive("tank/bad", &ReceiveOptions::default(), &mut &flipped[..])
+        .unwrap_err();
     assert!(e.to_string().contains("check"), "{e}");
     let e = dst
-        .receive("tank/bad", &mut &stream[..stream.len() - 20])
+        .receive(
+            "tank/bad",
+            &ReceiveOptions::default(),
+            &mut &stream[..stream.len() - 20],
+        )
         .unwrap_err();
     assert!(e.to_string().contains("ends early"), "{e}");
     let e = dst
-        .receive("tank/bad", &mut &b"not a stream at all"[..])
+        .receive(
+            "tank/bad",
+            &ReceiveOptions::default(),
+            &mut &b"not a stream at all"[..],
+        )
         .unwrap_err();
     assert!(e.to_string().contains("send stream"), "{e}");
     assert!(dst.datasets().by_name("tank/bad").is_none());
-    let e = dst.receive("tank/copy", &mut &stream[..]).unwrap_err();
+    let e = dst
+        .receive("tank/copy", &ReceiveOptions::default(), &mut &stream[..])
+        .unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
+}
+
+/// `written@SNAP` counts the bytes the dataset references that were born after SNAP:
+/// new files and overwrites since it, not what was freed; `written` is the newest's.
+#[test]
+fn written_at_a_snapshot_counts_what_was_born_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, _leaves, store) = pool_with_fs(dir.path(), "", 1, 256 * MIB);
+    store.set_property("tank/fs", "compression", "off").unwrap();
+    let mut live = Files::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut data = vec![0u8; 4 * MIB as usize];
+    rng.fill_bytes(&mut data);
+    write_at(&store, &mut live, "one", 0, &data);
+    store.snapshot_create(&["tank/fs@p".into()], false).unwrap();
+    write_at(&store, &mut live, "two", 0, &data[..2 * MIB as usize]);
+    store.snapshot_create(&["tank/fs@q".into()], false).unwrap();
+    rng.fill_bytes(&mut data[..MIB as usize]);
+    write_at(&store, &mut live, "one", 0, &data[..MIB as usize]);
+    store.remove("tank/fs/two", false).unwrap();
+    store.sync().unwrap();
+    let get = |k: &str| -> u64 { store.get_property("tank/fs", k).unwrap().0.parse().unwrap() };
+    // Since @p: the overwritten MiB (two was born after @p but is gone).
+    let near = |got: u64, want: u64| got >= want && got < want + 64 * 1024;
+    assert!(near(get("written@p"), MIB), "{}", get("written@p"));
+    assert!(near(get("written@q"), MIB), "{}", get("written@q"));
+    assert_eq!(get("written@q"), get("written"));
+    // Before the overwrite, @p's figure counted two's 2 MiB too.
+    store.snapshot_rollback("tank/fs@q", false).unwrap();
+    assert!(near(get("written@p"), 2 * MIB), "{}", get("written@p"));
+    assert_eq!(get("written@q"), 0);
+    assert!(store.get_property("tank/fs", "written@nope").is_err());
 }

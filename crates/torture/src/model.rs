@@ -1,5 +1,5 @@
-//! The in-memory model a torture run checks the pool against: what every file and the
-//! volume must hold.
+//! The in-memory model a torture run checks the pool against: what every file, the volume
+//! and every snapshot must hold.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +12,8 @@ pub struct Model {
     pub files: BTreeMap<String, Vec<u8>>,
     /// Volume name → contents.
     pub volumes: BTreeMap<String, Vec<u8>>,
+    /// `DATASET@NAME` → path → contents of the files the dataset held when it was taken.
+    pub snapshots: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 }
 
 impl Model {
@@ -66,12 +68,58 @@ impl Model {
                 return Err(format!("volume {name}: contents differ at byte {at}"));
             }
         }
+        for (snap, files) in &self.snapshots {
+            verify_snapshot(store, snap, files, universe)?;
+        }
         let damaged = store.damaged();
         if !damaged.is_empty() {
             return Err(format!("objects marked damaged: {damaged:?}"));
         }
         Ok(())
     }
+}
+
+/// The dataset a path of the universe is in: the longest of `datasets` it starts in.
+pub fn dataset_of<'a>(path: &str, datasets: &[&'a str]) -> &'a str {
+    datasets
+        .iter()
+        .filter(|d| path.starts_with(&format!("{d}/")))
+        .max_by_key(|d| d.len())
+        .copied()
+        .unwrap_or("")
+}
+
+/// Every path of `universe` in the snapshot's dataset reads as the model took it (or is
+/// absent), through the snapshot.
+fn verify_snapshot(
+    store: &Store,
+    snap: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    universe: &[String],
+) -> Result<(), String> {
+    let (ds, _) = snap.split_once('@').expect("DATASET@NAME");
+    let view = store
+        .snapshot_view(snap)
+        .map_err(|e| format!("snapshot {snap}: {e}"))?;
+    let datasets: Vec<&str> = crate::torture::DATASETS.to_vec();
+    for path in universe.iter().filter(|p| dataset_of(p, &datasets) == ds) {
+        let rel: Vec<&str> = path[ds.len() + 1..].split('/').collect();
+        match (store.snapshot_resolve(&view, &rel), files.get(path)) {
+            (Err(_), None) => {}
+            (Ok(_), None) => return Err(format!("{snap}: {path} exists but was not there")),
+            (Err(e), Some(_)) => return Err(format!("{snap}: {path} is missing: {e}")),
+            (Ok((id, dn)), Some(data)) => {
+                let mut buf = vec![0u8; dn.size as usize];
+                let n = store
+                    .snapshot_read(&view, id, 0, &mut buf)
+                    .map_err(|e| format!("{snap}: reading {path}: {e}"))?;
+                if let Some(at) = first_difference(&buf[..n], data) {
+                    return Err(format!("{snap}: {path}: contents differ at byte {at}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Index of the first differing byte, if any.

@@ -2,7 +2,8 @@
 //!
 //! Every iteration picks a layout (mirrors, raidz1–3, stripes of two), runs a random
 //! workload (files in three datasets with different properties, a volume, overwrites,
-//! truncates, deletes, syncs) against a [`Model`], and injects random faults, always within
+//! truncates, deletes, syncs; snapshots taken, destroyed and rolled back to) against a
+//! [`Model`], and injects random faults, always within
 //! redundancy: bit rot, vanishing leaves, leaves that drop writes (and come back stale),
 //! failing or corrupting reads, failing or torn writes, latency, kill-and-reopen (the store
 //! dropped without a final sync) and export + re-import. Reads are checked against the
@@ -43,7 +44,7 @@ const VOLUME_BYTES: usize = 4 << 20;
 /// Largest single write to a file.
 const MAX_WRITE: usize = 256 << 10;
 /// File systems the workload writes into (the first is the pool's root).
-const DATASETS: [&str; 3] = ["tank", "tank/a", "tank/z"];
+pub(crate) const DATASETS: [&str; 3] = ["tank", "tank/a", "tank/z"];
 const VOLUME: &str = "tank/vol";
 /// Operations remembered for a violation report.
 const RECENT_OPS: usize = 24;
@@ -637,7 +638,10 @@ impl Run {
             self.step = step;
             self.stats.operations += 1;
             let txg_before = self.store().open_txg();
-            match self.rng.gen_range(0..100) {
+            match self.rng.gen_range(0..105) {
+                100..=101 => self.snapshot()?,
+                102 => self.destroy_snapshot()?,
+                103..=104 => self.rollback()?,
                 0..=29 => self.write_file()?,
                 30..=34 => self.truncate_file()?,
                 35..=41 => self.remove_file()?,
@@ -755,6 +759,95 @@ impl Run {
         }
         self.model.write_volume(VOLUME, offset, &data);
         Ok(())
+    }
+
+    /// Takes a snapshot of a random file system; the model keeps its files as they are.
+    fn snapshot(&mut self) -> Check {
+        let ds = DATASETS[self.rng.gen_range(0..DATASETS.len())];
+        let name = format!("{ds}@s{}", self.stats.operations);
+        self.note(format!("snapshot {name}"));
+        self.store()
+            .snapshot_create(std::slice::from_ref(&name), false)
+            .map_err(|e| format!("snapshot {name}: {e}"))?;
+        let files = self.files_of(ds);
+        self.model.snapshots.insert(name, files);
+        // (Taking one commits the open txg.)
+        self.synced = self.model.clone();
+        self.synced_txg = self.store().open_txg() - 1;
+        Ok(())
+    }
+
+    fn files_of(&self, ds: &str) -> BTreeMap<String, Vec<u8>> {
+        self.model
+            .files
+            .iter()
+            .filter(|(p, _)| crate::model::dataset_of(p, &DATASETS) == ds)
+            .map(|(p, d)| (p.clone(), d.clone()))
+            .collect()
+    }
+
+    /// Destroys a random snapshot: it frees exactly the `used` it reported.
+    fn destroy_snapshot(&mut self) -> Check {
+        let Some(name) = self.pick_snapshot() else {
+            return Ok(());
+        };
+        self.note(format!("destroy {name}"));
+        let store = self.store();
+        let (ds, _) = name.split_once('@').expect("DATASET@NAME");
+        let fail = |e: cairn_objset::StoreError| format!("destroy {name}: {e}");
+        let used = store
+            .snapshots(Some(ds))
+            .map_err(fail)?
+            .into_iter()
+            .find(|s| s.name == name)
+            .map(|s| s.used)
+            .ok_or_else(|| format!("destroy {name}: not listed"))?;
+        let freed = store.snapshot_destroy(&name).map_err(fail)?;
+        if freed != used {
+            return Err(format!(
+                "destroy {name} freed {freed} bytes but reported used {used}"
+            ));
+        }
+        self.model.snapshots.remove(&name);
+        self.synced = self.model.clone();
+        self.synced_txg = self.store().open_txg() - 1;
+        Ok(())
+    }
+
+    /// Rolls a random snapshot's dataset back to its newest snapshot.
+    fn rollback(&mut self) -> Check {
+        let Some(picked) = self.pick_snapshot() else {
+            return Ok(());
+        };
+        let ds = picked.split_once('@').expect("DATASET@NAME").0.to_string();
+        let newest = self
+            .store()
+            .snapshots(Some(&ds))
+            .map_err(|e| format!("rollback {ds}: {e}"))?
+            .pop()
+            .map(|s| s.name)
+            .ok_or_else(|| format!("rollback {ds}: no snapshot listed"))?;
+        self.note(format!("rollback {newest}"));
+        self.store()
+            .snapshot_rollback(&newest, false)
+            .map_err(|e| format!("rollback {newest}: {e}"))?;
+        let kept = self.model.snapshots[&newest].clone();
+        self.model
+            .files
+            .retain(|p, _| crate::model::dataset_of(p, &DATASETS) != ds);
+        self.model.files.extend(kept);
+        self.synced = self.model.clone();
+        self.synced_txg = self.store().open_txg() - 1;
+        Ok(())
+    }
+
+    fn pick_snapshot(&mut self) -> Option<String> {
+        let n = self.model.snapshots.len();
+        if n == 0 {
+            return None;
+        }
+        let i = self.rng.gen_range(0..n);
+        self.model.snapshots.keys().nth(i).cloned()
     }
 
     fn sync(&mut self) -> Check {

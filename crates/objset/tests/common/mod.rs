@@ -1,8 +1,10 @@
 //! Helpers for object-store tests: pools over sparse files.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use cairn_objset::snapshot_read::SnapshotView;
 use cairn_objset::{Store, StoreConfig};
 use cairn_pool::{CreateOptions, Home, Pool};
 
@@ -35,4 +37,42 @@ pub fn open_store(home: &Home) -> Store {
 
 pub fn open_store_with(home: &Home, config: StoreConfig) -> Store {
     Store::open_with(Pool::open(home, "tank").unwrap(), config).unwrap()
+}
+
+/// File contents by path.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+pub fn read_live(store: &Store, path: &str) -> Vec<u8> {
+    let r = store.resolve(path).unwrap();
+    let size = store.object_dnode(&r).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    assert_eq!(store.read(&r, 0, &mut buf).unwrap(), size);
+    buf
+}
+
+/// Every file of a snapshot by path (a directory as `path/`, with no contents).
+pub fn read_snapshot(store: &Store, v: &SnapshotView) -> Files {
+    let mut out = Files::new();
+    read_snapshot_dir(store, v, v.root, "", &mut out);
+    out
+}
+
+pub fn read_snapshot_dir(store: &Store, v: &SnapshotView, dir: u64, prefix: &str, out: &mut Files) {
+    for (name, e) in store.snapshot_read_dir(v, dir).unwrap() {
+        let dn = store
+            .snapshot_dnode(v, e.object)
+            .unwrap_or_else(|err| panic!("{}: {prefix}{name}: {err}", v.name));
+        if dn.kind == cairn_objset::dnode::ObjectKind::Directory {
+            let path = format!("{prefix}{name}/");
+            read_snapshot_dir(store, v, e.object, &path, out);
+            out.insert(path, Vec::new());
+            continue;
+        }
+        let mut buf = vec![0u8; dn.size as usize];
+        assert_eq!(
+            store.snapshot_read(v, e.object, 0, &mut buf).unwrap(),
+            buf.len()
+        );
+        out.insert(format!("{prefix}{name}"), buf);
+    }
 }

@@ -1,0 +1,262 @@
+//! `cairn clone POOL/DS@SNAP POOL/NEW`: a writable dataset that starts as a snapshot and
+//! shares its blocks.
+//!
+//! ```text
+//!  origin  tank/fs@monday (txg 40)        clone  tank/test, origin_floor = 40
+//!   file 9 ─ root bp ─┬─ block A (born 12)     file 31 (a copy of 9's dnode) ─ same root bp
+//!                     └─ block B (born 35)
+//!  the clone overwrites A:  A' born 52 in the clone's tree; A is born ≤ 40, so it is the
+//!  origin's: not freed, not on a dead list of the clone, only no longer counted by it
+//!  (`cairn:origin-released` grows by A's size)
+//! ```
+//! Objects are numbered pool-wide, so a clone gets objects of its own: a copy of each
+//! dnode of the snapshot (same block trees), and new directories listing the new ids (a
+//! directory's entries name objects). Taking a clone therefore costs time in proportion to
+//! the number of files and the size of the directories, not to the data. The origin
+//! snapshot cannot be destroyed while a clone of it exists (`promote` is not built).
+//!
+//! Space: a clone's REFER starts at the snapshot's; its USED counts only what it does not
+//! share with the origin (REFER − (snapshot's REFER − what it stopped using)).
+
+use std::collections::HashMap;
+
+use crate::core::{State, StoreCore};
+use crate::dataset::{DatasetKind, ORIGIN_PROP, ORIGIN_RELEASED_PROP};
+use crate::dir::DirEntry;
+use crate::dnode::{Dnode, ObjectKind};
+use crate::error::StoreError;
+use crate::object::ObjectState;
+use crate::snapshot_read::SnapshotView;
+
+impl StoreCore {
+    /// `cairn clone SNAPSHOT TARGET`: a new dataset showing the snapshot, writable.
+    pub fn clone_create(&self, snapshot: &str, target: &str) -> Result<(), StoreError> {
+        crate::dataset::validate_dataset_name(target)?;
+        let v = self.snapshot_view(snapshot)?;
+        let table = self.datasets();
+        let origin = table.by_id(v.dataset).expect("a view names its dataset");
+        let rec = table
+            .snapshots
+            .find(v.dataset, &v.snapshot)
+            .cloned()
+            .expect("a view names its snapshot");
+        let pool_of = |n: &str| n.split('/').next().unwrap_or("").to_string();
+        if pool_of(target) != pool_of(snapshot) {
+            return Err(StoreError::BadName(
+                target.into(),
+                "a clone is made in the pool of its snapshot (to copy to another pool, use send | receive)".into(),
+            ));
+        }
+        let root = self.snapshot_dnode(&v, v.root)?;
+        let volsize = (origin.kind == DatasetKind::Volume).then_some(root.size);
+        let mut props = std::collections::BTreeMap::new();
+        if origin.kind == DatasetKind::Volume {
+            if let Some(bs) = origin.props.get("volblocksize") {
+                props.insert("volblocksize".to_string(), bs.clone());
+            }
+        }
+        self.dataset_create(target, origin.kind, props, volsize, false)?;
+        let made = self.copy_snapshot_into(&v, target, &rec, &root);
+        if made.is_err() {
+            let _ = self.dataset_destroy(target, true);
+        }
+        made
+    }
+
+    /// Gives the new dataset `target` copies of the snapshot's objects.
+    fn copy_snapshot_into(
+        &self,
+        v: &SnapshotView,
+        target: &str,
+        rec: &crate::snapshot::SnapshotRecord,
+        root: &Dnode,
+    ) -> Result<(), StoreError> {
+        let ds = self
+            .datasets()
+            .by_name(target)
+            .cloned()
+            .expect("just created");
+        let mut copy = Copy {
+            map: HashMap::from([(v.root, ds.object)]),
+            dirs: Default::default(),
+        };
+        {
+            let mut st = self.lock();
+            self.take_dnode(&mut st, ds.object, root, ds.id, &mut copy)?;
+            self.copy_xattr_object(&mut st, v, root, ds.id, &mut copy)?;
+        }
+        if root.kind == ObjectKind::Directory {
+            self.copy_directory(v, v.root, ds.object, ds.id, &mut copy)?;
+        }
+        let mut st = self.lock();
+        self.link_xattrs(&mut st, &copy.map, v)?;
+        let d = st.datasets.by_id_mut(ds.id).expect("just created");
+        d.props.insert(ORIGIN_PROP.into(), v.name.clone());
+        // The snapshot's directory blocks are not the clone's: it has new directories.
+        let (used, logical, physical) = copy.dirs;
+        d.props
+            .insert(ORIGIN_RELEASED_PROP.into(), used.to_string());
+        (d.used, d.logical, d.physical) = (
+            rec.referenced.saturating_sub(used),
+            rec.logical.saturating_sub(logical),
+            rec.physical.saturating_sub(physical),
+        );
+        st.datasets_dirty = true;
+        Ok(())
+    }
+
+    /// Object `id` of the clone becomes snapshot dnode `dn`: a file, volume or xattr object
+    /// takes its block tree; a directory only its attributes (its entries are copied).
+    fn take_dnode(
+        &self,
+        st: &mut State,
+        id: u64,
+        dn: &Dnode,
+        dataset: u32,
+        copy: &mut Copy,
+    ) -> Result<(), StoreError> {
+        if dn.kind != ObjectKind::Directory {
+            adopt(st, id, dn, dataset);
+            return Ok(());
+        }
+        let d = &mut self.object_mut(st, id)?.dnode;
+        (d.mode, d.uid, d.gid, d.nlink) = (dn.mode, dn.uid, dn.gid, dn.nlink);
+        (d.mtime_ns, d.ctime_ns, d.atime_ns, d.xattr) =
+            (dn.mtime_ns, dn.ctime_ns, dn.atime_ns, dn.xattr);
+        self.object_mut(st, id)?.dnode_dirty = true;
+        let (u, l, p) = &mut copy.dirs;
+        (*u, *l, *p) = (
+            u.saturating_add(dn.used),
+            l.saturating_add(dn.logical),
+            p.saturating_add(dn.physical),
+        );
+        Ok(())
+    }
+
+    /// The copy of `dn`'s xattr object, if it has one not copied yet.
+    fn copy_xattr_object(
+        &self,
+        st: &mut State,
+        v: &SnapshotView,
+        dn: &Dnode,
+        dataset: u32,
+        copy: &mut Copy,
+    ) -> Result<(), StoreError> {
+        if dn.xattr == 0 || copy.map.contains_key(&dn.xattr) {
+            return Ok(());
+        }
+        let x = snapshot_dnode_of(self, st, v, dn.xattr)?;
+        let xid = self.create_object_locked(st, x.kind, dataset, x.block_size)?;
+        adopt(st, xid, &x, dataset);
+        copy.map.insert(dn.xattr, xid);
+        Ok(())
+    }
+
+    /// Copies directory `from` (of the snapshot) into `to` (of the clone), depth first.
+    fn copy_directory(
+        &self,
+        v: &SnapshotView,
+        from: u64,
+        to: u64,
+        dataset: u32,
+        copy: &mut Copy,
+    ) -> Result<(), StoreError> {
+        for (name, entry) in self.snapshot_read_dir(v, from)? {
+            let (child, new) = match copy.map.get(&entry.object) {
+                Some(&id) => (id, false),
+                None => (self.copy_object(v, entry.object, dataset, copy)?, true),
+            };
+            {
+                let mut st = self.lock();
+                let e = DirEntry {
+                    object: child,
+                    kind: entry.kind,
+                };
+                self.dir_insert(&mut st, to, &name, e)?;
+            }
+            if new && entry.kind == ObjectKind::Directory {
+                self.copy_directory(v, entry.object, child, dataset, copy)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A new object of the clone for snapshot object `id` (and its xattr object).
+    fn copy_object(
+        &self,
+        v: &SnapshotView,
+        id: u64,
+        dataset: u32,
+        copy: &mut Copy,
+    ) -> Result<u64, StoreError> {
+        let dn = self.snapshot_dnode(v, id)?;
+        let mut st = self.lock();
+        let new = self.create_object_locked(&mut st, dn.kind, dataset, dn.block_size)?;
+        self.take_dnode(&mut st, new, &dn, dataset, copy)?;
+        copy.map.insert(id, new);
+        self.copy_xattr_object(&mut st, v, &dn, dataset, copy)?;
+        Ok(new)
+    }
+
+    /// Points each copied object's xattr field at the copy of its xattr object.
+    fn link_xattrs(
+        &self,
+        st: &mut State,
+        map: &HashMap<u64, u64>,
+        v: &SnapshotView,
+    ) -> Result<(), StoreError> {
+        for &new in map.values() {
+            let old_xattr = self.object_mut(st, new)?.dnode.xattr;
+            if old_xattr == 0 {
+                continue;
+            }
+            let linked = map.get(&old_xattr).copied().ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "{}: object {old_xattr} is named as extended attributes but was not found",
+                    v.name
+                ))
+            })?;
+            let o = self.object_mut(st, new)?;
+            o.dnode.xattr = linked;
+            o.dnode_dirty = true;
+        }
+        Ok(())
+    }
+}
+
+/// What a clone copy has done: snapshot ids → the clone's, and the space of the snapshot's
+/// directories (used, logical, physical), which the clone does not share.
+struct Copy {
+    map: HashMap<u64, u64>,
+    dirs: (u64, u64, u64),
+}
+
+/// Snapshot object `id`, under the state lock already held.
+fn snapshot_dnode_of(
+    store: &StoreCore,
+    st: &mut State,
+    v: &SnapshotView,
+    id: u64,
+) -> Result<Dnode, StoreError> {
+    let rec = st
+        .datasets
+        .snapshots
+        .find(v.dataset, &v.snapshot)
+        .cloned()
+        .ok_or_else(|| StoreError::NotFound(v.name.clone()))?;
+    crate::snapshot_read::snapshot_dnode_locked(store.pool(), st, &rec, id)?
+        .ok_or_else(|| StoreError::NotFound(format!("{}: object {id}", v.name)))
+}
+
+/// Object `id` of the clone takes `dnode` (its block tree, attributes, size), as new in
+/// the open txg.
+fn adopt(st: &mut State, id: u64, dnode: &Dnode, dataset: u32) {
+    let mut d = *dnode;
+    d.dataset = dataset;
+    d.created_txg = st.txg;
+    let mut obj = ObjectState::new(d);
+    obj.dnode_dirty = true;
+    st.dirs.forget(id);
+    st.cache.retain(|&(o, _, _), _| o != id);
+    st.objects.insert(id, obj);
+}
