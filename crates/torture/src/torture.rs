@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 use crate::layout::{leaves_dir, wrap_leaves, Layout, Switchboard, POOL};
-use crate::model::Model;
+use crate::model::{Model, DATASETS};
 use crate::TortureError;
 
 const MIB: u64 = 1 << 20;
@@ -43,8 +43,6 @@ const LEAF_BYTES: u64 = 128 * MIB;
 const VOLUME_BYTES: usize = 4 << 20;
 /// Largest single write to a file.
 const MAX_WRITE: usize = 256 << 10;
-/// File systems the workload writes into (the first is the pool's root).
-pub(crate) const DATASETS: [&str; 3] = ["tank", "tank/a", "tank/z"];
 const VOLUME: &str = "tank/vol";
 /// Operations remembered for a violation report.
 const RECENT_OPS: usize = 24;
