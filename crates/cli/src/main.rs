@@ -504,8 +504,14 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Demo(a) => demo::run(a),
         Command::Plan(args) => cairn_plan::run(&args).map_err(|e| e.to_string()),
         Command::Bench(cmd) => lab_cmd::run_bench(cmd),
-        Command::Torture(a) => torture(&a),
-        Command::Crashloop(a) => crashloop(&a),
+        Command::Torture(mut a) => {
+            a.dir.get_or_insert_with(std::env::temp_dir);
+            torture(&a)
+        }
+        Command::Crashloop(mut a) => {
+            a.dir.get_or_insert_with(std::env::temp_dir);
+            crashloop(&a)
+        }
         Command::History(a) => history_cmd::history(a),
         Command::Iostat(a) => iostat_cmd::iostat(a),
         Command::Events(a) => events_cmd::events(a),

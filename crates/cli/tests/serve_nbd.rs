@@ -57,6 +57,8 @@ struct Server {
 
 impl Server {
     fn start(home: &Path, pool: &str, socket: &Path) -> Server {
+        // A socket file a stopped server left behind would pass for the new one's.
+        let _ = std::fs::remove_file(socket);
         let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .args([
                 "serve",

@@ -44,6 +44,12 @@ pub struct Dataset {
 pub const ORIGIN_PROP: &str = "cairn:origin";
 /// Bytes of its origin's blocks a clone no longer uses (internal).
 pub const ORIGIN_RELEASED_PROP: &str = "cairn:origin-released";
+/// The dataset property naming the receive map's object (internal: never sent, not shown;
+/// `crate::receive`).
+pub const RECEIVE_MAP_PROP: &str = "cairn:receive-map";
+/// The dataset property holding a partial receive's resume token (not sent;
+/// `crate::receive`).
+pub const RESUME_TOKEN_PROP: &str = "receive_resume_token";
 
 /// Whether a property is kept by cairn itself (not sent, not set by users).
 pub fn is_internal_property(key: &str) -> bool {

@@ -58,8 +58,9 @@ pub enum StoreError {
     /// Corrupt metadata, typed (`Corruption`): what, of which object, and why.
     #[error("corrupt metadata: {0}")]
     CorruptMetadata(Box<Corruption>),
-    /// Corrupt metadata described by a sentence only; the snapshot modules still use it
-    /// (every other module builds `CorruptMetadata` through `StoreError::corrupt`).
+    /// Corrupt metadata described by a sentence only; `snapshot_ops`, `snapshot_read`,
+    /// `clone` and `receive` still use it (every other module builds `CorruptMetadata`
+    /// through `StoreError::corrupt`).
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
     #[error("{0} is newer than this cairn understands: upgrade cairn to open this pool")]

@@ -229,7 +229,7 @@ impl StoreCore {
         }
         let mut st = self.wait_for_writer(self.lock());
         self.destroy_all_snapshots_locked(&mut st, ds.id)?;
-        if let Some(map) = ds.props.get(crate::receive::RECEIVE_MAP_PROP) {
+        if let Some(map) = ds.props.get(crate::dataset::RECEIVE_MAP_PROP) {
             if let Ok(object) = map.parse() {
                 self.free_object_locked(&mut st, object)?;
             }
@@ -353,7 +353,7 @@ impl StoreCore {
             ),
             "receive_resume_token" => (
                 ds.props
-                    .get(crate::receive::RESUME_TOKEN_PROP)
+                    .get(crate::dataset::RESUME_TOKEN_PROP)
                     .cloned()
                     .unwrap_or_else(|| "-".into()),
                 "-".into(),

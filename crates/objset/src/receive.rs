@@ -41,10 +41,7 @@ use crate::stream::{
     DATA, DIR, END, FREE, HOLE, OBJECT,
 };
 
-/// The dataset property naming the receive map's object (internal: never sent, not shown).
-pub const RECEIVE_MAP_PROP: &str = "cairn:receive-map";
-/// The dataset property holding a partial receive's resume token (not sent).
-pub const RESUME_TOKEN_PROP: &str = "receive_resume_token";
+pub use crate::dataset::{RECEIVE_MAP_PROP, RESUME_TOKEN_PROP};
 const MAP_MAGIC: u32 = 0x4d56_4352; // "RCVM"
 const MAP_BLOCK: u32 = 128 << 10;
 

@@ -38,7 +38,8 @@ pub struct CrashLoopArgs {
     /// The writer is killed after a random time from 0 to this many milliseconds.
     #[arg(long, default_value_t = 800)]
     pub max_kill_ms: u64,
-    /// Directory for the leaf files (default: the system temp directory).
+    /// Directory for the leaf files (the `cairn` binary gives the system temp directory
+    /// when the flag is absent; this library reads no environment).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Keep the leaf files even when every round passed.
@@ -102,7 +103,9 @@ pub fn run(args: &CrashLoopArgs, writer: &WriterCommand) -> Result<CrashLoopRepo
             args.layout
         )));
     }
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let base = args.dir.clone().ok_or_else(|| {
+        TortureError::BadArgument("no directory for the leaf files: give --dir DIR".into())
+    })?;
     std::fs::create_dir_all(&base).map_err(|e| TortureError::io(base.display().to_string(), e))?;
     let dir = tempfile::Builder::new()
         .prefix(&format!("cairn-crashloop-{seed}-"))

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use cairn_objset::Store;
 
+/// File systems the torture workload writes into (the first is the pool's root).
+pub(crate) const DATASETS: [&str; 3] = ["tank", "tank/a", "tank/z"];
+
 /// Expected contents of the pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Model {
@@ -101,7 +104,7 @@ fn verify_snapshot(
     let view = store
         .snapshot_view(snap)
         .map_err(|e| format!("snapshot {snap}: {e}"))?;
-    let datasets: Vec<&str> = crate::torture::DATASETS.to_vec();
+    let datasets: Vec<&str> = DATASETS.to_vec();
     for path in universe.iter().filter(|p| dataset_of(p, &datasets) == ds) {
         let rel: Vec<&str> = path[ds.len() + 1..].split('/').collect();
         match (store.snapshot_resolve(&view, &rel), files.get(path)) {

@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 use crate::layout::{leaves_dir, wrap_leaves, Layout, Switchboard, POOL};
-use crate::model::Model;
+use crate::model::{Model, DATASETS};
 use crate::TortureError;
 
 const MIB: u64 = 1 << 20;
@@ -43,8 +43,6 @@ const LEAF_BYTES: u64 = 128 * MIB;
 const VOLUME_BYTES: usize = 4 << 20;
 /// Largest single write to a file.
 const MAX_WRITE: usize = 256 << 10;
-/// File systems the workload writes into (the first is the pool's root).
-pub(crate) const DATASETS: [&str; 3] = ["tank", "tank/a", "tank/z"];
 const VOLUME: &str = "tank/vol";
 /// Operations remembered for a violation report.
 const RECENT_OPS: usize = 24;
@@ -65,7 +63,8 @@ pub struct TortureArgs {
     /// Workload operations per iteration.
     #[arg(long, default_value_t = 200)]
     pub steps: usize,
-    /// Directory for the runs' leaf files (default: the system temp directory).
+    /// Directory for the runs' leaf files (the `cairn` binary gives the system temp
+    /// directory when the flag is absent; this library reads no environment).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Print the report as JSON.
@@ -146,7 +145,9 @@ pub fn run(args: &TortureArgs) -> Result<TortureReport, TortureError> {
     let deadline = args
         .seconds
         .map(|s| Instant::now() + Duration::from_secs(s));
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let base = args.dir.clone().ok_or_else(|| {
+        TortureError::BadArgument("no directory for the leaf files: give --dir DIR".into())
+    })?;
     eprintln!("torture: seed {first} ({} steps per iteration)", args.steps);
     let seeds = seed_sequence(first).take(limit.min(usize::MAX as u64) as usize);
     let report = run_seeds(seeds, args.steps, &base, deadline, true)?;
