@@ -457,12 +457,7 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         results,
         ratios_vs_zfs_fuse: ratios,
     };
-    let json = serde_json::to_string_pretty(&report)?;
-    if let Some(p) = &a.json_out {
-        std::fs::write(p, &json)?;
-    }
-    if a.json {
-        println!("{json}");
+    if emit_json(&report, a.json_out.as_deref(), a.json)? {
         return Ok(());
     }
     println!(
@@ -522,4 +517,21 @@ pub(crate) fn machine() -> String {
             .map(|n| n.get())
             .unwrap_or(1)
     )
+}
+
+/// Writes `report` as JSON to `json_out` (if given) and, with `json`, prints it; returns
+/// whether it was printed (the caller then prints no table).
+pub(crate) fn emit_json<T: serde::Serialize>(
+    report: &T,
+    json_out: Option<&std::path::Path>,
+    json: bool,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let text = serde_json::to_string_pretty(report)?;
+    if let Some(p) = json_out {
+        std::fs::write(p, &text)?;
+    }
+    if json {
+        println!("{text}");
+    }
+    Ok(json)
 }

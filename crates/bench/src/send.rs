@@ -22,7 +22,7 @@ use cairn_pool::{CreateOptions, Home, Pool};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::io::{machine, make_leaves, parse_size, pattern};
+use crate::io::{emit_json, machine, make_leaves, parse_size, pattern};
 
 const MIB: u64 = 1 << 20;
 const FILE: u64 = 256 * MIB;
@@ -246,12 +246,7 @@ pub fn run(a: &SendBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let report = bench(&a.dir, size, a.changed_pct);
     let _ = std::fs::remove_dir_all(&a.dir);
     let report = report?;
-    let json = serde_json::to_string_pretty(&report)?;
-    if let Some(p) = &a.json_out {
-        std::fs::write(p, &json)?;
-    }
-    if a.json {
-        println!("{json}");
+    if emit_json(&report, a.json_out.as_deref(), a.json)? {
         return Ok(());
     }
     println!("machine: {}", report.machine);

@@ -22,7 +22,8 @@ use cairn_pool::{CreateOptions, Home, Pool};
 use serde::Serialize;
 
 use crate::io::{
-    machine, make_leaves, parse_size, pattern, run_cmd, zfs_fuse_installed, ZfsFuse, PREALLOCATE,
+    emit_json, machine, make_leaves, parse_size, pattern, run_cmd, zfs_fuse_installed, ZfsFuse,
+    PREALLOCATE,
 };
 
 const GIB: u64 = 1 << 30;
@@ -301,12 +302,7 @@ pub fn run(a: &SnapshotBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         machine: machine(),
         results,
     };
-    let json = serde_json::to_string_pretty(&report)?;
-    if let Some(p) = &a.json_out {
-        std::fs::write(p, &json)?;
-    }
-    if a.json {
-        println!("{json}");
+    if emit_json(&report, a.json_out.as_deref(), a.json)? {
         return Ok(());
     }
     print_table(&report);

@@ -54,6 +54,20 @@ fn tree(store: &Store, v: &SnapshotView) -> BTreeMap<String, String> {
     out
 }
 
+/// A source pool of `n` leaves in `layout` and a one-leaf destination pool, each of
+/// `size`-byte leaves (their folders live as long as the first value).
+fn two_pools(
+    layout: &str,
+    n: usize,
+    size: u64,
+) -> ((tempfile::TempDir, tempfile::TempDir), Store, Store) {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (h1, _) = new_pool(d1.path(), layout, n, size);
+    let (h2, _) = new_pool(d2.path(), "", 1, size);
+    let (src, dst) = (open_store(&h1), open_store(&h2));
+    ((d1, d2), src, dst)
+}
+
 fn fs(store: &Store, name: &str) {
     store
         .dataset_create(
@@ -224,10 +238,7 @@ fn change(store: &Store, rng: &mut rand::rngs::StdRng) -> String {
 /// snapshot equals the source's.
 #[test]
 fn incremental_streams_follow_a_random_workload() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (h1, _) = new_pool(d1.path(), "mirror", 2, 512 * MIB);
-    let (h2, _) = new_pool(d2.path(), "", 1, 512 * MIB);
-    let (src, dst) = (open_store(&h1), open_store(&h2));
+    let (_dirs, src, dst) = two_pools("mirror", 2, 512 * MIB);
     fs(&src, "tank/fs");
     src.set_property("tank/fs", "recordsize", "64K").unwrap();
     for d in ["tank/fs/a/b", "tank/fs/c"] {
@@ -309,10 +320,7 @@ fn incremental_streams_follow_a_random_workload() {
 /// the incremental carries about those bytes, not the dataset.
 #[test]
 fn an_incremental_carries_only_the_change() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (h1, _) = new_pool(d1.path(), "", 1, 512 * MIB);
-    let (h2, _) = new_pool(d2.path(), "", 1, 512 * MIB);
-    let (src, dst) = (open_store(&h1), open_store(&h2));
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
     fs(&src, "tank/fs");
     src.create_file("tank/fs/big", false).unwrap();
     let big = src.resolve("tank/fs/big").unwrap();
@@ -355,10 +363,7 @@ fn an_incremental_carries_only_the_change() {
 /// a read-only target still receives.
 #[test]
 fn intermediates_replication_and_refusals() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (h1, _) = new_pool(d1.path(), "", 1, 256 * MIB);
-    let (h2, _) = new_pool(d2.path(), "", 1, 256 * MIB);
-    let (src, dst) = (open_store(&h1), open_store(&h2));
+    let (_dirs, src, dst) = two_pools("", 1, 256 * MIB);
     fs(&src, "tank/fs");
     fs(&src, "tank/fs/kid");
     for k in 1..=4 {
@@ -507,10 +512,7 @@ fn receive_in_pieces(src: &Store, dst: &Store, target: &str, stream: &[u8], cuts
 /// they stopped and end as if whole; `receive -A` discards a partial receive.
 #[test]
 fn streams_cut_short_resume_where_they_stopped() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (h1, _) = new_pool(d1.path(), "", 1, 512 * MIB);
-    let (h2, _) = new_pool(d2.path(), "", 1, 512 * MIB);
-    let (src, dst) = (open_store(&h1), open_store(&h2));
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
     fs(&src, "tank/fs");
     src.set_property("tank/fs", "recordsize", "64K").unwrap();
     for d in ["tank/fs/a/b", "tank/fs/c"] {
@@ -573,10 +575,7 @@ fn streams_cut_short_resume_where_they_stopped() {
 /// copy reads the same bytes at each snapshot.
 #[test]
 fn volumes_go_over_full_and_incremental_streams() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (h1, _) = new_pool(d1.path(), "", 1, 256 * MIB);
-    let (h2, _) = new_pool(d2.path(), "", 1, 256 * MIB);
-    let (src, dst) = (open_store(&h1), open_store(&h2));
+    let (_dirs, src, dst) = two_pools("", 1, 256 * MIB);
     src.dataset_create(
         "tank/vol",
         DatasetKind::Volume,
