@@ -1,12 +1,46 @@
 //! Explicit little-endian encoding helpers for on-disk structures. The reader checks every
 //! length, so decoding damaged metadata returns an error and never panics.
 
-/// Why bytes could not be decoded.
+/// What kind of damage a decoder found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeKind {
+    /// The bytes end (or a count or length says they should go on) before the structure.
+    Truncated,
+    /// A field holds a value the structure cannot have (a bad magic, kind, size, UTF-8…).
+    BadValue,
+}
+
+/// Why bytes could not be decoded: what, where (the byte offset in the decoded buffer at
+/// which the decoder stopped) and which kind of damage.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("corrupt {what}: {why}")]
 pub struct DecodeError {
     pub what: &'static str,
+    pub offset: usize,
+    pub kind: DecodeKind,
     pub why: String,
+}
+
+impl DecodeError {
+    /// A field at `offset` of `what` holds an impossible value.
+    pub fn bad_value(what: &'static str, offset: usize, why: impl Into<String>) -> DecodeError {
+        DecodeError {
+            what,
+            offset,
+            kind: DecodeKind::BadValue,
+            why: why.into(),
+        }
+    }
+
+    /// `what` ends at `offset`, before its structure does.
+    pub fn truncated(what: &'static str, offset: usize, why: impl Into<String>) -> DecodeError {
+        DecodeError {
+            what,
+            offset,
+            kind: DecodeKind::Truncated,
+            why: why.into(),
+        }
+    }
 }
 
 pub struct Writer {
@@ -64,18 +98,22 @@ impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8], what: &'static str) -> Reader<'a> {
         Reader { buf, pos: 0, what }
     }
+    /// A bad value found at the current position.
     pub fn err(&self, why: impl Into<String>) -> DecodeError {
-        DecodeError {
-            what: self.what,
-            why: why.into(),
-        }
+        DecodeError::bad_value(self.what, self.pos, why)
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| self.err(format!("truncated at byte {}", self.pos)))?;
+            .ok_or_else(|| {
+                DecodeError::truncated(
+                    self.what,
+                    self.pos,
+                    format!("truncated at byte {}", self.pos),
+                )
+            })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -122,8 +160,34 @@ impl<'a> Reader<'a> {
         let n = self.u64()?;
         let left = (self.buf.len() - self.pos) as u64;
         if n.saturating_mul(min_item.max(1) as u64) > left {
-            return Err(self.err(format!("count {n} exceeds the data")));
+            return Err(DecodeError::truncated(
+                self.what,
+                self.pos,
+                format!("count {n} exceeds the data"),
+            ));
         }
         Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_where_and_what_kind() {
+        let mut w = Writer::new();
+        w.u32(7).u64(1000);
+        let mut r = Reader::new(&w.buf, "test record");
+        assert_eq!(r.u32().unwrap(), 7);
+        let e = r.count(16).unwrap_err();
+        assert_eq!((e.offset, e.kind), (12, DecodeKind::Truncated));
+        let mut r = Reader::new(&w.buf[..6], "test record");
+        r.u32().unwrap();
+        let e = r.u64().unwrap_err();
+        assert_eq!((e.offset, e.kind), (4, DecodeKind::Truncated));
+        assert_eq!(e.to_string(), "corrupt test record: truncated at byte 4");
+        let e = Reader::new(&[], "x").err("bad magic");
+        assert_eq!((e.offset, e.kind), (0, DecodeKind::BadValue));
     }
 }

@@ -186,7 +186,7 @@ impl Dnode {
     }
 
     pub fn decode(buf: &[u8]) -> Result<Dnode, DecodeError> {
-        let err = |why: String| DecodeError { what: "dnode", why };
+        let err = |why: String| DecodeError::bad_value("dnode", 0, why);
         if buf.len() < DNODE_SIZE {
             return Err(err(format!("{} bytes", buf.len())));
         }

@@ -174,10 +174,7 @@ mod tests {
         let e = StoreError::corrupt_object(
             "directory",
             7,
-            DecodeError {
-                what: "directory",
-                why: "truncated at byte 3".into(),
-            },
+            DecodeError::truncated("directory", 3, "truncated at byte 3"),
         );
         assert_eq!(
             e.to_string(),

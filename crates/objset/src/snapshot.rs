@@ -269,18 +269,18 @@ const _: () = assert!(OVERRIDE_ENTRY == 264 && DEAD_ENTRY == 128);
 impl BlockList {
     pub fn decode(buf: &[u8]) -> Result<BlockList, DecodeError> {
         if !buf.len().is_multiple_of(DEAD_ENTRY) {
-            return Err(DecodeError {
-                what: "dead list",
-                why: format!("{} bytes is not a whole number of entries", buf.len()),
-            });
+            return Err(DecodeError::truncated(
+                "dead list",
+                buf.len() - buf.len() % DEAD_ENTRY,
+                format!("{} bytes is not a whole number of entries", buf.len()),
+            ));
         }
         let bps = buf
             .chunks_exact(DEAD_ENTRY)
-            .map(|c| {
-                BlockPointer::decode(c).map_err(|e| DecodeError {
-                    what: "dead list",
-                    why: e.to_string(),
-                })
+            .enumerate()
+            .map(|(i, c)| {
+                BlockPointer::decode(c)
+                    .map_err(|e| DecodeError::bad_value("dead list", i * DEAD_ENTRY, e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(BlockList {
@@ -307,10 +307,11 @@ impl BlockList {
 impl DnodeList {
     pub fn decode(buf: &[u8]) -> Result<DnodeList, DecodeError> {
         if !buf.len().is_multiple_of(OVERRIDE_ENTRY) {
-            return Err(DecodeError {
-                what: "override list",
-                why: format!("{} bytes is not a whole number of entries", buf.len()),
-            });
+            return Err(DecodeError::truncated(
+                "override list",
+                buf.len() - buf.len() % OVERRIDE_ENTRY,
+                format!("{} bytes is not a whole number of entries", buf.len()),
+            ));
         }
         let mut dnodes = BTreeMap::new();
         for c in buf.chunks_exact(OVERRIDE_ENTRY) {
