@@ -98,9 +98,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::TooLarge(_) | E::PastEnd { .. } => libc::EFBIG,
         E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) | E::BadStream(_) => libc::EINVAL,
         E::ReceiveKept { .. } => libc::EIO,
-        E::Pool(_) | E::Corrupt(_) | E::CorruptMetadata(_) | E::DataLost(_) | E::LocalIo { .. } => {
-            libc::EIO
-        }
+        E::Pool(_) | E::CorruptMetadata(_) | E::DataLost(_) | E::LocalIo { .. } => libc::EIO,
         E::NewerFormat(_) => libc::EOPNOTSUPP,
     };
     Errno::from_i32(code)

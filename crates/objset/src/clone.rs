@@ -211,10 +211,11 @@ impl StoreCore {
                 continue;
             }
             let linked = map.get(&old_xattr).copied().ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "{}: object {old_xattr} is named as extended attributes but was not found",
-                    v.name
-                ))
+                StoreError::corrupt_object(
+                    "snapshot",
+                    old_xattr,
+                    format!("{}: named as extended attributes but not found", v.name),
+                )
             })?;
             let o = self.object_mut(st, new)?;
             o.dnode.xattr = linked;

@@ -58,11 +58,6 @@ pub enum StoreError {
     /// Corrupt metadata, typed (`Corruption`): what, of which object, and why.
     #[error("corrupt metadata: {0}")]
     CorruptMetadata(Box<Corruption>),
-    /// Corrupt metadata described by a sentence only; `snapshot_ops`, `snapshot_read`,
-    /// `clone` and `receive` still use it (every other module builds `CorruptMetadata`
-    /// through `StoreError::corrupt`).
-    #[error("corrupt metadata: {0}")]
-    Corrupt(String),
     #[error("{0} is newer than this cairn understands: upgrade cairn to open this pool")]
     NewerFormat(String),
     #[error("not a valid send stream: {0}; nothing was received")]
@@ -151,12 +146,9 @@ impl StoreError {
         }))
     }
 
-    /// Whether this is corrupt metadata (typed or not).
+    /// Whether this is corrupt metadata.
     pub fn is_corrupt(&self) -> bool {
-        matches!(
-            self,
-            StoreError::CorruptMetadata(_) | StoreError::Corrupt(_)
-        )
+        matches!(self, StoreError::CorruptMetadata(_))
     }
 
     /// Whether this error means data could not be read back correctly.

@@ -345,7 +345,10 @@ impl StoreCore {
             .of(ds.id)
             .find(|r| r.guid == t.from_guid)
             .ok_or_else(|| {
-                StoreError::Corrupt(format!("{name}: its partial receive's origin is gone"))
+                StoreError::corrupt(
+                    "dataset table",
+                    format!("{name}: its partial receive's origin is gone"),
+                )
             })?;
         self.snapshot_rollback(&format!("{name}@{}", origin.name), true)?;
         self.set_resume_token(ds.id, None);
@@ -562,15 +565,15 @@ impl StoreCore {
         };
         let size = self.object_dnode(&r)?.size;
         if size > 16 << 30 {
-            return Err(StoreError::Corrupt(format!(
-                "{}: receive map of {size} bytes",
-                ds.name
-            )));
+            return Err(StoreError::corrupt_object(
+                "receive map",
+                object,
+                format!("{}: {size} bytes", ds.name),
+            ));
         }
         let mut bytes = vec![0u8; size as usize];
         let n = self.read(&r, 0, &mut bytes)?;
-        decode_map(&bytes[..n])
-            .map_err(|e| StoreError::Corrupt(format!("{}: receive map: {e}", ds.name)))
+        decode_map(&bytes[..n]).map_err(|e| StoreError::corrupt_object("receive map", object, e))
     }
 
     /// Writes the map into the dataset (making its object the first time), with the

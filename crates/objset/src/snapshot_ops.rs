@@ -60,16 +60,17 @@ fn find_snapshot(st: &State, full: &str) -> Result<SnapshotRecord, StoreError> {
 /// Reads every list the dataset table names into memory (at open).
 pub(crate) fn load_lists(pool: &Pool, st: &mut State) -> Result<(), StoreError> {
     let section = st.datasets.snapshots.clone();
-    let corrupt = |e: crate::codec::DecodeError| StoreError::Corrupt(e.to_string());
     let dead = section.heads.values().copied();
     for obj in dead.chain(section.records.iter().map(|r| r.dead_object)) {
-        let list = BlockList::decode(&load_object_bytes(pool, st, obj)?).map_err(corrupt)?;
+        let list = BlockList::decode(&load_object_bytes(pool, st, obj)?)
+            .map_err(|e| StoreError::corrupt_object("dead list", obj, e))?;
         st.snaps.dead.insert(obj, list);
     }
     for r in &section.records {
-        let bytes = load_object_bytes(pool, st, r.override_object)?;
-        let list = DnodeList::decode(&bytes).map_err(corrupt)?;
-        st.snaps.overrides.insert(r.override_object, list);
+        let obj = r.override_object;
+        let list = DnodeList::decode(&load_object_bytes(pool, st, obj)?)
+            .map_err(|e| StoreError::corrupt_object("override list", obj, e))?;
+        st.snaps.overrides.insert(obj, list);
     }
     Ok(())
 }

@@ -259,10 +259,11 @@ fn open_dir(pool: &Pool, id: u64, dnode: Dnode) -> Result<SnapDir<'_>, StoreErro
         return Err(StoreError::NotADirectory(format!("object {id}")));
     }
     if dnode.size > MAX_WHOLE_OBJECT {
-        return Err(StoreError::Corrupt(format!(
-            "directory object {id}: {} bytes",
-            dnode.size
-        )));
+        return Err(StoreError::corrupt_object(
+            "directory",
+            id,
+            format!("{} bytes", dnode.size),
+        ));
     }
     let obj = ObjectState::new(dnode);
     let mut cache = IndirectCache::new();
@@ -280,7 +281,7 @@ fn open_dir(pool: &Pool, id: u64, dnode: Dnode) -> Result<SnapDir<'_>, StoreErro
     }
     let mut bytes = vec![0u8; dnode.size as usize];
     read_object(pool, &mut cache, id, &obj, 0, &mut bytes)?;
-    let dir = Directory::decode(&bytes)
-        .map_err(|e| StoreError::Corrupt(format!("directory object {id}: {e}")))?;
+    let dir =
+        Directory::decode(&bytes).map_err(|e| StoreError::corrupt_object("directory", id, e))?;
     Ok(SnapDir::Small(dir))
 }

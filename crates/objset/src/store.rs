@@ -199,7 +199,8 @@ impl StoreCore {
         }
         map.truncate(root.space_map_len as usize);
         let mut alloc = fresh_allocator(pool);
-        let deferred = decode_space_map(&map, &mut alloc).map_err(StoreError::Corrupt)?;
+        let deferred = decode_space_map(&map, &mut alloc)
+            .map_err(|why| StoreError::corrupt("space map", why))?;
         let mut state = State {
             txg: ub_txg.max(root.txg) + 1,
             alloc,
