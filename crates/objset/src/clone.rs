@@ -40,7 +40,7 @@ impl StoreCore {
             .find(v.dataset, &v.snapshot)
             .cloned()
             .expect("a view names its snapshot");
-        let pool_of = |n: &str| n.split('/').next().unwrap_or("").to_string();
+        let pool_of = |n: &str| n.split(['/', '@']).next().unwrap_or("").to_string();
         if pool_of(target) != pool_of(snapshot) {
             return Err(StoreError::BadName(
                 target.into(),

@@ -269,6 +269,9 @@ fn a_volume_clone_is_a_writable_copy_of_its_snapshot() {
     store.sync().unwrap();
     assert!(read(&vol) == gold);
     assert_eq!(read(&vm2)[2 * MIB as usize], 9);
+    // A snapshot of the pool's root dataset clones too.
+    store.snapshot_create(&["tank@root".into()], false).unwrap();
+    store.clone_create("tank@root", "tank/rootcopy").unwrap();
     let e = store
         .clone_create("tank/vm@gold", "other/x")
         .unwrap_err()

@@ -17,6 +17,9 @@ pub struct Model {
     pub volumes: BTreeMap<String, Vec<u8>>,
     /// `DATASET@NAME` → path → contents of the files the dataset held when it was taken.
     pub snapshots: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    /// Clone name → the snapshot it was made from (a clone is never written: it must read
+    /// as its snapshot whatever happens to the origin).
+    pub clones: BTreeMap<String, String>,
 }
 
 impl Model {
@@ -74,6 +77,9 @@ impl Model {
         for (snap, files) in &self.snapshots {
             verify_snapshot(store, snap, files, universe)?;
         }
+        for (clone, snap) in &self.clones {
+            verify_clone(store, clone, snap, &self.snapshots[snap])?;
+        }
         let damaged = store.damaged();
         if !damaged.is_empty() {
             return Err(format!("objects marked damaged: {damaged:?}"));
@@ -120,6 +126,32 @@ fn verify_snapshot(
                     return Err(format!("{snap}: {path}: contents differ at byte {at}"));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Clone `clone` of snapshot `snap` holds exactly the snapshot's files, under its own name.
+fn verify_clone(
+    store: &Store,
+    clone: &str,
+    snap: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), String> {
+    let (ds, _) = snap.split_once('@').expect("DATASET@NAME");
+    for (path, data) in files {
+        let at = format!("{clone}{}", &path[ds.len()..]);
+        let r = store
+            .resolve(&at)
+            .map_err(|e| format!("clone {clone} of {snap}: {at} is missing: {e}"))?;
+        let mut buf = vec![0xEEu8; data.len() + 1];
+        let n = store
+            .read(&r, 0, &mut buf)
+            .map_err(|e| format!("clone {clone}: reading {at}: {e}"))?;
+        if let Some(at_byte) = first_difference(&buf[..n], data) {
+            return Err(format!(
+                "clone {clone}: {at}: contents differ at byte {at_byte}"
+            ));
         }
     }
     Ok(())

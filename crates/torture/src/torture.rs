@@ -636,10 +636,12 @@ impl Run {
             self.step = step;
             self.stats.operations += 1;
             let txg_before = self.store().open_txg();
-            match self.rng.gen_range(0..105) {
+            match self.rng.gen_range(0..108) {
                 100..=101 => self.snapshot()?,
                 102 => self.destroy_snapshot()?,
                 103..=104 => self.rollback()?,
+                105..=106 => self.clone_snapshot()?,
+                107 => self.destroy_clone()?,
                 0..=29 => self.write_file()?,
                 30..=34 => self.truncate_file()?,
                 35..=41 => self.remove_file()?,
@@ -784,11 +786,59 @@ impl Run {
             .collect()
     }
 
-    /// Destroys a random snapshot: it frees exactly the `used` it reported.
+    /// Clones a random snapshot (synced, so it survives a kill); the model expects the
+    /// clone to read as the snapshot from then on.
+    fn clone_snapshot(&mut self) -> Check {
+        let Some(snap) = self.pick_snapshot() else {
+            return Ok(());
+        };
+        let clone = format!("tank/c{}", self.stats.operations);
+        self.note(format!("clone {snap} {clone}"));
+        let store = self.store();
+        store
+            .clone_create(&snap, &clone)
+            .map_err(|e| format!("clone {snap} {clone}: {e}"))?;
+        self.model.clones.insert(clone, snap);
+        self.sync()
+    }
+
+    /// Destroys a random clone: its own blocks go, its origin's stay.
+    fn destroy_clone(&mut self) -> Check {
+        let n = self.model.clones.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let i = self.rng.gen_range(0..n);
+        let clone = self.model.clones.keys().nth(i).cloned().expect("in range");
+        self.drop_clone(&clone)?;
+        self.sync()
+    }
+
+    fn drop_clone(&mut self, clone: &str) -> Check {
+        self.note(format!("destroy clone {clone}"));
+        self.store()
+            .dataset_destroy(clone, false)
+            .map_err(|e| format!("destroy {clone}: {e}"))?;
+        self.model.clones.remove(clone);
+        Ok(())
+    }
+
+    /// Destroys a random snapshot (its clones first): it frees exactly the `used` it
+    /// reported.
     fn destroy_snapshot(&mut self) -> Check {
         let Some(name) = self.pick_snapshot() else {
             return Ok(());
         };
+        let clones: Vec<String> = self
+            .model
+            .clones
+            .iter()
+            .filter(|(_, s)| **s == name)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in clones {
+            self.drop_clone(&c)?;
+        }
         self.note(format!("destroy {name}"));
         let store = self.store();
         let (ds, _) = name.split_once('@').expect("DATASET@NAME");
