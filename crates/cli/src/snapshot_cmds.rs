@@ -220,7 +220,7 @@ pub struct SendArgs {
     #[arg(short = 'I', value_name = "SNAPSHOT")]
     intermediates: Option<String>,
     /// A replication stream: the dataset, its descendants, and all their snapshots up to
-    /// this one (from -i/-I's on, if given).
+    /// this one (with -i each one's incremental, with -I every snapshot after the origin).
     #[arg(short = 'R')]
     replicate: bool,
     /// Print what was sent on standard error.

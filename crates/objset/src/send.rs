@@ -43,7 +43,8 @@ pub struct SendOptions {
     /// `-I`: every snapshot between `from` and the one named, a stream each.
     pub intermediates: bool,
     /// `-R`: the dataset and its descendants that have the snapshot, with all their
-    /// snapshots up to it (from `from` on, if given).
+    /// snapshots up to it; with `from`, each one's incremental (`-i`) or incrementals
+    /// (`-I`) from it.
     pub replicate: bool,
 }
 
@@ -181,7 +182,9 @@ impl StoreCore {
                 path: path.to_string(),
                 resume: None,
             };
-            let every = opts.intermediates || opts.replicate;
+            // -I, or -R without an origin (every snapshot from the first on); -R -i sends
+            // one incremental per dataset, as zfs does.
+            let every = opts.intermediates || (opts.replicate && from.is_none());
             match (start, every) {
                 (None, false) => steps.push(step(None, end)),
                 (Some(i), false) => steps.push(step(Some(i), end)),

@@ -619,3 +619,43 @@ fn volumes_go_over_full_and_incremental_streams() {
         (64 * MIB).to_string()
     );
 }
+
+/// `-R -i @a` sends one incremental per dataset (as zfs); `-R -I @a` every snapshot after.
+#[test]
+fn replication_with_an_origin_sends_one_or_every_incremental() {
+    let (_dirs, src, dst) = two_pools("", 1, 256 * MIB);
+    fs(&src, "tank/fs");
+    fs(&src, "tank/fs/kid");
+    for k in 1..=3 {
+        src.snapshot_create(&[format!("tank/fs@s{k}")], true)
+            .unwrap();
+    }
+    receive(
+        &dst,
+        "tank/rep",
+        &send(&src, "tank/fs@s1", None, false, true),
+        false,
+    )
+    .unwrap();
+    let one = send(&src, "tank/fs@s3", Some("s1"), false, true);
+    assert_eq!(receive(&dst, "tank/rep", &one, false).unwrap().streams, 2);
+    let names: Vec<String> = dst
+        .snapshots(Some("tank/rep/kid"))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["tank/rep/kid@s1", "tank/rep/kid@s3"]);
+    let every = send(&src, "tank/fs@s3", Some("s1"), true, true);
+    receive(
+        &dst,
+        "tank/rep2",
+        &send(&src, "tank/fs@s1", None, false, true),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        receive(&dst, "tank/rep2", &every, false).unwrap().streams,
+        4
+    );
+}
