@@ -370,9 +370,8 @@ impl StoreCore {
                     stats.objects += 1;
                 }
                 DATA => {
-                    let [src, off] = decode_u64s::<2>(&payload, "data")?;
-                    stats.data_bytes += self.receive_data(rx, &payload)?;
-                    let len = (payload.len() - 16) as u64;
+                    let [src, off, len] = self.receive_data(rx, &payload)?;
+                    stats.data_bytes += len;
                     rx.next = at(Position::OBJECTS, src, off.saturating_add(len));
                 }
                 HOLE => {
@@ -439,12 +438,13 @@ impl StoreCore {
         })
     }
 
-    fn receive_data(&self, rx: &Receiving, p: &[u8]) -> Result<u64, StoreError> {
+    /// Returns the sender's id, the offset and the bytes written.
+    fn receive_data(&self, rx: &Receiving, p: &[u8]) -> Result<[u64; 3], StoreError> {
         let [src, off] = decode_u64s::<2>(p, "data")?;
         let r = self.data_object(rx, src)?;
         // (A read-only target is still received into, as `zfs receive` does.)
         self.write_unchecked(&r, off, &p[16..])?;
-        Ok((p.len() - 16) as u64)
+        Ok([src, off, (p.len() - 16) as u64])
     }
 
     fn receive_hole(&self, rx: &Receiving, p: &[u8]) -> Result<[u64; 3], StoreError> {

@@ -236,24 +236,13 @@ impl StoreCore {
         owner: Option<(u32, u64)>,
         p: &mut ScrubProgress,
     ) -> Option<BlockHealth> {
-        if bp.is_hole() {
-            return Some(BlockHealth::default());
-        }
-        p.blocks += 1;
-        p.examined_bytes += bp.total_asize();
-        match self.pool().scrub_bp(bp) {
-            Ok(h) => {
-                p.repaired_bytes += h.repaired_bytes;
-                Some(h)
-            }
-            Err(_) => {
-                p.errors += 1;
-                if let Some((ds, obj)) = owner {
-                    self.mark_damaged(st, ds, obj);
-                }
-                None
+        let health = self.scrub_one_unlocked(bp, p);
+        if health.is_none() {
+            if let Some((ds, obj)) = owner {
+                self.mark_damaged(st, ds, obj);
             }
         }
+        health
     }
 
     /// Scrubs one block without the state lock (the caller holds the read gate); None if

@@ -23,6 +23,16 @@ fn put(store: &Store, path: &str, off: u64, data: &[u8]) {
         .unwrap();
 }
 
+/// A scrub of the whole pool finds no error.
+fn scrub_clean(store: &Store) {
+    let (p, _) = store
+        .scrub(None, Duration::from_secs(60), &mut |_| {
+            ScrubControl::Continue
+        })
+        .unwrap();
+    assert_eq!(p.errors, 0);
+}
+
 fn used(store: &Store, ds: &str) -> u64 {
     store.get_property(ds, "used").unwrap().0.parse().unwrap()
 }
@@ -160,12 +170,7 @@ fn a_clone_shares_its_snapshot_and_takes_writes_apart() {
     // Re-import and scrub: everything reads back, nothing is damaged.
     store.close().unwrap();
     let store = open_store(&home);
-    let (p, _) = store
-        .scrub(None, Duration::from_secs(60), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(p.errors, 0);
+    scrub_clean(&store);
     let mut want = snap.clone();
     want.remove("d/e/f3");
     want.insert("new".into(), b"only in the clone".to_vec());
@@ -197,12 +202,7 @@ fn a_clone_shares_its_snapshot_and_takes_writes_apart() {
         &read_snapshot(&store, &store.snapshot_view("tank/fs@s").unwrap()),
         &snap,
     );
-    let (p, _) = store
-        .scrub(None, Duration::from_secs(60), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(p.errors, 0);
+    scrub_clean(&store);
 
     // Destroying the clone gives back its own blocks, and only those.
     let with_clone = store.space().alloc;
@@ -226,12 +226,7 @@ fn a_clone_shares_its_snapshot_and_takes_writes_apart() {
         &snap,
     );
     store.snapshot_destroy("tank/fs@s").unwrap();
-    let (p, _) = store
-        .scrub(None, Duration::from_secs(60), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(p.errors, 0);
+    scrub_clean(&store);
 }
 
 #[test]
