@@ -55,6 +55,8 @@ pub(crate) struct State {
     pub dirs: crate::dircache::DirCache,
     /// Snapshots' dead lists and override lists (`crate::snapshot`).
     pub snaps: crate::snapshot::SnapLists,
+    /// The intent log's chain for the open txg (`crate::intent_log`).
+    pub log: crate::intent_log::LogChain,
 }
 
 /// What the background writer is doing (see `crate::writer`).
@@ -91,6 +93,8 @@ pub struct StoreCore {
     /// Wakes the background writer (work or stop) and whoever waits for it.
     pub(crate) presync_cv: Condvar,
     pub(crate) stop: AtomicBool,
+    /// Intents waiting to be logged, and the log's committer (`crate::intent_log`).
+    pub(crate) intent: crate::intent_log::IntentLog,
 }
 
 pub fn now_ns() -> u64 {
@@ -117,6 +121,7 @@ impl StoreCore {
             config,
             presync_cv: Condvar::new(),
             stop: AtomicBool::new(false),
+            intent: Default::default(),
         }
     }
 

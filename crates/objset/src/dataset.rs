@@ -78,6 +78,10 @@ pub const PROPERTIES: &[(&str, &str, bool)] = &[
     ("quota", "none", false),
     ("refquota", "none", false),
     ("reservation", "none", false),
+    // The intent log (`crate::intent_log`): when writes are durable, and how they are
+    // logged.
+    ("sync", "standard", true),
+    ("logbias", "latency", true),
 ];
 
 /// Parses a size like `128K`, `1M`, `512`, `10G`.

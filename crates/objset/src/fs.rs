@@ -11,6 +11,7 @@ use crate::dir::DirEntry;
 use crate::dir_ops;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
+use crate::intent_log::{IntentOp, LogPolicy};
 use crate::object::read_for_update;
 use crate::property_values::validate_property;
 use crate::props::size_property;
@@ -655,7 +656,16 @@ impl StoreCore {
                 self.reserve_space(&mut st, data.len() as u64)?;
                 self.write_locked_with(&mut st, r.object, offset, data, &mut prefetched)?;
                 self.nudge_writer(&st);
-                return self.maybe_sync(&mut st);
+                // (receive and log replay write through `write_unchecked`: no intent.)
+                let policy = check_readonly.then(|| self.log_policy(&st, r.dataset));
+                self.maybe_sync(&mut st)?;
+                drop(st);
+                let Some(policy) = policy else { return Ok(()) };
+                let op = IntentOp::Write {
+                    offset,
+                    len: data.len() as u64,
+                };
+                return self.note_intent(policy, r.clone(), op);
             }
             // Taken before the state lock is released: no sync can free the blocks first.
             let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
@@ -699,13 +709,36 @@ impl StoreCore {
 
     /// Zeroes a range of a volume or file, freeing whole blocks (TRIM, hole punching).
     pub fn punch(&self, r: &Resolved, offset: u64, len: u64) -> Result<(), StoreError> {
+        let policy = self.punch_unlogged(r, offset, len)?;
+        self.note_intent(policy, r.clone(), IntentOp::Punch { offset, len })
+    }
+
+    /// `punch` without an intent (log replay); returns the dataset's log policy.
+    pub(crate) fn punch_unlogged(
+        &self,
+        r: &Resolved,
+        offset: u64,
+        len: u64,
+    ) -> Result<LogPolicy, StoreError> {
         let mut st = self.lock();
         self.check_writable_dataset(&st, r.dataset)?;
         self.punch_locked(&mut st, r.object, offset, len)?;
-        self.maybe_sync(&mut st)
+        let policy = self.log_policy(&st, r.dataset);
+        self.maybe_sync(&mut st)?;
+        Ok(policy)
     }
 
     pub fn truncate(&self, r: &Resolved, size: u64) -> Result<(), StoreError> {
+        let policy = self.truncate_unlogged(r, size)?;
+        self.note_intent(policy, r.clone(), IntentOp::Truncate { size })
+    }
+
+    /// `truncate` without an intent (log replay); returns the dataset's log policy.
+    pub(crate) fn truncate_unlogged(
+        &self,
+        r: &Resolved,
+        size: u64,
+    ) -> Result<LogPolicy, StoreError> {
         let mut st = self.lock();
         self.check_writable_dataset(&st, r.dataset)?;
         if r.kind == ObjectKind::Volume {
@@ -715,7 +748,8 @@ impl StoreCore {
                 "set volsize instead",
             ));
         }
-        self.truncate_locked(&mut st, r.object, size)
+        self.truncate_locked(&mut st, r.object, size)?;
+        Ok(self.log_policy(&st, r.dataset))
     }
 
     pub fn object_dnode(&self, r: &Resolved) -> Result<Dnode, StoreError> {

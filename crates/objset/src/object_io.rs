@@ -23,6 +23,7 @@ impl StoreCore {
         block_size: u32,
     ) -> Result<u64, StoreError> {
         assert!(block_size.is_power_of_two() && (512..=1 << 20).contains(&block_size));
+        st.log.unlogged = true;
         let id = match st.free_objects.pop_first() {
             Some(id) => id,
             None => {
@@ -287,6 +288,7 @@ impl StoreCore {
 
     pub(crate) fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         self.object_mut(st, id)?;
+        st.log.unlogged = true;
         forget_presynced(st, id, ..);
         st.dirs.forget(id);
         let obj = st.objects.get_mut(&id).expect("loaded");

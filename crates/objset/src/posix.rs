@@ -426,6 +426,8 @@ impl StoreCore {
     /// set to now (or to `ctime`), as every attribute change does.
     pub fn set_attr(&self, obj: u64, set: SetAttr) -> Result<Dnode, StoreError> {
         let mut st = self.lock();
+        // (The intent log has no record for attribute changes: fsync syncs the txg.)
+        st.log.unlogged = true;
         let dn = self.object_mut(&mut st, obj)?.dnode;
         self.check_writable_dataset(&st, dn.dataset)?;
         if let Some(size) = set.size {

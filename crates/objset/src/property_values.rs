@@ -43,6 +43,14 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
         crate::autosnap::SCHEDULE_PROPERTY => {
             crate::autosnap::Schedule::parse(value).map(|_| value.to_string())
         }
+        "sync" => match value {
+            "standard" | "always" | "disabled" => Ok(value.into()),
+            _ => bad("standard, always or disabled"),
+        },
+        "logbias" => match value {
+            "latency" | "throughput" => Ok(value.into()),
+            _ => bad("latency or throughput"),
+        },
         "snapdir" => match value {
             "hidden" | "visible" => Ok(value.into()),
             _ => bad("hidden or visible"),

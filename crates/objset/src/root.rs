@@ -4,15 +4,17 @@
 //!  offset  size  field
 //!       0     8  magic "CAIRNOS1" (ROOT_MAGIC)
 //!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`; 3 when
-//!                it has clones, see `crate::clone`)
-//!      12     4  reserved (0)
+//!                it has clones, see `crate::clone`; 4 when the intent log is in use)
+//!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
 //!     288     8  space map length in bytes
 //!     296     8  n = space map chunk pointers (≤ MAX_SPACE_MAP_CHUNKS)
 //!     304 n×128  space map chunk block pointers
-//!       …        error log (decode_error_log), then zeros to ROOT_BLOCK_SIZE (16 KiB)
+//!       …        error log (decode_error_log), then zeros
+//!  16320    64  version 4 with the log flag: the intent log's head (`LogHead`,
+//!                `crate::intent_format`); the block ends at ROOT_BLOCK_SIZE (16 KiB)
 //! ```
 //! Written uncompressed, blake3-checksummed, with one more copy than other metadata.
 
@@ -23,6 +25,7 @@ use cairn_pool::io::bp::{BlockPointer, BP_SIZE};
 use crate::codec::{Reader, Writer};
 use crate::dnode::{Dnode, DNODE_SIZE};
 use crate::error::StoreError;
+use crate::intent_format::{LogHead, LOG_HEAD_SIZE};
 
 pub(crate) const ROOT_MAGIC: u64 = 0x3153_4f4e_5249_4143; // "CAIRNOS1"
 /// The root block holds the object-table dnode and up to `MAX_SPACE_MAP_CHUNKS` pointers.
@@ -50,24 +53,39 @@ pub(crate) struct RootBlock {
     /// The pool has clones: version 3, which builds without clones refuse (they would free
     /// the origin's blocks a clone stops using).
     pub(crate) clones: bool,
+    /// The intent log's chain for the txg after this one (`crate::intent_log`): version 4,
+    /// which builds without the log refuse (they would drop acknowledged writes).
+    pub(crate) log: Option<LogHead>,
 }
 
-/// Root block versions: 1, 2 (snapshots in use) and 3 (clones in use).
+/// Root block versions: 1, 2 (snapshots in use), 3 (clones in use), 4 (feature flags at
+/// byte 12; written only when the intent log is in use, so other pools stay readable by
+/// older builds).
 pub(crate) const ROOT_VERSION: u32 = 1;
 pub(crate) const ROOT_VERSION_SNAPSHOTS: u32 = 2;
 pub(crate) const ROOT_VERSION_CLONES: u32 = 3;
+pub(crate) const ROOT_VERSION_FLAGS: u32 = 4;
+const FLAG_SNAPSHOTS: u32 = 1;
+const FLAG_CLONES: u32 = 2;
+const FLAG_LOG: u32 = 4;
+/// Where the log head is: the end of the block.
+const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
 impl RootBlock {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
-        let version = match (self.clones, self.snapshots) {
-            (true, _) => ROOT_VERSION_CLONES,
-            (false, true) => ROOT_VERSION_SNAPSHOTS,
-            (false, false) => ROOT_VERSION,
+        let flags = u32::from(self.snapshots) * FLAG_SNAPSHOTS
+            + u32::from(self.clones) * FLAG_CLONES
+            + u32::from(self.log.is_some()) * FLAG_LOG;
+        let (version, flags) = match (self.log.is_some(), self.clones, self.snapshots) {
+            (true, _, _) => (ROOT_VERSION_FLAGS, flags),
+            (false, true, _) => (ROOT_VERSION_CLONES, 0),
+            (false, false, true) => (ROOT_VERSION_SNAPSHOTS, 0),
+            (false, false, false) => (ROOT_VERSION, 0),
         };
         w.u64(ROOT_MAGIC)
             .u32(version)
-            .u32(0)
+            .u32(flags)
             .u64(self.txg)
             .u64(self.next_object);
         let mut d = [0u8; DNODE_SIZE];
@@ -79,15 +97,19 @@ impl RootBlock {
             w.buf.extend_from_slice(&bp.to_bytes());
         }
         // The error log fills the rest of the block; entries beyond it are only counted.
-        let room = (ROOT_BLOCK_SIZE - w.buf.len() - ERRLOG_HEADER) / ERRLOG_ENTRY;
+        let room = (LOG_HEAD_AT - w.buf.len() - ERRLOG_HEADER) / ERRLOG_ENTRY;
         let listed = self.damaged.len().min(room);
         let unlisted = self.damaged_unlisted + (self.damaged.len() - listed) as u64;
         w.u32(ERRLOG_MAGIC).u32(listed as u32).u64(unlisted);
         for (&(ds, obj), &seen) in self.damaged.iter().take(listed) {
             w.u32(ds).u64(obj).u64(seen);
         }
-        assert!(w.buf.len() <= ROOT_BLOCK_SIZE, "root block overflows");
-        w.buf.resize(ROOT_BLOCK_SIZE, 0);
+        assert!(w.buf.len() <= LOG_HEAD_AT, "root block overflows");
+        w.buf.resize(LOG_HEAD_AT, 0);
+        match &self.log {
+            Some(head) => w.buf.extend_from_slice(&head.encode()),
+            None => w.buf.resize(ROOT_BLOCK_SIZE, 0),
+        }
         w.buf
     }
 
@@ -98,7 +120,7 @@ impl RootBlock {
             return Err(StoreError::corrupt("root block", "bad magic".to_string()));
         }
         let version = r.u32().map_err(corrupt)?;
-        if version > ROOT_VERSION_CLONES {
+        if version > ROOT_VERSION_FLAGS {
             return Err(StoreError::NewerFormat(format!(
                 "root block version {version}"
             )));
@@ -106,7 +128,19 @@ impl RootBlock {
         if version == 0 {
             return Err(StoreError::corrupt("root block", "version 0".to_string()));
         }
-        let _ = r.u32().map_err(corrupt)?;
+        let flags = match version {
+            ROOT_VERSION_FLAGS => r.u32().map_err(corrupt)?,
+            v => {
+                let _ = r.u32().map_err(corrupt)?;
+                u32::from(v >= ROOT_VERSION_SNAPSHOTS) * FLAG_SNAPSHOTS
+                    + u32::from(v >= ROOT_VERSION_CLONES) * FLAG_CLONES
+            }
+        };
+        if flags & !(FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG) != 0 {
+            return Err(StoreError::NewerFormat(format!(
+                "root block feature flags {flags:#x}"
+            )));
+        }
         let txg = r.u64().map_err(corrupt)?;
         let next_object = r.u64().map_err(corrupt)?;
         let dn_at = 32;
@@ -134,6 +168,13 @@ impl RootBlock {
         }
         let (damaged, damaged_unlisted) =
             decode_error_log(buf.get(base + n * BP_SIZE..).unwrap_or(&[])).map_err(corrupt)?;
+        let log = match flags & FLAG_LOG {
+            0 => None,
+            _ => Some(
+                LogHead::decode(buf.get(LOG_HEAD_AT..).unwrap_or(&[]))
+                    .map_err(|e| StoreError::corrupt("root block", e))?,
+            ),
+        };
         Ok(RootBlock {
             txg,
             next_object,
@@ -142,8 +183,9 @@ impl RootBlock {
             space_map_bps,
             damaged,
             damaged_unlisted,
-            snapshots: version >= ROOT_VERSION_SNAPSHOTS,
-            clones: version >= ROOT_VERSION_CLONES,
+            snapshots: flags & FLAG_SNAPSHOTS != 0,
+            clones: flags & FLAG_CLONES != 0,
+            log,
         })
     }
 }
@@ -200,6 +242,7 @@ mod tests {
             damaged_unlisted: 0,
             snapshots: false,
             clones: false,
+            log: None,
         }
     }
 
@@ -217,11 +260,43 @@ mod tests {
         let back = RootBlock::decode(&bytes).unwrap();
         assert!(back.snapshots && back.clones);
         let mut newer = bytes.clone();
-        newer[8] = 4;
+        newer[8] = 5;
         let e = RootBlock::decode(&newer)
             .err()
-            .expect("version 4 is refused");
+            .expect("version 5 is refused");
         assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        let mut unknown_flag = bytes.clone();
+        unknown_flag[8] = 4;
+        unknown_flag[12] = 8;
+        assert!(RootBlock::decode(&unknown_flag).is_err());
+    }
+
+    #[test]
+    fn a_log_head_makes_version_4_with_flags_and_round_trips() {
+        use crate::intent_format::LogBlockAddr;
+        let mut root = root_with(2, 3);
+        root.snapshots = true;
+        root.log = Some(LogHead {
+            chain: 0xfeed,
+            head: LogBlockAddr {
+                dva: cairn_pool::io::bp::Dva {
+                    vdev: 0,
+                    offset: 1 << 20,
+                    asize: 12288,
+                },
+                psize: 8192,
+            },
+        });
+        let bytes = root.encode();
+        assert_eq!(bytes.len(), ROOT_BLOCK_SIZE);
+        assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
+        let back = RootBlock::decode(&bytes).unwrap();
+        assert_eq!(back.log, root.log);
+        assert!(back.snapshots && !back.clones);
+        assert_eq!(back.damaged, root.damaged);
+        root.log = None;
+        let back = RootBlock::decode(&root.encode()).unwrap();
+        assert!(back.log.is_none() && back.snapshots);
     }
 
     #[test]

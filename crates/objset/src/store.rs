@@ -70,6 +70,9 @@ impl Store {
 
     pub fn open_with(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
         let core = Arc::new(StoreCore::open_with(pool, config)?);
+        // Before anything is written: the chain's blocks after its head are free in the
+        // space map of the txg it follows (`crate::intent_log`).
+        core.replay_log()?;
         let mut store = Store {
             core: Some(Arc::clone(&core)),
             writers: Vec::new(),
@@ -222,6 +225,7 @@ impl StoreCore {
             dirs: Default::default(),
             pending: HashMap::new(),
             snaps: Default::default(),
+            log: crate::intent_log::LogChain::from_root(root.log),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets = DatasetTable::decode(&table).map_err(|e| {
@@ -257,6 +261,7 @@ impl StoreCore {
             dirs: Default::default(),
             pending: HashMap::new(),
             snaps: Default::default(),
+            log: Default::default(),
         };
         let store = StoreCore::new(pool, state, config);
         {

@@ -343,6 +343,7 @@ impl TxgSync<'_> {
                 .datasets
                 .iter()
                 .any(|d| d.props.contains_key(crate::dataset::ORIGIN_PROP)),
+            log: self.st.log.next_head(),
         };
         let block = prepare(
             &root.encode(),
@@ -366,6 +367,7 @@ impl TxgSync<'_> {
         // the labels first; this txg's uberblock already names the spare).
         pool.take_over_failed_leaves()?;
         pool.write_uberblock(txg, &root_bp.to_bytes())?;
+        self.store.log_after_commit(st);
         pool.note_allocated(st.alloc.vdevs.iter().map(|v| v.allocated_bytes()).collect());
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;
@@ -405,6 +407,7 @@ impl StoreCore {
             st,
         };
         sync.release_deferred_frees();
+        self.log_before_sync(sync.st)?;
         self.flush_dirty_dirs(sync.st)?;
         sync.write_dirty_objects()?;
         sync.write_dead_lists()?;

@@ -99,6 +99,7 @@ impl StoreCore {
             return Err(StoreError::NameTooLong(name.into()));
         }
         let mut st = self.lock();
+        st.log.unlogged = true;
         let dn = self.object_mut(&mut st, obj)?.dnode;
         self.check_writable_dataset(&st, dn.dataset)?;
         let mut map = self.xattrs_locked(&mut st, obj)?;

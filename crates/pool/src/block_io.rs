@@ -64,7 +64,6 @@ impl Pool {
         block: &PreparedBlock,
         txg: u64,
     ) -> Result<BlockPointer, PoolError> {
-        let psize = block.physical.len() as u64;
         let mut written = 0;
         let mut last_err = None;
         for d in dvas.iter().filter(|d| !d.is_empty()) {
@@ -79,17 +78,7 @@ impl Pool {
             }
             return Err(PoolError::Vdev(last_err.expect("a write failed")));
         }
-        Ok(BlockPointer {
-            dvas,
-            lsize: block.lsize,
-            psize: psize as u32,
-            compression: block.compression,
-            checksum_kind: block.props.checksum,
-            kind: block.props.kind,
-            level: block.props.level,
-            birth: txg,
-            checksum: block.checksum,
-        })
+        Ok(block.pointer(dvas, txg))
     }
 
     /// Allocates and writes many prepared blocks, grouped per top-level vdev so every leaf
@@ -171,17 +160,7 @@ impl Pool {
                 if written == 0 {
                     return Err(PoolError::Vdev(err.expect("a copy failed")));
                 }
-                Ok(BlockPointer {
-                    dvas: *dvas,
-                    lsize: b.lsize,
-                    psize: b.physical.len() as u32,
-                    compression: b.compression,
-                    checksum_kind: b.props.checksum,
-                    kind: b.props.kind,
-                    level: b.props.level,
-                    birth: txg,
-                    checksum: b.checksum,
-                })
+                Ok(b.pointer(*dvas, txg))
             })
             .collect()
     }

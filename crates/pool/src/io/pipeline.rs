@@ -35,6 +35,23 @@ pub struct PreparedBlock {
     pub props: WriteProps,
 }
 
+impl PreparedBlock {
+    /// The pointer to this block once its copies are written at `dvas` in `txg`.
+    pub fn pointer(&self, dvas: [Dva; 3], txg: u64) -> BlockPointer {
+        BlockPointer {
+            dvas,
+            lsize: self.lsize,
+            psize: self.physical.len() as u32,
+            compression: self.compression,
+            checksum_kind: self.props.checksum,
+            kind: self.props.kind,
+            level: self.props.level,
+            birth: txg,
+            checksum: self.checksum,
+        }
+    }
+}
+
 /// Compresses (if it saves ≥ 1/8), pads to `sector` and checksums a logical block.
 pub fn prepare(data: &[u8], props: WriteProps, sector: u64) -> PreparedBlock {
     assert!(!data.is_empty(), "blocks are never empty");

@@ -1,0 +1,744 @@
+//! The intent log (ZFS's ZIL): FLUSH, FUA and fsync return once the writes they cover are
+//! in a chain of log blocks, without waiting for a txg sync. Blocks and records on disk:
+//! `crate::intent_format`.
+//!
+//! ```text
+//!  write/punch/truncate ──► store (open txg) ──► then an intent {seq, object, range} is
+//!                                                 appended to `Pending` (no data copied)
+//!  commit_log()  one committer at a time; the others queue and most find their writes
+//!                already durable when their turn comes (group commit)
+//!    1 take every pending intent; read their data from the store as it is now
+//!    2 under the store lock: still the same chain? allocate the log blocks (and a block
+//!      of its own for each large write, logged by pointer); take the read gate
+//!    3 write the blocks, flush the leaves: durable up to the last intent taken
+//!  txg sync      retires the chain (its blocks freed with the txg) and allocates the head of
+//!                a new one, which the new root block names; at the commit the intents the
+//!                txg covers are dropped and the new chain becomes current
+//!  import        the chain the root block names is read to its first block that does not
+//!                verify; its records are applied to the open txg, which is synced
+//! ```
+//!
+//! Invariants (why an acknowledged write survives a crash at any moment):
+//! - An intent is appended only after its write is in the store, so a sync that takes the
+//!   store lock later includes it; a sync clears only the intents appended before it took
+//!   the lock (`LogChain::covered`), and marks them durable only once it committed.
+//! - Records in chain C carry data read while C was current (the generation check in step
+//!   2), so replaying C onto the root block that names C never puts back older data.
+//! - A log commit writes its blocks holding the read gate, which every sync takes
+//!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
+//! - Changes the log has no record for (creating, renaming, removing, chmod, xattrs,
+//!   dataset changes) set `unlogged`; a log commit in such a txg syncs the txg instead.
+//! - Data is read at commit time, so a record holds the newest bytes of its range; every
+//!   record is applied whole at replay, so no unacknowledged write appears in part.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use cairn_pool::io::bp::{BlockKind, Dva};
+use cairn_pool::io::pipeline::{prepare, PreparedBlock};
+
+use crate::core::{State, StoreCore};
+use crate::dnode::ObjectKind;
+use crate::error::StoreError;
+use crate::fs::Resolved;
+use crate::intent_format::{
+    capacity, LogBlock, LogBlockAddr, LogHead, Record, LOG_HEADER, MAX_LOG_BLOCK,
+};
+use crate::props::raw_props;
+
+/// Writes at least this large go to a block of their own and are logged by pointer (ZFS's
+/// `zfs_immediate_write_sz`, 32 KiB).
+pub(crate) const IMMEDIATE_WRITE: u64 = 32 << 10;
+/// Smallest log block.
+const MIN_LOG_BLOCK: u64 = 8 << 10;
+/// A chain this long (blocks, or bytes logged) makes the next log commit sync the txg.
+const MAX_CHAIN_BLOCKS: usize = 8192;
+const MAX_CHAIN_BYTES: u64 = 256 << 20;
+/// A commit with more bytes written than this syncs the txg instead: the writes would
+/// otherwise be written twice, to the log and by the txg, for no gain in latency.
+const MAX_COMMIT_BYTES: u64 = 32 << 20;
+
+/// The `sync` property: when writes must be durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// FLUSH, FUA and fsync make writes durable (through the log).
+    Standard,
+    /// Every write is durable when it returns.
+    Always,
+    /// FLUSH and fsync return at once; writes are durable when their txg commits.
+    Disabled,
+}
+
+/// How a dataset's writes are logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogPolicy {
+    pub sync: SyncPolicy,
+    /// `logbias=throughput`: every write goes to a block of its own, logged by pointer.
+    pub by_pointer: bool,
+}
+
+/// A change waiting to be logged.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IntentOp {
+    Write { offset: u64, len: u64 },
+    Truncate { size: u64 },
+    Punch { offset: u64, len: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct Intent {
+    seq: u64,
+    target: Resolved,
+    op: IntentOp,
+    by_pointer: bool,
+}
+
+#[derive(Default)]
+struct Pending {
+    intents: Vec<Intent>,
+    /// Seq of the last intent appended.
+    appended: u64,
+    /// Every intent up to this seq is durable (logged or committed).
+    durable: u64,
+}
+
+/// The log's state outside the store lock.
+#[derive(Default)]
+pub(crate) struct IntentLog {
+    pending: Mutex<Pending>,
+    /// Held by the one thread committing the log (see the module's diagram).
+    committer: Mutex<()>,
+    /// Intents are kept only once something asked for the log (the first commit syncs).
+    armed: AtomicBool,
+}
+
+impl IntentLog {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seq of the last intent appended (what a sync covers).
+    pub(crate) fn appended(&self) -> u64 {
+        self.pending().appended
+    }
+
+    /// A sync committed every intent up to `seq`.
+    pub(crate) fn committed(&self, seq: u64) {
+        let mut p = self.pending();
+        p.intents.retain(|i| i.seq > seq);
+        p.durable = p.durable.max(seq);
+    }
+
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
+    }
+}
+
+/// The chain of the open txg, under the store lock.
+#[derive(Debug, Default)]
+pub(crate) struct LogChain {
+    /// What the committed root block names (None: no chain; a log commit syncs instead).
+    pub head: Option<LogHead>,
+    /// Where the next log block goes, and its seq.
+    tail: LogBlockAddr,
+    next_seq: u64,
+    /// Blocks of this chain allocated in the allocator (freed when it retires).
+    allocated: Vec<Dva>,
+    /// Blocks and bytes written to this chain.
+    blocks: usize,
+    bytes: u64,
+    /// Bumped at every commit of a txg.
+    generation: u64,
+    /// A change the log cannot record is in the open txg.
+    pub unlogged: bool,
+    /// A log write failed: the chain cannot go on until the next sync.
+    broken: bool,
+    /// Prepared by the sync in progress: the next chain, and the intents it covers.
+    next: Option<(LogHead, Vec<Dva>)>,
+    covered: u64,
+}
+
+impl LogChain {
+    /// The chain a root block names, as loaded (its head is allocated in the space map).
+    pub(crate) fn from_root(head: Option<LogHead>) -> LogChain {
+        let mut chain = LogChain::default();
+        if let Some(h) = head {
+            chain.install(h, vec![h.head.dva]);
+        }
+        chain
+    }
+
+    fn install(&mut self, head: LogHead, allocated: Vec<Dva>) {
+        self.head = Some(head);
+        self.tail = head.head;
+        self.next_seq = 0;
+        self.allocated = allocated;
+        self.blocks = 0;
+        self.bytes = 0;
+        self.unlogged = false;
+        self.broken = false;
+    }
+
+    /// The head the sync in progress will name in its root block.
+    pub(crate) fn next_head(&self) -> Option<LogHead> {
+        self.next.as_ref().map(|(h, _)| *h)
+    }
+
+    fn usable(&self) -> bool {
+        self.head.is_some()
+            && !self.unlogged
+            && !self.broken
+            && self.blocks < MAX_CHAIN_BLOCKS
+            && self.bytes < MAX_CHAIN_BYTES
+    }
+}
+
+/// Log blocks and pointer blocks of one commit, allocated, ready to write.
+struct CommitPlan {
+    blocks: Vec<(Dva, Vec<u8>)>,
+}
+
+/// A record whose data goes to a block of its own.
+struct PointerData {
+    block: PreparedBlock,
+    object: u64,
+    offset: u64,
+}
+
+/// What a commit logs: records with data inline, and writes logged by pointer.
+#[derive(Default)]
+struct Batch {
+    inline: Vec<Record>,
+    pointed: Vec<PointerData>,
+    order: Vec<bool>, // true: the next pointed record; false: the next inline one
+}
+
+impl StoreCore {
+    /// The `sync` and `logbias` properties of a dataset.
+    pub(crate) fn log_policy(&self, st: &State, dataset: u32) -> LogPolicy {
+        let sync = match st.datasets.property(dataset, "sync").0.as_str() {
+            "always" => SyncPolicy::Always,
+            "disabled" => SyncPolicy::Disabled,
+            _ => SyncPolicy::Standard,
+        };
+        let by_pointer = st.datasets.property(dataset, "logbias").0 == "throughput";
+        LogPolicy { sync, by_pointer }
+    }
+
+    /// The `sync` property of a dataset (what FLUSH and fsync on it do).
+    pub fn sync_policy(&self, dataset: u32) -> SyncPolicy {
+        self.log_policy(&self.lock(), dataset).sync
+    }
+
+    /// After a write, punch or truncate returned from the store: keeps its intent, and under
+    /// `sync=always` makes it durable before returning.
+    pub(crate) fn note_intent(
+        &self,
+        policy: LogPolicy,
+        target: Resolved,
+        op: IntentOp,
+    ) -> Result<(), StoreError> {
+        if policy.sync == SyncPolicy::Disabled {
+            return Ok(());
+        }
+        if policy.sync == SyncPolicy::Always || self.intent.is_armed() {
+            let mut p = self.intent.pending();
+            p.appended += 1;
+            let seq = p.appended;
+            p.intents.push(Intent {
+                seq,
+                target,
+                op,
+                by_pointer: policy.by_pointer,
+            });
+        }
+        if policy.sync == SyncPolicy::Always {
+            return self.commit_log();
+        }
+        Ok(())
+    }
+
+    /// FLUSH or fsync on a dataset: every write, punch and truncate that returned before
+    /// this call is durable when it returns (none are under `sync=disabled`).
+    pub fn sync_writes(&self, dataset: u32) -> Result<(), StoreError> {
+        match self.sync_policy(dataset) {
+            SyncPolicy::Disabled => Ok(()),
+            _ => self.commit_log(),
+        }
+    }
+
+    /// Makes every write, punch and truncate of the pool that returned before this call
+    /// durable: through the intent log when it can, else by a txg sync.
+    pub fn commit_log(&self) -> Result<(), StoreError> {
+        let was_armed = self.intent.armed.swap(true, Ordering::SeqCst);
+        let target = self.intent.appended();
+        let _committer = self
+            .intent
+            .committer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !was_armed {
+            // Writes before now kept no intents: only a sync covers them.
+            return self.sync_for_log();
+        }
+        let (intents, generation) = {
+            let st = self.lock();
+            if !log_usable(&st) {
+                drop(st);
+                return self.sync_for_log();
+            }
+            let mut p = self.intent.pending();
+            if p.durable >= target {
+                return Ok(());
+            }
+            (std::mem::take(&mut p.intents), st.log.generation)
+        };
+        let last = intents.last().map_or(target, |i| i.seq);
+        if written_bytes(&intents) > MAX_COMMIT_BYTES {
+            return self.sync_for_log();
+        }
+        match self.log_intents(&intents, generation) {
+            Ok(true) => {
+                let mut p = self.intent.pending();
+                p.durable = p.durable.max(last);
+                Ok(())
+            }
+            // The intents taken are gone from the list: a sync covers them (and the chain,
+            // if a write to it failed, is marked broken).
+            Ok(false) | Err(_) => self.sync_for_log(),
+        }
+    }
+
+    /// A txg sync for a log commit that cannot use the log.
+    fn sync_for_log(&self) -> Result<(), StoreError> {
+        let mut st = self.wait_for_writer(self.lock());
+        self.sync_locked(&mut st).map(|_| ())
+    }
+
+    /// Steps 1–3 of a log commit (see the module's diagram); false: the intents could not
+    /// be logged (a change the log cannot record came meanwhile), a sync must cover them.
+    fn log_intents(&self, intents: &[Intent], generation: u64) -> Result<bool, StoreError> {
+        let batch = self.read_intents(intents)?;
+        let mut st = self.lock();
+        if st.log.generation != generation {
+            // A txg committed since the intents were taken: it holds every one of them.
+            return Ok(true);
+        }
+        if !log_usable(&st) {
+            return Ok(false);
+        }
+        let plan = match self.plan_commit(&mut st, batch) {
+            Ok(plan) => plan,
+            Err(e) => {
+                st.log.broken = true;
+                return Err(e);
+            }
+        };
+        let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        drop(st);
+        let written = self.write_plan(&plan);
+        drop(gate);
+        if written.is_err() {
+            self.lock().log.broken = true;
+        }
+        written.map(|()| true)
+    }
+
+    /// Step 1: the records for `intents`, with their data as the store holds it now.
+    fn read_intents(&self, intents: &[Intent]) -> Result<Batch, StoreError> {
+        let mut batch = Batch::default();
+        let sector = self.pool.max_sector();
+        let keep = last_of_each_range(intents);
+        for (intent, _) in intents.iter().zip(keep).filter(|(_, k)| *k) {
+            let object = intent.target.object;
+            match intent.op {
+                IntentOp::Truncate { size } => batch.push_inline(Record::Truncate { object, size }),
+                IntentOp::Punch { offset, len } => batch.push_inline(Record::Punch {
+                    object,
+                    offset,
+                    bytes: len,
+                }),
+                IntentOp::Write { offset, len } => {
+                    let mut data = vec![0u8; len as usize];
+                    let n = self.read(&intent.target, offset, &mut data)?;
+                    data.truncate(n);
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if intent.by_pointer || data.len() as u64 >= IMMEDIATE_WRITE {
+                        let block = prepare(&data, raw_props(BlockKind::Data, 1), sector);
+                        batch.push_pointed(PointerData {
+                            block,
+                            object,
+                            offset,
+                        });
+                    } else {
+                        batch.push_inline(Record::Write {
+                            object,
+                            offset,
+                            data,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Step 2: allocates the pointer blocks and the log blocks (each naming the next,
+    /// allocated now too) and encodes them.
+    fn plan_commit(&self, st: &mut State, batch: Batch) -> Result<CommitPlan, StoreError> {
+        let txg = st.txg;
+        let mut plan = CommitPlan { blocks: Vec::new() };
+        let mut records = Vec::with_capacity(batch.order.len());
+        let (mut inline, mut pointed) = (batch.inline.into_iter(), batch.pointed.into_iter());
+        for is_pointer in batch.order {
+            if !is_pointer {
+                records.extend(inline.next());
+                continue;
+            }
+            let Some(p) = pointed.next() else { continue };
+            let psize = p.block.physical.len() as u64;
+            let dvas = self.pool.allocate(&mut st.alloc, psize, 1, false)?;
+            st.log.allocated.push(dvas[0]);
+            st.log.bytes += psize;
+            let bp = p.block.pointer(dvas, txg);
+            plan.blocks.push((dvas[0], p.block.physical.to_vec()));
+            records.push(Record::WriteBlock {
+                object: p.object,
+                offset: p.offset,
+                bytes: u64::from(p.block.lsize),
+                bp,
+            });
+        }
+        self.pack_log_blocks(st, records, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// Packs records into log blocks from the chain's tail on; the last one names a next
+    /// block sized for a commit like this one.
+    fn pack_log_blocks(
+        &self,
+        st: &mut State,
+        records: Vec<Record>,
+        plan: &mut CommitPlan,
+    ) -> Result<(), StoreError> {
+        let sector = self.pool.max_sector();
+        let total: usize = records.iter().map(Record::len).sum();
+        let mut left = total;
+        let mut records = records.into_iter().peekable();
+        loop {
+            let here = st.log.tail;
+            let room = capacity(here.psize as usize);
+            let mut in_block = Vec::new();
+            let mut used = 0;
+            while let Some(r) = records.next_if(|r| used + r.len() <= room) {
+                used += r.len();
+                in_block.push(r);
+            }
+            left -= used;
+            let more = records.peek().is_some();
+            // The next block: big enough for what is left, or for a commit like this one.
+            let want = if more { left } else { total };
+            let next_psize = log_block_size(want, sector);
+            let dvas = self.pool.allocate(&mut st.alloc, next_psize, 1, false)?;
+            st.log.allocated.push(dvas[0]);
+            let next = LogBlockAddr {
+                dva: dvas[0],
+                psize: next_psize as u32,
+            };
+            let block = LogBlock {
+                chain: st.log.head.map_or(0, |h| h.chain),
+                seq: st.log.next_seq,
+                next,
+                records: in_block,
+            };
+            plan.blocks
+                .push((here.dva, block.encode(here.psize as usize)));
+            st.log.tail = next;
+            st.log.next_seq += 1;
+            st.log.blocks += 1;
+            st.log.bytes += u64::from(here.psize);
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Step 3: every block written, then every leaf flushed.
+    fn write_plan(&self, plan: &CommitPlan) -> Result<(), StoreError> {
+        for (dva, bytes) in &plan.blocks {
+            self.pool
+                .write_block(dva.vdev as usize, dva.offset, bytes)?;
+        }
+        self.pool.flush()?;
+        Ok(())
+    }
+
+    /// At the start of a txg sync (store lock and read gate held): retires the current
+    /// chain and, if the log is in use, allocates the head of the next one.
+    pub(crate) fn log_before_sync(&self, st: &mut State) -> Result<(), StoreError> {
+        let txg = st.txg;
+        st.log.covered = self.intent.appended();
+        let retired = std::mem::take(&mut st.log.allocated);
+        st.deferred.extend(retired.into_iter().map(|d| (txg, d)));
+        st.log.head = None;
+        // Until the commit: a failed sync leaves no usable chain.
+        st.log.broken = true;
+        st.log.next = None;
+        if !self.intent.is_armed() {
+            return Ok(());
+        }
+        let psize = log_block_size(0, self.pool.max_sector());
+        let dvas = self.pool.allocate(&mut st.alloc, psize, 1, false)?;
+        let head = LogHead {
+            chain: chain_id(txg),
+            head: LogBlockAddr {
+                dva: dvas[0],
+                psize: psize as u32,
+            },
+        };
+        st.log.next = Some((head, vec![dvas[0]]));
+        Ok(())
+    }
+
+    /// After the uberblock of a sync is written: the chain its root block names becomes
+    /// current, and the intents the txg covers are durable.
+    pub(crate) fn log_after_commit(&self, st: &mut State) {
+        st.log.generation += 1;
+        match st.log.next.take() {
+            Some((head, allocated)) => st.log.install(head, allocated),
+            None => {
+                st.log.head = None;
+                st.log.broken = false;
+                st.log.unlogged = false;
+            }
+        }
+        self.intent.committed(st.log.covered);
+    }
+}
+
+/// Which intents to log: a write is dropped when a later write of the same object has
+/// exactly its range (its data, read at commit time, would be the same bytes).
+fn last_of_each_range(intents: &[Intent]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::new();
+    let mut keep: Vec<bool> = intents
+        .iter()
+        .rev()
+        .map(|i| match i.op {
+            IntentOp::Write { offset, len } => seen.insert((i.target.object, offset, len)),
+            _ => true,
+        })
+        .collect();
+    keep.reverse();
+    keep
+}
+
+/// Bytes the write intents cover.
+fn written_bytes(intents: &[Intent]) -> u64 {
+    intents
+        .iter()
+        .map(|i| match i.op {
+            IntentOp::Write { len, .. } => len,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Whether a log commit may use the chain: there is one, and the open txg holds no change
+/// the log cannot record (directories and the dataset table change only through those).
+fn log_usable(st: &State) -> bool {
+    st.log.usable() && !st.datasets_dirty && !st.dirs.any_dirty()
+}
+
+impl Batch {
+    fn push_inline(&mut self, r: Record) {
+        self.inline.push(r);
+        self.order.push(false);
+    }
+    fn push_pointed(&mut self, p: PointerData) {
+        self.pointed.push(p);
+        self.order.push(true);
+    }
+}
+
+/// A log block's size for `payload` record bytes: a power of two from MIN_LOG_BLOCK to
+/// MAX_LOG_BLOCK, a multiple of the sector.
+fn log_block_size(payload: usize, sector: u64) -> u64 {
+    let want = (payload + LOG_HEADER) as u64;
+    want.next_power_of_two()
+        .clamp(
+            MIN_LOG_BLOCK.max(sector),
+            (MAX_LOG_BLOCK as u64).max(sector),
+        )
+        .next_multiple_of(sector)
+}
+
+/// A chain id no earlier chain of this pool is likely to have had: the txg, mixed with the
+/// time (a pool rewound to an older txg reuses txg numbers).
+fn chain_id(txg: u64) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(&txg.to_le_bytes());
+    h.update(&crate::core::now_ns().to_le_bytes());
+    let b = h.finalize();
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes")) | 1
+}
+
+/// What a replay found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    pub blocks: u64,
+    pub records: u64,
+    /// Records naming an object that no longer exists (skipped).
+    pub skipped: u64,
+}
+
+impl StoreCore {
+    /// At import: applies the chain the root block names (to its first block that does not
+    /// verify) to the open txg and syncs it. Nothing is allocated before every block was
+    /// read, so blocks allocated after the last commit (free in its space map) are intact.
+    pub(crate) fn replay_log(&self) -> Result<ReplayReport, StoreError> {
+        let Some(head) = self.lock().log.head else {
+            return Ok(ReplayReport::default());
+        };
+        let blocks = self.read_chain(head);
+        let mut report = ReplayReport {
+            blocks: blocks.len() as u64,
+            ..Default::default()
+        };
+        for block in blocks {
+            for record in block.records {
+                report.records += 1;
+                if !self.apply_record(&record)? {
+                    report.skipped += 1;
+                }
+            }
+        }
+        if report.records > 0 {
+            let txg = self.sync()?;
+            self.pool.post_event(
+                "log_replay",
+                None,
+                &[
+                    ("blocks", report.blocks.to_string()),
+                    ("records", report.records.to_string()),
+                    ("skipped", report.skipped.to_string()),
+                    ("txg", txg.to_string()),
+                ],
+            );
+        }
+        Ok(report)
+    }
+
+    /// The chain's blocks in order, up to the first that cannot be read or verified, or
+    /// belongs to another chain.
+    fn read_chain(&self, head: LogHead) -> Vec<LogBlock> {
+        let mut out = Vec::new();
+        let mut at = head.head;
+        while !at.is_empty() && out.len() < MAX_CHAIN_BLOCKS * 4 {
+            let psize = at.psize as usize;
+            if psize > MAX_LOG_BLOCK || psize < LOG_HEADER {
+                break;
+            }
+            let mut buf = vec![0u8; psize];
+            let verify = |b: &[u8]| LogBlock::verifies(b);
+            if self
+                .pool
+                .read_block(at.dva.vdev as usize, at.dva.offset, &mut buf, Some(&verify))
+                .is_err()
+            {
+                break;
+            }
+            let Ok(block) = LogBlock::decode(&buf) else {
+                break;
+            };
+            if block.chain != head.chain || block.seq != out.len() as u64 {
+                break;
+            }
+            at = block.next;
+            out.push(block);
+        }
+        out
+    }
+
+    /// Applies one record; false if its object is gone.
+    fn apply_record(&self, record: &Record) -> Result<bool, StoreError> {
+        let Ok(dnode) = self.dnode(record.object()) else {
+            return Ok(false);
+        };
+        if !matches!(dnode.kind, ObjectKind::File | ObjectKind::Volume) {
+            return Ok(false);
+        }
+        let target = Resolved {
+            dataset: dnode.dataset,
+            object: record.object(),
+            kind: dnode.kind,
+        };
+        match record {
+            Record::Write { offset, data, .. } => {
+                self.write_unchecked(&target, *offset, data)?;
+            }
+            Record::WriteBlock {
+                offset, bytes, bp, ..
+            } => {
+                let data = self.pool.read_bp(bp)?;
+                let n = (*bytes as usize).min(data.len());
+                self.write_unchecked(&target, *offset, &data[..n])?;
+            }
+            Record::Truncate { size, .. } if dnode.kind == ObjectKind::File => {
+                self.truncate_unlogged(&target, *size)?;
+            }
+            Record::Truncate { .. } => return Ok(false),
+            Record::Punch { offset, bytes, .. } => {
+                self.punch_unlogged(&target, *offset, *bytes)?;
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_blocks_are_powers_of_two_within_bounds_and_sectors() {
+        assert_eq!(log_block_size(0, 4096), 8192);
+        assert_eq!(log_block_size(4096 + 24, 4096), 8192);
+        assert_eq!(log_block_size(5000, 512), 8192);
+        assert_eq!(log_block_size(9000, 4096), 16384);
+        assert_eq!(log_block_size(1 << 30, 4096), MAX_LOG_BLOCK as u64);
+        assert_eq!(log_block_size(0, 1 << 16), 1 << 16);
+        assert_eq!(log_block_size(1 << 30, 1 << 18), 1 << 18);
+    }
+
+    fn write(object: u64, offset: u64, len: u64, seq: u64) -> Intent {
+        Intent {
+            seq,
+            target: Resolved {
+                dataset: 2,
+                object,
+                kind: ObjectKind::Volume,
+            },
+            op: IntentOp::Write { offset, len },
+            by_pointer: false,
+        }
+    }
+
+    #[test]
+    fn only_the_last_write_of_a_range_is_logged() {
+        let intents = [
+            write(5, 0, 4096, 1),
+            write(5, 4096, 4096, 2),
+            write(6, 0, 4096, 3),
+            write(5, 0, 4096, 4),
+        ];
+        let kept: Vec<u64> = intents
+            .iter()
+            .zip(last_of_each_range(&intents))
+            .filter(|(_, k)| *k)
+            .map(|(i, _)| i.seq)
+            .collect();
+        assert_eq!(kept, vec![2, 3, 4]);
+    }
+}
