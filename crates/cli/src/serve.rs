@@ -1,9 +1,10 @@
 //! `cairn serve POOL`: hold the pool and export its volumes over NBD.
 //!
 //! Each volume is an NBD export named after the volume (`POOL/NAME`, or just `NAME`).
-//! Writes land in the open txg; FLUSH (and FUA) sync the txg, so they return only once the
-//! data is on stable storage — for every connection at once, which is what makes multi-conn
-//! safe. TRIM and WRITE_ZEROES punch holes; `base:allocation` reports them. A txg is also
+//! Writes land in the open txg; FLUSH (and FUA) return once every write before them is on
+//! stable storage, through the pool's intent log (`cairn_objset::intent_log`; a txg sync
+//! when the log cannot serve), for every connection at once, which is what makes
+//! multi-conn safe. The volume's `sync` property applies (`disabled`: FLUSH returns at once). TRIM and WRITE_ZEROES punch holes; `base:allocation` reports them. A txg is also
 //! synced every `--sync-interval` seconds when something changed.
 //!
 //! The pool heals while it serves: a leaf that fails for good gets an available hot spare
@@ -100,10 +101,9 @@ impl BlockExport for VolumeExport {
         self.store.write(&self.volume, offset, buf).map_err(to_io)
     }
     fn flush(&self) -> io::Result<()> {
-        if self.store.is_dirty() {
-            self.store.sync().map_err(to_io)?;
-        }
-        Ok(())
+        // Through the intent log (a txg sync only when the log cannot serve), and nothing
+        // under sync=disabled.
+        self.store.sync_writes(self.volume.dataset).map_err(to_io)
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.store.punch(&self.volume, offset, len).map_err(to_io)

@@ -271,12 +271,11 @@ impl CairnFs {
         Ok(data.len() as u32)
     }
 
-    /// Makes everything written so far durable: the open txg is committed.
+    /// Makes everything written so far durable (fsync, fsyncdir): through the intent log,
+    /// or a txg sync when the open txg holds a change the log cannot record; nothing under
+    /// `sync=disabled`.
     fn commit(&self) -> Result<()> {
-        if self.store.is_dirty() {
-            self.store.sync().map_err(err)?;
-        }
-        Ok(())
+        self.store.sync_writes(self.dataset).map_err(err)
     }
 
     fn xattr_reply(data: Vec<u8>, size: u32, reply: ReplyXattr) {

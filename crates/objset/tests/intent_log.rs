@@ -152,3 +152,188 @@ fn sync_always_makes_each_write_durable_and_disabled_none() {
     assert!(read_block(&store, &always, 2) == block(10));
     assert!(read_block(&store, &disabled, 0) == vec![0u8; BLOCK]);
 }
+
+/// What a power-cut run wrote: every version of each block, and at each acknowledged log
+/// commit the leaf writes issued so far and the newest version of each block.
+#[derive(Default)]
+struct History {
+    versions: BTreeMap<u64, Vec<u64>>,
+    acks: Vec<(u64, BTreeMap<u64, u64>)>,
+}
+
+/// A pool whose leaves stop persisting at leaf write `limit` (tearing that one write if
+/// `tear`), a workload of 4 KiB writes into a volume with a log commit after every few,
+/// then a normal import: every block holds exactly one version it was written with, no
+/// older than the newest acknowledged before the cut; scrub finds nothing. Returns the
+/// leaf writes the workload issued.
+fn power_cut_at(limit: u64, tear: bool, seed: u64) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    {
+        let store = open_store_with(&home, config());
+        make_volume(&store, "tank/vol", &[]);
+        store.close().unwrap();
+    }
+    let power = PowerCut::new(limit, tear);
+    let mut pool = Pool::open(&home, "tank").unwrap();
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
+            Arc::new(CrashLeaf::new(inner, power.clone()))
+        }));
+    }
+    let store = Store::open_with(pool, config()).unwrap();
+    let vol = store.resolve("tank/vol").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut history = History::default();
+    let mut newest: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut run = || -> Result<(), cairn_objset::StoreError> {
+        store.commit_log()?; // arms the log (one sync)
+        let mut i = 0;
+        for round in 0..40 {
+            for _ in 0..rng.gen_range(1..4) {
+                i += 1;
+                let b = rng.gen_range(0..VOL_BLOCKS);
+                store.write(&vol, b * BLOCK as u64, &block(i))?;
+                history.versions.entry(b).or_default().push(i);
+                newest.insert(b, i);
+            }
+            store.sync_writes(vol.dataset)?;
+            let issued = power.writes.load(Ordering::SeqCst);
+            history.acks.push((issued, newest.clone()));
+            if round % 16 == 15 {
+                store.sync()?;
+            }
+        }
+        Ok(())
+    };
+    let outcome = run();
+    if limit == u64::MAX {
+        outcome.unwrap();
+    }
+    let total = power.writes.load(Ordering::SeqCst);
+    drop(store);
+    check_after_cut(&home, &history, limit);
+    total
+}
+
+fn check_after_cut(home: &cairn_pool::Home, history: &History, limit: u64) {
+    let store = open_store_with(home, config());
+    let vol = store.resolve("tank/vol").unwrap();
+    let durable = history
+        .acks
+        .iter()
+        .rev()
+        .find(|(issued, _)| *issued <= limit)
+        .map(|(_, newest)| newest.clone())
+        .unwrap_or_default();
+    for b in 0..VOL_BLOCKS {
+        let got = read_block(&store, &vol, b);
+        let versions = history.versions.get(&b).cloned().unwrap_or_default();
+        let found = versions.iter().copied().find(|&v| block(v) == got);
+        match (found, durable.get(&b)) {
+            (Some(v), Some(&need)) => assert!(
+                v >= need,
+                "limit {limit}: block {b} holds version {v}, but {need} was acknowledged"
+            ),
+            (Some(_), None) => {}
+            (None, None) => assert!(
+                got == vec![0u8; BLOCK],
+                "limit {limit}: block {b} holds bytes no write gave it"
+            ),
+            (None, Some(need)) => {
+                panic!("limit {limit}: block {b} lost acknowledged version {need}")
+            }
+        }
+    }
+    assert_eq!(
+        scrub_errors(&store),
+        0,
+        "limit {limit}: scrub after the cut"
+    );
+}
+
+/// Power cuts at every point of the workload (each leaf write), every other one tearing
+/// the write it stops at: torn log blocks end the chain, acknowledged writes survive.
+#[test]
+fn power_cuts_at_every_write_keep_every_acknowledged_write() {
+    let total = power_cut_at(u64::MAX, false, 3);
+    assert!(total > 100, "{total} leaf writes");
+    let mut rounds = 0;
+    for limit in 0..total {
+        power_cut_at(limit, limit % 2 == 1, 3);
+        rounds += 1;
+    }
+    eprintln!("{rounds} power cuts over {total} leaf writes");
+}
+
+#[test]
+fn file_writes_truncates_and_punches_replay_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 64 * MIB);
+    let store = open_store_with(&home, config());
+    store.create_file("tank/f", false).unwrap();
+    let f = store.resolve("tank/f").unwrap();
+    store.write(&f, 0, &[1u8; 3000]).unwrap();
+    store.commit_log().unwrap(); // arms the log: a sync
+    let txg = store.open_txg();
+    store.write(&f, 0, &vec![2u8; 10_000]).unwrap();
+    store.truncate(&f, 5000).unwrap();
+    store.punch(&f, 1000, 1000).unwrap();
+    store.write(&f, 20_000, &[3u8; 100]).unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg, "logged, not synced");
+    let expect = read_live(&store, "tank/f");
+    assert_eq!(expect.len(), 20_100);
+    drop(store);
+    let store = open_store_with(&home, config());
+    assert!(read_live(&store, "tank/f") == expect);
+    assert_eq!(expect[999], 2);
+    assert_eq!(expect[1000..2000], [0u8; 1000]);
+    assert_eq!(expect[4999], 2);
+    assert_eq!(expect[5000..20_000], vec![0u8; 15_000][..]);
+}
+
+#[test]
+fn a_change_the_log_cannot_record_makes_the_commit_a_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    store.create_file("tank/f", false).unwrap();
+    store.commit_log().unwrap();
+    let txg = store.open_txg();
+    store.mkdir("tank/d").unwrap();
+    let f = store.resolve("tank/f").unwrap();
+    store.write(&f, 0, b"after mkdir").unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg + 1, "the mkdir needed a sync");
+    store.create_file("tank/d/g", false).unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg + 2, "so did the create");
+    drop(store);
+    let store = open_store_with(&home, config());
+    assert_eq!(read_live(&store, "tank/f"), b"after mkdir");
+    assert!(store.resolve("tank/d/g").is_ok());
+}
+
+#[test]
+fn logbias_throughput_logs_every_write_by_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz2", 4, 64 * MIB);
+    let store = open_store_with(&home, config());
+    let vol = make_volume(&store, "tank/vol", &[("logbias", "throughput")]);
+    store.commit_log().unwrap();
+    let txg = store.open_txg();
+    for i in 0..10 {
+        store
+            .write(&vol, i * BLOCK as u64, &block(100 + i))
+            .unwrap();
+        store.sync_writes(vol.dataset).unwrap();
+    }
+    assert_eq!(store.open_txg(), txg);
+    drop(store);
+    let store = open_store_with(&home, config());
+    for i in 0..10 {
+        assert!(read_block(&store, &vol, i) == block(100 + i), "block {i}");
+    }
+    assert_eq!(scrub_errors(&store), 0);
+}
