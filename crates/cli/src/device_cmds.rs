@@ -86,6 +86,13 @@ pub struct DetachArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct RemoveArgs {
+    pub(crate) pool: String,
+    /// A log device: a leaf's path or name, or its group (`mirror-1`).
+    device: String,
+}
+
+#[derive(Args, Debug)]
 pub struct AddArgs {
     /// Allow a redundancy level that differs from the pool's, and used devices.
     #[arg(short = 'f')]
@@ -171,6 +178,19 @@ pub fn add(a: AddArgs) -> Result<(), String> {
     let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.add(&a.vdevs, a.force).map_err(err)?;
+    Ok(())
+}
+
+/// `cairn remove POOL DEV`: the store retires the intent log on the device (syncs), then
+/// the pool drops it and clears its labels.
+pub fn remove(a: RemoveArgs) -> Result<(), String> {
+    let home = crate::home();
+    let pool = Pool::open(&home, &a.pool).map_err(err)?;
+    pool.find_log_device(&a.device).map_err(err)?;
+    let store = cairn_objset::Store::open(pool).map_err(err)?;
+    store.release_log_devices().map_err(err)?;
+    let mut pool = store.close().map_err(err)?;
+    pool.remove_log(&a.device).map_err(err)?;
     Ok(())
 }
 

@@ -102,8 +102,11 @@ enum Command {
     Attach(device_cmds::AttachArgs),
     /// Remove a side of a mirror: `cairn detach POOL DEVICE`.
     Detach(device_cmds::DetachArgs),
-    /// Add top-level vdevs: `cairn add [-f] POOL VDEV…`.
+    /// Add top-level vdevs: `cairn add [-f] POOL VDEV…` (`log [mirror] DEV…` for log
+    /// devices).
     Add(device_cmds::AddArgs),
+    /// Remove a log device: `cairn remove POOL DEVICE`.
+    Remove(device_cmds::RemoveArgs),
     /// Run (or resume) the resilver of devices that miss data.
     Resilver(device_cmds::ResilverArgs),
     /// Dump the four labels of a device, like `zdb -l`.
@@ -486,6 +489,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Attach(a) => device_cmds::attach(a),
         Command::Detach(a) => device_cmds::detach(a),
         Command::Add(a) => device_cmds::add(a),
+        Command::Remove(a) => device_cmds::remove(a),
         Command::Resilver(a) => device_cmds::resilver(a),
         Command::Labels(a) => pool_cmds::labels(a),
         Command::Put(a) => data_cmds::put(a),
@@ -563,6 +567,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Attach(a) => after(&a.pool),
         Command::Detach(a) => after(&a.pool),
         Command::Add(a) => after(&a.pool),
+        Command::Remove(a) => after(&a.pool),
         Command::Resilver(a) => after(&a.pool),
         Command::Scrub(a) => after(&a.pool),
         Command::Set(a) => after(&a.target),

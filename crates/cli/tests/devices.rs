@@ -352,3 +352,57 @@ fn served_pool_puts_the_spare_in_and_resilvers_it() {
     client.disconnect();
     stop(server);
 }
+
+#[test]
+fn log_devices_are_created_added_listed_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d: Vec<String> = (0..6)
+        .map(|i| file(dir.path(), &format!("d{i}"), 64 * MIB))
+        .collect();
+    ok(&cairn(
+        &home,
+        &[
+            "create", "tank", "raidz1", &d[0], &d[1], &d[2], "log", "mirror", &d[3], &d[4],
+        ],
+    ));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    let logs_at = status.find("\tlogs\n").expect(&status);
+    assert!(status[logs_at..].contains("mirror-1"), "{status}");
+    assert!(status[..logs_at].contains("raidz1-0"), "{status}");
+    let a = put(&home, dir.path(), "a", 2 << 20, 3);
+    // Refused: a data vdev, a raidz log, and a log with a data vdev after it.
+    let e = fails(&cairn(&home, &["remove", "tank", "raidz1-0"]));
+    assert!(e.contains("only log devices can be removed"), "{e}");
+    let e = fails(&cairn(
+        &home,
+        &["add", "tank", "log", "raidz1", &d[5], "/nonexistent"],
+    ));
+    assert!(e.contains("raidz"), "{e}");
+    ok(&cairn(&home, &["add", "tank", "log", &d[5]]));
+    let e = fails(&cairn(&home, &["remove", "tank", "mirror-1"]));
+    assert!(e.contains("only the last top-level vdev"), "{e}");
+    // The last one goes, then the mirror.
+    ok(&cairn(&home, &["remove", "tank", &d[5]]));
+    ok(&cairn(&home, &["remove", "tank", "mirror-1"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        !status.contains("logs") && !status.contains(&d[3]),
+        "{status}"
+    );
+    // The removed devices are free to use: their labels are gone.
+    let e = fails(&cairn(&home, &["labels", &d[3]]));
+    assert!(!e.is_empty());
+    ok(&cairn(&home, &["create", "other", &d[3], &d[4], &d[5]]));
+    // The pool lost nothing, survives an export and import, and scrubs clean.
+    assert_eq!(cat(&home, "a"), a);
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    assert_eq!(cat(&home, "a"), a);
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("No known data errors"), "{status}");
+}

@@ -399,7 +399,7 @@ impl StoreCore {
             }
             let Some(p) = pointed.next() else { continue };
             let psize = p.block.physical.len() as u64;
-            let dvas = self.pool.allocate(&mut st.alloc, psize, 1, false)?;
+            let dvas = self.pool.allocate_log(&mut st.alloc, psize)?;
             st.log.allocated.push(dvas[0]);
             st.log.bytes += psize;
             let bp = p.block.pointer(dvas, txg);
@@ -441,7 +441,7 @@ impl StoreCore {
             // The next block: big enough for what is left, or for a commit like this one.
             let want = if more { left } else { total };
             let next_psize = log_block_size(want, sector);
-            let dvas = self.pool.allocate(&mut st.alloc, next_psize, 1, false)?;
+            let dvas = self.pool.allocate_log(&mut st.alloc, next_psize)?;
             st.log.allocated.push(dvas[0]);
             let next = LogBlockAddr {
                 dva: dvas[0],
@@ -490,7 +490,7 @@ impl StoreCore {
             return Ok(());
         }
         let psize = log_block_size(0, self.pool.max_sector());
-        let dvas = self.pool.allocate(&mut st.alloc, psize, 1, false)?;
+        let dvas = self.pool.allocate_log(&mut st.alloc, psize)?;
         let head = LogHead {
             chain: chain_id(txg),
             head: LogBlockAddr {
@@ -515,6 +515,32 @@ impl StoreCore {
             }
         }
         self.intent.committed(st.log.covered);
+    }
+}
+
+impl StoreCore {
+    /// Before a log device leaves the pool (`cairn remove`): the log stops (a later commit
+    /// starts it again, on the data vdevs if no log device is left), and three syncs retire
+    /// its chain and release the frees deferred behind it. Fails if a log device still
+    /// holds anything then.
+    pub fn release_log_devices(&self) -> Result<(), StoreError> {
+        self.intent.armed.store(false, Ordering::SeqCst);
+        for _ in 0..=crate::core::FREE_DELAY_TXGS {
+            self.sync()?;
+        }
+        let st = self.lock();
+        for (v, a) in st.alloc.vdevs.iter().enumerate() {
+            if a.log && a.allocated_bytes() > 0 {
+                return Err(StoreError::corrupt(
+                    "space map",
+                    format!(
+                        "log device vdev {v} still holds {} bytes after its log was retired",
+                        a.allocated_bytes()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -131,7 +131,12 @@ fn fresh_allocator(pool: &Pool) -> Allocator {
     Allocator::new(
         pool.top_extents()
             .into_iter()
-            .map(|(asize, ashift)| VdevAllocator::new(asize, ashift))
+            .zip(pool.tops())
+            .map(|((asize, ashift), top)| {
+                let mut v = VdevAllocator::new(asize, ashift);
+                v.log = top.is_log();
+                v
+            })
             .collect(),
     )
 }

@@ -56,6 +56,18 @@ impl Pool {
             .ok_or_else(|| PoolError::NoSpace(self.name().to_string()))
     }
 
+    /// One copy's space for an intent-log block of `psize` bytes: on a log device that can
+    /// take writes when the pool has one, else where data goes.
+    pub fn allocate_log(&self, alloc: &mut Allocator, psize: u64) -> Result<[Dva; 3], PoolError> {
+        let on_log = alloc.alloc_log(&|v| self.tops[v].block_asize(psize), &|v| {
+            self.tops[v].can_serve() && self.tops[v].unusable_children() == 0
+        });
+        match on_log {
+            Some(d) => Ok([d, Dva::default(), Dva::default()]),
+            None => self.allocate(alloc, psize, 1, false),
+        }
+    }
+
     /// Writes a prepared block to DVAs allocated earlier; frees them if no copy was written.
     pub fn write_at_dvas(
         &self,

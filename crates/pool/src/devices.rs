@@ -16,7 +16,7 @@ use cairn_vdev::{
 use crate::error::PoolError;
 use crate::leaves::open_leaf;
 use crate::pool::{open_new_leaves, refuse_if_in_use, CreateOptions, Pool};
-use crate::spec::{check_replication, parse_vdevs, TopKind, TopSpec};
+use crate::spec::{check_replication, TopKind, TopSpec};
 
 /// Which side of a `spare-N` group a device is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -617,7 +617,9 @@ impl Pool {
         if tokens.is_empty() && !spares.is_empty() {
             return Ok(DeviceOutcome::Done);
         }
-        let specs = parse_vdevs(&tokens)?;
+        let (mut specs, log_specs) = crate::spec::parse_with_logs(&tokens, true)?;
+        let first_log = specs.len();
+        specs.extend(log_specs);
         for spec in &specs {
             for dev in &spec.devices {
                 if self.find_leaf(dev).is_ok() {
@@ -629,9 +631,9 @@ impl Pool {
                 }
             }
         }
-        if !force {
+        if !force && first_log > 0 {
             let mut all = self.top_specs();
-            all.extend(specs.iter().cloned());
+            all.extend(specs[..first_log].iter().cloned());
             check_replication(&all)?;
         }
         let opts = CreateOptions {
@@ -641,7 +643,7 @@ impl Pool {
         let leaves = open_new_leaves(&specs, &opts, &self.home)?;
         let ashift = self.tops.iter().map(|t| t.ashift()).max().unwrap_or(12);
         let newest = self.newest_uberblock();
-        for (spec, tleaves) in specs.iter().zip(leaves) {
+        for (k, (spec, tleaves)) in specs.iter().zip(leaves).enumerate() {
             let id = self.tops.len() as u32;
             let shape = spec.shape();
             let min = tleaves
@@ -661,6 +663,7 @@ impl Pool {
                         LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
                     })
                     .collect(),
+                log: k >= first_log,
             };
             let children = config
                 .leaves
@@ -679,6 +682,66 @@ impl Pool {
         Ok(DeviceOutcome::Done)
     }
 
+    /// The log device `device` names (a leaf's path, file name or GUID, or the group's name
+    /// such as `mirror-1`): its top-level vdev index.
+    pub fn find_log_device(&self, device: &str) -> Result<usize, PoolError> {
+        let named = |child: &Child| {
+            child.path == device
+                || child.guid.to_string() == device
+                || (!device.contains('/') && child.path.rsplit('/').next() == Some(device))
+        };
+        let found = self
+            .tops
+            .iter()
+            .position(|t| t.display_name() == device || t.children.iter().any(|c| named(c)));
+        match found {
+            Some(t) if self.tops[t].is_log() => Ok(t),
+            Some(_) => Err(Self::device_error(
+                "remove",
+                device,
+                "only log devices can be removed (data vdevs cannot: their blocks would have \
+                 to move); to take a mirror side out use `cairn detach`",
+            )),
+            None => Err(Self::device_error(
+                "remove",
+                device,
+                "no such device in the pool",
+            )),
+        }
+    }
+
+    /// `cairn remove POOL DEV`: takes a log device out of the pool. The store must have
+    /// retired every intent-log block on it first (`StoreCore::release_log_devices`).
+    /// Only the last top-level vdev can go: DVAs name vdevs by index, and cairn has no
+    /// placeholder ("hole") vdevs yet.
+    pub fn remove_log(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
+        let t = self.find_log_device(device)?;
+        if t + 1 != self.tops.len() {
+            return Err(Self::device_error(
+                "remove",
+                device,
+                "vdevs were added after this log device, and only the last top-level vdev can \
+                 be removed (cairn has no placeholder vdevs yet); take its leaves offline instead",
+            ));
+        }
+        let newest = self.newest_uberblock();
+        let gone = self.tops.pop().expect("found above");
+        self.config.vdevs.pop();
+        self.commit_config_keeping(newest)?;
+        for child in &gone.children {
+            if let Some(leaf) = &child.leaf {
+                let _ = clear_leaf_labels(leaf.as_ref());
+            }
+        }
+        self.post_event(
+            "sysevent.fs.zfs.vdev_remove",
+            Some(&gone.display_name()),
+            &[],
+        );
+        self.save_record()?;
+        Ok(DeviceOutcome::Done)
+    }
+
     /// Whether some leaf that takes writes misses txgs (waits for a resilver).
     pub fn needs_resilver(&self) -> bool {
         self.tops
@@ -691,6 +754,7 @@ impl Pool {
     fn top_specs(&self) -> Vec<TopSpec> {
         self.tops
             .iter()
+            .filter(|t| !t.is_log())
             .map(|t| TopSpec {
                 kind: match t.shape() {
                     VdevShape::Disk => TopKind::Disk,

@@ -18,7 +18,7 @@ use crate::events::Event;
 use crate::home::{Home, LeafCounters, PoolRecord};
 use crate::leaves::open_leaf;
 use crate::owner::PoolLock;
-use crate::spec::{check_replication, parse_vdevs, TopSpec};
+use crate::spec::{check_replication, TopSpec};
 
 // A block pointer fits in an uberblock's root pointer (the copy in `write_uberblock`).
 const _: () = assert!(crate::io::bp::BP_SIZE <= cairn_vdev::label::ROOT_POINTER_SIZE);
@@ -107,7 +107,8 @@ impl FoundPool {
     }
     /// Whether every top-level vdev has enough leaves to serve data.
     pub fn importable(&self) -> bool {
-        self.config.vdevs.iter().all(|t| {
+        // A missing log device does not keep a pool from importing (its log is lost).
+        self.config.vdevs.iter().filter(|t| !t.log).all(|t| {
             let missing = t
                 .leaves
                 .iter()
@@ -182,6 +183,7 @@ pub fn space_inputs(config: &PoolConfig) -> Vec<VdevSpaceInput> {
     config
         .vdevs
         .iter()
+        .filter(|t| !t.log)
         .map(|t| VdevSpaceInput {
             shape: t.shape,
             min_leaf_asize: t.leaves.iter().map(|l| l.asize).min().unwrap_or(0),
@@ -286,10 +288,13 @@ impl Pool {
     ) -> Result<CreateOutcome, PoolError> {
         validate_pool_name(name)?;
         let (vdev_tokens, spare_devices) = crate::spec::split_spares(vdev_tokens)?;
-        let specs = parse_vdevs(&vdev_tokens)?;
+        let (mut specs, log_specs) = crate::spec::parse_with_logs(&vdev_tokens, false)?;
         if !opts.force {
             check_replication(&specs)?;
         }
+        // Log vdevs come after the data vdevs (their ids follow).
+        let first_log = specs.len();
+        specs.extend(log_specs);
         if !opts.dry_run && home.exists(name) {
             return Err(PoolError::PoolExists(name.to_string()));
         }
@@ -318,6 +323,7 @@ impl Pool {
                         LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
                     })
                     .collect(),
+                log: id >= first_log,
             };
             if lost > 0 {
                 notes.push(format!(
@@ -657,7 +663,17 @@ impl Pool {
     /// Health of the pool.
     pub fn health(&self) -> Health {
         let tops: Vec<Health> = self.tops.iter().map(Pool::top_health).collect();
-        if tops.contains(&Health::Unavail) {
+        let data_unavail = self
+            .tops
+            .iter()
+            .zip(&tops)
+            .any(|(t, h)| *h == Health::Unavail && !t.is_log());
+        if data_unavail {
+            Health::Unavail
+        } else if tops.contains(&Health::Unavail) {
+            // A lost log device: the data is all there, sync writes wait for txgs.
+            Health::Degraded
+        } else if tops.contains(&Health::Degraded) {
             Health::Unavail
         } else if tops.contains(&Health::Degraded) {
             Health::Degraded

@@ -44,7 +44,7 @@ fn keyword(token: &str) -> Option<TopKind> {
 }
 
 /// Words zpool knows that cairn does not support yet.
-const UNSUPPORTED_KEYWORDS: &[&str] = &["log", "cache", "special", "dedup", "draid"];
+const UNSUPPORTED_KEYWORDS: &[&str] = &["cache", "special", "dedup", "draid"];
 
 /// Every vdev keyword zpool knows, for spotting typos.
 const ALL_KEYWORDS: &[&str] = &[
@@ -87,7 +87,10 @@ pub fn split_spares(tokens: &[String]) -> Result<(Vec<String>, Vec<String>), Poo
     for token in tokens {
         if token == "spare" {
             in_spares = true;
-        } else if keyword(token).is_some() || UNSUPPORTED_KEYWORDS.contains(&token.as_str()) {
+        } else if keyword(token).is_some()
+            || token == "log"
+            || UNSUPPORTED_KEYWORDS.contains(&token.as_str())
+        {
             in_spares = false;
             rest.push(token.clone());
         } else if in_spares {
@@ -102,6 +105,53 @@ pub fn split_spares(tokens: &[String]) -> Result<(Vec<String>, Vec<String>), Poo
         ));
     }
     Ok((rest, spares))
+}
+
+/// Takes the `log [mirror] DEV…` groups out of a vdev specification (spares already taken
+/// out): (the rest, the log groups' tokens). As in zpool, every group after `log` is a log.
+pub fn split_logs(tokens: &[String]) -> (Vec<String>, Vec<String>) {
+    match tokens.iter().position(|t| t == "log") {
+        Some(at) => (tokens[..at].to_vec(), tokens[at + 1..].to_vec()),
+        None => (tokens.to_vec(), Vec::new()),
+    }
+}
+
+/// The data and log top-level vdevs of a specification (spares taken out); `add` may give
+/// only logs, `create` needs data vdevs.
+pub fn parse_with_logs(
+    tokens: &[String],
+    logs_alone: bool,
+) -> Result<(Vec<TopSpec>, Vec<TopSpec>), PoolError> {
+    let (data, logs) = split_logs(tokens);
+    if logs.iter().any(|t| t == "log") {
+        return Err(PoolError::BadSpec(
+            "'log' is given twice: put every log group after one 'log'".into(),
+        ));
+    }
+    let has_log = tokens.iter().any(|t| t == "log");
+    if has_log && logs.is_empty() {
+        return Err(PoolError::BadSpec(
+            "'log' needs a device after it, e.g. `log /dev/nvme0n1` or `log mirror D1 D2`".into(),
+        ));
+    }
+    let data = match (data.is_empty(), has_log && logs_alone) {
+        (true, true) => Vec::new(),
+        _ => parse_vdevs(&data)?,
+    };
+    let logs = if logs.is_empty() {
+        Vec::new()
+    } else {
+        parse_vdevs(&logs)?
+    };
+    if logs.iter().any(|t| matches!(t.kind, TopKind::Raidz(_))) {
+        return Err(PoolError::BadSpec(
+            "a log device is a disk or a mirror (raidz is not supported for logs, as in zpool)"
+                .into(),
+        ));
+    }
+    let all: Vec<TopSpec> = data.iter().chain(&logs).cloned().collect();
+    check_duplicates(&all)?;
+    Ok((data, logs))
 }
 
 /// Parses vdev tokens into top-level vdev specs, checking group sizes and duplicates.

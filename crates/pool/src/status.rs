@@ -148,6 +148,9 @@ pub struct TopStatusJson {
     pub kind: String,
     pub state: Health,
     pub ashift: u32,
+    /// A separate intent-log device (listed under `logs`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub log: bool,
     pub leaves: Vec<LeafStatusJson>,
 }
 
@@ -239,6 +242,7 @@ pub fn status_json(pool: &Pool) -> StatusJson {
                 kind: shape_kind(t.shape()),
                 state: Pool::top_health(t),
                 ashift: t.ashift(),
+                log: t.is_log(),
                 leaves: t
                     .children
                     .iter()
@@ -329,7 +333,12 @@ pub fn render_status_with(
         total(|l| l.checksum_errors),
         None,
     ));
-    for top in &s.vdevs {
+    let first_log = s.vdevs.iter().position(|t| t.log);
+    for (k, top) in s.vdevs.iter().enumerate() {
+        if Some(k) == first_log {
+            // zpool's class heading: a name and no columns (an empty state marks it).
+            rows.push(("logs".into(), String::new(), 0, 0, 0, None));
+        }
         let indent = if top.kind == "disk" { "  " } else { "    " };
         if top.kind != "disk" {
             let sum =
@@ -383,6 +392,10 @@ pub fn render_status_with(
         "NAME", "STATE", "READ", "WRITE", "CKSUM"
     );
     for (name, state, r, wr, c, reason) in rows {
+        if state.is_empty() {
+            let _ = writeln!(out, "\t{name}");
+            continue;
+        }
         let mut line = format!("\t{name:<w$}  {state:<8}  {r:>5} {wr:>5} {c:>5}");
         if let Some(reason) = reason {
             let _ = write!(line, "  {reason}");

@@ -114,6 +114,10 @@ pub struct TopConfig {
     /// Size of the vdev's address space (geometry `vdev_asize`).
     pub asize: u64,
     pub leaves: Vec<LeafConfig>,
+    /// A separate intent-log device (`log DEV`): holds only intent-log blocks, adds no
+    /// capacity, and a pool imports without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log: bool,
 }
 
 /// One leaf.

@@ -448,6 +448,10 @@ impl TopVdev {
     pub fn sector(&self) -> u64 {
         1 << self.config.ashift
     }
+    /// A separate intent-log device (`TopConfig::log`).
+    pub fn is_log(&self) -> bool {
+        self.config.log
+    }
     /// `raidz2-0`, `mirror-1`, or the leaf's path for a single disk.
     pub fn display_name(&self) -> String {
         top_display_name(self.config.shape, self.config.id)

@@ -117,6 +117,8 @@ pub struct VdevAllocator {
     sector: u64,
     /// Where the next allocation starts looking (keeps writes sequential).
     cursor: u64,
+    /// A log device: only intent-log blocks are allocated here (`Allocator::alloc_log`).
+    pub log: bool,
 }
 
 impl VdevAllocator {
@@ -131,6 +133,7 @@ impl VdevAllocator {
             ms_shift: layout.shift,
             sector: 1 << ashift,
             cursor: 0,
+            log: false,
         }
     }
 
@@ -370,9 +373,10 @@ impl Allocator {
         spread: bool,
     ) -> Option<Dva> {
         let n = self.vdevs.len();
+        let data_vdevs = self.vdevs.iter().filter(|v| !v.log).count();
         for k in 0..n {
             let v = (start + k) % n;
-            if used_vdevs.contains(&v) && used_vdevs.len() < n {
+            if self.vdevs[v].log || (used_vdevs.contains(&v) && used_vdevs.len() < data_vdevs) {
                 continue;
             }
             let len = asize_of(v);
@@ -403,10 +407,15 @@ impl Allocator {
             self.rotor_bytes = 0;
         }
         let frac = |v: &VdevAllocator| v.free_bytes() as f64 / v.size().max(1) as f64;
-        let best = self.vdevs.iter().map(frac).fold(0.0, f64::max);
+        let best = self
+            .vdevs
+            .iter()
+            .filter(|v| !v.log)
+            .map(frac)
+            .fold(0.0, f64::max);
         for k in 0..n {
             let v = (self.rotor + k) % n;
-            if frac(&self.vdevs[v]) >= best * 0.5 {
+            if !self.vdevs[v].log && frac(&self.vdevs[v]) >= best * 0.5 {
                 if k != 0 {
                     self.rotor = v;
                     self.rotor_bytes = 0;
@@ -419,6 +428,30 @@ impl Allocator {
 
     pub fn free(&mut self, dva: &Dva) {
         self.vdevs[dva.vdev as usize].free(dva.offset, dva.asize);
+    }
+
+    /// One copy of an intent-log block on a log device that `usable` accepts (in turn, so
+    /// several log devices share the load); None when there is none or all are full.
+    pub fn alloc_log(
+        &mut self,
+        asize_of: &dyn Fn(usize) -> u64,
+        usable: &dyn Fn(usize) -> bool,
+    ) -> Option<Dva> {
+        let logs: Vec<usize> = (0..self.vdevs.len())
+            .filter(|&v| self.vdevs[v].log && usable(v))
+            .collect();
+        for k in 0..logs.len() {
+            let v = logs[(self.rotor + k) % logs.len()];
+            let len = asize_of(v);
+            if let Some(offset) = self.vdevs[v].alloc(len, None, false) {
+                return Some(Dva {
+                    vdev: v as u32,
+                    offset,
+                    asize: len,
+                });
+            }
+        }
+        None
     }
 }
 
@@ -475,18 +508,22 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
     }
     let nvdevs = r.u32()? as usize;
     // Fewer vdevs than the pool: vdevs added (`cairn add`) since it was written are empty.
-    if nvdevs > alloc.vdevs.len() {
-        return Err(format!(
-            "space map has {nvdevs} vdevs, pool has {}",
-            alloc.vdevs.len()
-        ));
-    }
+    // More: the last ones were log devices removed since (`cairn remove`), which must be.
     let units = |v: u64| {
         v.checked_mul(512)
             .ok_or_else(|| "extent out of range".to_string())
     };
-    for v in alloc.vdevs.iter_mut().take(nvdevs) {
+    let present = alloc.vdevs.len();
+    for i in 0..nvdevs {
         let count = r.varint()?;
+        let Some(v) = alloc.vdevs.get_mut(i) else {
+            if count != 0 {
+                return Err(format!(
+                    "space map has {count} extents on vdev {i}, but the pool has {present} vdevs"
+                ));
+            }
+            continue;
+        };
         let mut prev_end = 0u64;
         for _ in 0..count {
             let o = prev_end
