@@ -674,8 +674,6 @@ impl Pool {
             // A lost log device: the data is all there, sync writes wait for txgs.
             Health::Degraded
         } else if tops.contains(&Health::Degraded) {
-            Health::Unavail
-        } else if tops.contains(&Health::Degraded) {
             Health::Degraded
         } else {
             Health::Online
