@@ -134,8 +134,14 @@ pub fn parse_with_logs(
             "'log' needs a device after it, e.g. `log /dev/nvme0n1` or `log mirror D1 D2`".into(),
         ));
     }
-    let data = match (data.is_empty(), has_log && logs_alone) {
-        (true, true) => Vec::new(),
+    let data = match (data.is_empty(), has_log, logs_alone) {
+        (true, true, true) => Vec::new(),
+        (true, true, false) => {
+            return Err(PoolError::BadSpec(
+                "a pool needs data devices before 'log', e.g. `cairn create tank mirror d0 d1 log d2`"
+                    .into(),
+            ))
+        }
         _ => parse_vdevs(&data)?,
     };
     let logs = if logs.is_empty() {

@@ -219,7 +219,8 @@ fn create_explains_bad_layouts_and_devices() {
             ]),
             "mismatched replication",
         ),
-        (s(&["log", &p(0)]), "not supported yet"),
+        (s(&["log", &p(0)]), "needs data devices"),
+        (s(&["cache", &p(0)]), "not supported yet"),
         (s(&[&p(1), "spare"]), "spare"),
         (s(&[]), "no devices"),
     ];
