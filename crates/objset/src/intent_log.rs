@@ -205,12 +205,10 @@ struct PointerData {
     offset: u64,
 }
 
-/// What a commit logs: records with data inline, and writes logged by pointer.
-#[derive(Default)]
-struct Batch {
-    inline: Vec<Record>,
-    pointed: Vec<PointerData>,
-    order: Vec<bool>, // true: the next pointed record; false: the next inline one
+/// What a commit logs, in order: records with data inline, and writes logged by pointer.
+enum Planned {
+    Inline(Record),
+    Pointed(PointerData),
 }
 
 impl StoreCore {
@@ -270,13 +268,15 @@ impl StoreCore {
     /// Makes every write, punch and truncate of the pool that returned before this call
     /// durable: through the intent log when it can, else by a txg sync.
     pub fn commit_log(&self) -> Result<(), StoreError> {
-        let was_armed = self.intent.armed.swap(true, Ordering::SeqCst);
         let target = self.intent.appended();
         let _committer = self
             .intent
             .committer
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        // Armed under the committer lock: a commit that finds the log armed runs after the
+        // sync of the one that armed it, which covered the writes that kept no intents.
+        let was_armed = self.intent.armed.swap(true, Ordering::SeqCst);
         if !was_armed {
             // Writes before now kept no intents: only a sync covers them.
             return self.sync_for_log();
@@ -345,19 +345,21 @@ impl StoreCore {
     }
 
     /// Step 1: the records for `intents`, with their data as the store holds it now.
-    fn read_intents(&self, intents: &[Intent]) -> Result<Batch, StoreError> {
-        let mut batch = Batch::default();
+    fn read_intents(&self, intents: &[Intent]) -> Result<Vec<Planned>, StoreError> {
+        let mut batch = Vec::with_capacity(intents.len());
         let sector = self.pool.max_sector();
         let keep = last_of_each_range(intents);
         for (intent, _) in intents.iter().zip(keep).filter(|(_, k)| *k) {
             let object = intent.target.object;
             match intent.op {
-                IntentOp::Truncate { size } => batch.push_inline(Record::Truncate { object, size }),
-                IntentOp::Punch { offset, len } => batch.push_inline(Record::Punch {
+                IntentOp::Truncate { size } => {
+                    batch.push(Planned::Inline(Record::Truncate { object, size }))
+                }
+                IntentOp::Punch { offset, len } => batch.push(Planned::Inline(Record::Punch {
                     object,
                     offset,
                     bytes: len,
-                }),
+                })),
                 IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
                     let n = self.read(&intent.target, offset, &mut data)?;
@@ -367,17 +369,17 @@ impl StoreCore {
                     }
                     if intent.by_pointer || data.len() as u64 >= IMMEDIATE_WRITE {
                         let block = prepare(&data, raw_props(BlockKind::Data, 1), sector);
-                        batch.push_pointed(PointerData {
+                        batch.push(Planned::Pointed(PointerData {
                             block,
                             object,
                             offset,
-                        });
+                        }));
                     } else {
-                        batch.push_inline(Record::Write {
+                        batch.push(Planned::Inline(Record::Write {
                             object,
                             offset,
                             data,
-                        });
+                        }));
                     }
                 }
             }
@@ -387,17 +389,18 @@ impl StoreCore {
 
     /// Step 2: allocates the pointer blocks and the log blocks (each naming the next,
     /// allocated now too) and encodes them.
-    fn plan_commit(&self, st: &mut State, batch: Batch) -> Result<CommitPlan, StoreError> {
+    fn plan_commit(&self, st: &mut State, batch: Vec<Planned>) -> Result<CommitPlan, StoreError> {
         let txg = st.txg;
         let mut plan = CommitPlan { blocks: Vec::new() };
-        let mut records = Vec::with_capacity(batch.order.len());
-        let (mut inline, mut pointed) = (batch.inline.into_iter(), batch.pointed.into_iter());
-        for is_pointer in batch.order {
-            if !is_pointer {
-                records.extend(inline.next());
-                continue;
-            }
-            let Some(p) = pointed.next() else { continue };
+        let mut records = Vec::with_capacity(batch.len());
+        for planned in batch {
+            let p = match planned {
+                Planned::Inline(r) => {
+                    records.push(r);
+                    continue;
+                }
+                Planned::Pointed(p) => p,
+            };
             let psize = p.block.physical.len() as u64;
             let dvas = self.pool.allocate_log(&mut st.alloc, psize)?;
             st.log.allocated.push(dvas[0]);
@@ -524,6 +527,11 @@ impl StoreCore {
     /// its chain and release the frees deferred behind it. Fails if a log device still
     /// holds anything then.
     pub fn release_log_devices(&self) -> Result<(), StoreError> {
+        let _committer = self
+            .intent
+            .committer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         self.intent.armed.store(false, Ordering::SeqCst);
         for _ in 0..=crate::core::FREE_DELAY_TXGS {
             self.sync()?;
@@ -575,17 +583,6 @@ fn written_bytes(intents: &[Intent]) -> u64 {
 /// the log cannot record (directories and the dataset table change only through those).
 fn log_usable(st: &State) -> bool {
     st.log.usable() && !st.datasets_dirty && !st.dirs.any_dirty()
-}
-
-impl Batch {
-    fn push_inline(&mut self, r: Record) {
-        self.inline.push(r);
-        self.order.push(false);
-    }
-    fn push_pointed(&mut self, p: PointerData) {
-        self.pointed.push(p);
-        self.order.push(true);
-    }
 }
 
 /// A log block's size for `payload` record bytes: a power of two from MIN_LOG_BLOCK to

@@ -136,12 +136,10 @@ pub fn parse_with_logs(
     }
     let data = match (data.is_empty(), has_log, logs_alone) {
         (true, true, true) => Vec::new(),
-        (true, true, false) => {
-            return Err(PoolError::BadSpec(
-                "a pool needs data devices before 'log', e.g. `cairn create tank mirror d0 d1 log d2`"
-                    .into(),
-            ))
-        }
+        (true, true, false) => return Err(PoolError::BadSpec(
+            "a pool needs data devices before 'log', e.g. `cairn create tank mirror d0 d1 log d2`"
+                .into(),
+        )),
         _ => parse_vdevs(&data)?,
     };
     let logs = if logs.is_empty() {
