@@ -5,11 +5,13 @@ pub mod io;
 pub mod parity;
 pub mod send;
 pub mod snapshots;
+pub mod sync_writes;
 
 pub use io::IoBenchArgs;
 pub use parity::ParityBenchArgs;
 pub use send::SendBenchArgs;
 pub use snapshots::SnapshotBenchArgs;
+pub use sync_writes::SyncWritesBenchArgs;
 
 /// `cairn bench …` subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -24,6 +26,9 @@ pub enum BenchCommand {
     Snapshot(SnapshotBenchArgs),
     /// `send` and `receive` throughput on tmpfs leaves, and what an incremental reads.
     Send(SendBenchArgs),
+    /// Synchronous 4 KiB random writes over NBD (each with FUA, or followed by FLUSH), one
+    /// at a time, against any NBD servers given by URI.
+    SyncWrites(SyncWritesBenchArgs),
 }
 
 /// Runs a benchmark, printing to stdout.
@@ -33,5 +38,6 @@ pub fn run(cmd: &BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::Io(args) => io::run(args),
         BenchCommand::Snapshot(args) => snapshots::run(args),
         BenchCommand::Send(args) => send::run(args),
+        BenchCommand::SyncWrites(args) => sync_writes::run(args),
     }
 }

@@ -200,8 +200,8 @@ fn kill_9_during_flushed_writes_keeps_every_acknowledged_write() {
     assert!(crash_rounds(40, 11) > 100);
 }
 
-/// The recorded run (docs/bench/intent-log.md): `cargo test --release -p cairn --test
-/// log_crash -- --ignored --nocapture`.
+/// The recorded run (docs/bench/intent-log.md): `cargo test -p cairn --test log_crash --
+/// --ignored --nocapture`.
 #[test]
 #[ignore = "long: the recorded run"]
 fn kill_9_recorded_run() {
