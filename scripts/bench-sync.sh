@@ -34,11 +34,11 @@ trap cleanup EXIT
 
 wait_socket() { for _ in $(seq 300); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no socket $1" >&2; exit 1; }
 
-# fio --fsync=1 at iodepth 1: prints IOPS.
+# fio --fsync=1 at iodepth 1: prints IOPS, mean write+flush latency (µs), p99 of the flush.
 fio_fsync() {
     fio --name=fsync --ioengine=nbd --uri="$1" --rw=randwrite --bs=4k --iodepth=1 \
         --fsync=1 --size=1G --time_based --runtime="$SECONDS_PER" --output-format=json \
-        | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["write"]; print(round(j["iops"],1), round(j["clat_ns"]["percentile"]["50.000000"]/1000,1), round(j["clat_ns"]["percentile"]["99.000000"]/1000,1))'
+        | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; w=j["write"]; s=j["sync"]["lat_ns"]; print(round(w["iops"],1), round((w["clat_ns"]["mean"]+s["mean"])/1000,1), round(s["percentile"]["99.000000"]/1000,1))'
 }
 
 results=()
@@ -79,14 +79,15 @@ for f in sorted(glob.glob(os.path.join(work, "*.json"))):
     client += json.load(open(f))
 fio = {}
 for r in rows:
-    label, iops, p50, p99 = r.split()
-    fio[label] = {"iops": float(iops), "p50_us": float(p50), "p99_us": float(p99)}
+    label, iops, mean, p99 = r.split()
+    fio[label] = {"iops": float(iops), "mean_us": float(mean), "flush_p99_us": float(p99)}
 ref = {c["mode"]: c["iops"] for c in client if c["label"] == "nbdkit"}
-print(f"{'export':<12} {'workload':<22} {'IOPS':>9} {'p50 µs':>8} {'p99 µs':>8} {'vs nbdkit':>10}")
+print("(client rows: p50 and p99 of write+FUA or write+FLUSH; fio rows: mean write+flush, p99 of the flush)")
+print(f"{'export':<12} {'workload':<22} {'IOPS':>9} {'µs':>8} {'p99 µs':>8} {'vs nbdkit':>10}")
 for c in client:
     print(f"{c['label']:<12} {'4K '+c['mode']+' qd1 (client)':<22} {c['iops']:>9.0f} {c['p50_us']:>8.1f} {c['p99_us']:>8.1f} {c['iops']/ref[c['mode']]:>10.2f}")
 for label, f in fio.items():
-    print(f"{label:<12} {'4K fio --fsync=1 qd1':<22} {f['iops']:>9.0f} {f['p50_us']:>8.1f} {f['p99_us']:>8.1f} {f['iops']/fio['nbdkit']['iops']:>10.2f}")
+    print(f"{label:<12} {'4K fio --fsync=1 qd1':<22} {f['iops']:>9.0f} {f['mean_us']:>8.1f} {f['flush_p99_us']:>8.1f} {f['iops']/fio['nbdkit']['iops']:>10.2f}")
 json.dump({"client": client, "fio_fsync1": fio}, open(out, "w"), indent=2)
 print(f"JSON: {out}")
 PY

@@ -468,13 +468,17 @@ impl StoreCore {
         }
     }
 
-    /// Step 3: every block written, then every leaf flushed.
+    /// Step 3: every block written, then the leaves of the vdevs written flushed.
     fn write_plan(&self, plan: &CommitPlan) -> Result<(), StoreError> {
+        let mut written = std::collections::BTreeSet::new();
         for (dva, bytes) in &plan.blocks {
             self.pool
                 .write_block(dva.vdev as usize, dva.offset, bytes)?;
+            written.insert(dva.vdev as usize);
         }
-        self.pool.flush()?;
+        for vdev in written {
+            self.pool.flush_vdev(vdev)?;
+        }
         Ok(())
     }
 

@@ -718,6 +718,11 @@ impl Pool {
         Ok(())
     }
 
+    /// Flushes the leaves of one top-level vdev (after an intent-log write to it).
+    pub fn flush_vdev(&self, vdev: usize) -> Result<(), PoolError> {
+        Ok(self.top(vdev)?.flush()?)
+    }
+
     /// Persists error counters (and current leaf paths) in the state directory.
     pub fn save_record(&self) -> Result<(), PoolError> {
         self.note_leaf_changes();
