@@ -47,7 +47,11 @@ pub struct SyncResult {
 pub fn run(args: &SyncWritesBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut results = Vec::new();
     for spec in &args.uris {
-        let (label, uri) = spec.split_once('=').unwrap_or((spec.as_str(), spec.as_str()));
+        // `LABEL=URI`; a bare URI (which may hold `=` itself, `?socket=`) is its own label.
+        let (label, uri) = match spec.split_once('=') {
+            Some((l, u)) if !l.contains([':', '/', '?']) => (l, u),
+            _ => (spec.as_str(), spec.as_str()),
+        };
         for mode in ["fua", "flush"] {
             results.push(measure(label, uri, mode, args)?);
         }

@@ -356,7 +356,7 @@ impl LogHead {
         let _ = r.u32()?;
         let offset = r.u64()?;
         let asize = r.u64()?;
-        if psize as usize > MAX_LOG_BLOCK || (psize as usize) < LOG_HEADER || asize == 0 {
+        if !(LOG_HEADER..=MAX_LOG_BLOCK).contains(&(psize as usize)) || asize == 0 {
             return Err(DecodeError::bad_value(
                 "log head",
                 4,

@@ -664,7 +664,7 @@ impl StoreCore {
         let mut at = head.head;
         while !at.is_empty() && out.len() < MAX_CHAIN_BLOCKS * 4 {
             let psize = at.psize as usize;
-            if psize > MAX_LOG_BLOCK || psize < LOG_HEADER {
+            if !(LOG_HEADER..=MAX_LOG_BLOCK).contains(&psize) {
                 break;
             }
             let mut buf = vec![0u8; psize];
