@@ -266,6 +266,20 @@ fn fsynced_appends_survive_kill_9() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
+    appends_survive_kill_9(rounds, false);
+}
+
+/// The same with the file opened O_DSYNC and no fsync: the kernel makes each write an
+/// fsync, which the intent log answers.
+#[test]
+fn o_dsync_appends_survive_kill_9() {
+    if !fuse_available() {
+        return;
+    }
+    appends_survive_kill_9(4, true);
+}
+
+fn appends_survive_kill_9(rounds: u64, dsync: bool) {
     let s = pool();
     let mut acked_total = 0usize;
     for round in 0..rounds {
@@ -274,12 +288,17 @@ fn fsynced_appends_survive_kill_9() {
         let base = fs::metadata(&path).map(|m| m.len() as usize).unwrap_or(0);
         let writer = std::thread::spawn(move || {
             let mut acked = Vec::new();
-            let Ok(mut f) = OpenOptions::new().create(true).append(true).open(&path) else {
+            let mut options = OpenOptions::new();
+            options.create(true).append(true);
+            if dsync {
+                std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_DSYNC);
+            }
+            let Ok(mut f) = options.open(&path) else {
                 return acked;
             };
             for i in 0.. {
                 let rec = pseudo_random(1000 + (i % 7) * 3000, round * 100_000 + i as u64);
-                if f.write_all(&rec).is_err() || f.sync_all().is_err() {
+                if f.write_all(&rec).is_err() || (!dsync && f.sync_all().is_err()) {
                     break;
                 }
                 acked.push(rec);
@@ -312,7 +331,8 @@ fn fsynced_appends_survive_kill_9() {
         unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
         server.wait().unwrap();
     }
-    eprintln!("{rounds} kill -9 rounds, {acked_total} fsync'd records, all intact");
+    let how = if dsync { "O_DSYNC" } else { "fsync'd" };
+    eprintln!("{rounds} kill -9 rounds, {acked_total} {how} records, all intact");
     let scrub = ok(&cairn(&s.home, &["scrub", "tank"]));
     assert!(scrub.contains("0 errors"), "{scrub}");
 }
