@@ -17,9 +17,33 @@ pub struct Model {
     pub volumes: BTreeMap<String, Vec<u8>>,
     /// `DATASET@NAME` → path → contents of the files the dataset held when it was taken.
     pub snapshots: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
-    /// Clone name → the snapshot it was made from (a clone is never written: it must read
-    /// as its snapshot whatever happens to the origin).
-    pub clones: BTreeMap<String, String>,
+    /// Clone name → what it holds: its snapshot's files, then its own writes (whatever
+    /// happens to the origin and its other clones).
+    pub clones: BTreeMap<String, CloneModel>,
+}
+
+/// A clone in the model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CloneModel {
+    /// The snapshot it was made from.
+    pub origin: String,
+    /// Path in the clone → contents.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+impl CloneModel {
+    /// A new clone `name` of `origin`, whose files were `files` (paths in the origin's
+    /// dataset).
+    pub fn of(name: &str, origin: &str, files: &BTreeMap<String, Vec<u8>>) -> CloneModel {
+        let (ds, _) = origin.split_once('@').expect("DATASET@NAME");
+        CloneModel {
+            origin: origin.to_string(),
+            files: files
+                .iter()
+                .map(|(p, d)| (format!("{name}{}", &p[ds.len()..]), d.clone()))
+                .collect(),
+        }
+    }
 }
 
 impl Model {
@@ -77,8 +101,8 @@ impl Model {
         for (snap, files) in &self.snapshots {
             verify_snapshot(store, snap, files, universe)?;
         }
-        for (clone, snap) in &self.clones {
-            verify_clone(store, clone, snap, &self.snapshots[snap])?;
+        for (clone, c) in &self.clones {
+            verify_clone(store, clone, c)?;
         }
         let damaged = store.damaged();
         if !damaged.is_empty() {
@@ -132,15 +156,9 @@ fn verify_snapshot(
 }
 
 /// Clone `clone` of snapshot `snap` holds exactly the snapshot's files, under its own name.
-fn verify_clone(
-    store: &Store,
-    clone: &str,
-    snap: &str,
-    files: &BTreeMap<String, Vec<u8>>,
-) -> Result<(), String> {
-    let (ds, _) = snap.split_once('@').expect("DATASET@NAME");
-    for (path, data) in files {
-        let at = format!("{clone}{}", &path[ds.len()..]);
+fn verify_clone(store: &Store, clone: &str, c: &CloneModel) -> Result<(), String> {
+    let snap = &c.origin;
+    for (at, data) in &c.files {
         let r = store
             .resolve(&at)
             .map_err(|e| format!("clone {clone} of {snap}: {at} is missing: {e}"))?;

@@ -636,7 +636,8 @@ impl Run {
             self.step = step;
             self.stats.operations += 1;
             let txg_before = self.store().open_txg();
-            match self.rng.gen_range(0..108) {
+            match self.rng.gen_range(0..110) {
+                108..=109 => self.write_clone()?,
                 100..=101 => self.snapshot()?,
                 102 => self.destroy_snapshot()?,
                 103..=104 => self.rollback()?,
@@ -798,8 +799,56 @@ impl Run {
         store
             .clone_create(&snap, &clone)
             .map_err(|e| format!("clone {snap} {clone}: {e}"))?;
-        self.model.clones.insert(clone, snap);
+        let model = crate::model::CloneModel::of(&clone, &snap, &self.model.snapshots[&snap]);
+        self.model.clones.insert(clone, model);
         self.sync()
+    }
+
+    /// Writes into a file of a random clone (its blocks become the clone's own; the origin
+    /// snapshot and the other clones must not change).
+    fn write_clone(&mut self) -> Check {
+        let n = self.model.clones.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let i = self.rng.gen_range(0..n);
+        let (clone, files) = {
+            let (name, c) = self.model.clones.iter().nth(i).expect("in range");
+            (name.clone(), c.files.len())
+        };
+        if files == 0 {
+            return Ok(());
+        }
+        let k = self.rng.gen_range(0..files);
+        let path = self.model.clones[&clone]
+            .files
+            .keys()
+            .nth(k)
+            .cloned()
+            .expect("in range");
+        let len = self.model.clones[&clone].files[&path].len();
+        let offset = self.rng.gen_range(0..=len);
+        let size = self.rng.gen_range(1..=64 << 10);
+        let data = self.random_data(size);
+        self.note(format!("write clone {path} at {offset}, {size} bytes"));
+        let store = self.store();
+        let r = store
+            .resolve(&path)
+            .map_err(|e| format!("write clone {path}: {e}"))?;
+        store
+            .write(&r, offset as u64, &data)
+            .map_err(|e| format!("write clone {path}: {e}"))?;
+        let f = self
+            .model
+            .clones
+            .get_mut(&clone)
+            .and_then(|c| c.files.get_mut(&path))
+            .expect("picked above");
+        if f.len() < offset + size {
+            f.resize(offset + size, 0);
+        }
+        f[offset..offset + size].copy_from_slice(&data);
+        Ok(())
     }
 
     /// Destroys a random clone: its own blocks go, its origin's stay.
@@ -833,7 +882,7 @@ impl Run {
             .model
             .clones
             .iter()
-            .filter(|(_, s)| **s == name)
+            .filter(|(_, c)| c.origin == name)
             .map(|(c, _)| c.clone())
             .collect();
         for c in clones {
