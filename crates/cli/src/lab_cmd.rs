@@ -42,6 +42,9 @@ pub struct LayoutsArgs {
     /// 700; 0: the disks alone).
     #[arg(long, default_value_t = cairn_lab::layouts::STUDY_HOST_WRITE_MBS)]
     pub host_write_mbs: f64,
+    /// Also draw the lab's figures beside the published ones to this .svg or .png file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -65,6 +68,37 @@ pub struct Raid1Args {
     /// Only these jobs (1–29); all when omitted.
     #[arg(long = "job", num_args = 1..)]
     pub jobs: Vec<u32>,
+    /// Also draw every figure as a fraction of the job's best published one to this .svg
+    /// or .png file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Checks a `--plot` file name before a run (not after minutes of it).
+fn plot_format(plot: &Option<PathBuf>) -> Result<Option<cairn_plot::Format>, String> {
+    plot.as_ref()
+        .map(|p| {
+            cairn_plot::Format::of(p).ok_or_else(|| {
+                format!(
+                    "--plot {}: use a file name ending in .svg or .png",
+                    p.display()
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Writes a chart to the `--plot` file.
+fn write_plot(
+    plot: &Option<PathBuf>,
+    format: Option<cairn_plot::Format>,
+    chart: &cairn_plot::bars::BarChart,
+) -> Result<(), String> {
+    let (Some(path), Some(format)) = (plot, format) else {
+        return Ok(());
+    };
+    let bytes = cairn_plot::render(&cairn_plot::bars::scene(chart), format);
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Runs `cairn bench …`.
@@ -103,7 +137,9 @@ fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
     if let Some(j) = a.jobs.iter().find(|j| !(1..=29).contains(*j)) {
         return Err(format!("--job {j}: the RAID1 study has jobs 1 to 29"));
     }
+    let format = plot_format(&a.plot)?;
     let report = raid1::run(a.seed, a.runtime, &policies, &a.jobs);
+    write_plot(&a.plot, format, &cairn_lab::charts::raid1_chart(&report))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     if let Some(path) = &a.out {
         std::fs::write(path, format!("{json}\n"))
@@ -200,7 +236,9 @@ fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
         return Err(format!("--size {}: at most 1T in the lab", a.size));
     }
     let cap = host_cap(a.host_write_mbs)?;
+    let format = plot_format(&a.plot)?;
     let r = cairn_lab::layouts::run(size, cap).map_err(|e| e.to_string())?;
+    write_plot(&a.plot, format, &cairn_lab::charts::layouts_chart(&r))?;
     if a.json {
         println!(
             "{}",

@@ -416,3 +416,50 @@ fn readpolicy_is_a_pool_property_set_at_create_and_later() {
     assert!(got.contains("tank\treadpolicy\tnearest\tlocal"), "{got}");
     assert!(got.contains("tank\tcompression\toff"), "{got}");
 }
+
+#[test]
+fn bench_lab_draws_its_plots_and_refuses_other_formats_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let png = dir.path().join("layouts.png");
+    ok(&cairn(
+        &home,
+        &[
+            "bench",
+            "lab",
+            "layouts",
+            "--size",
+            "64M",
+            "--plot",
+            png.to_str().unwrap(),
+        ],
+    ));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = dir.path().join("raid1.svg");
+    ok(&cairn(
+        &home,
+        &[
+            "bench",
+            "lab",
+            "raid1",
+            "--job",
+            "21",
+            "--runtime",
+            "2",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    ));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg") && text.contains("job 21"),
+        "{text}"
+    );
+    assert!(text.contains("published gflash") && text.contains("lab auto"));
+    let e = fails(&cairn(
+        &home,
+        &["bench", "lab", "layouts", "--plot", "x.jpg"],
+    ));
+    assert!(e.contains("use a file name ending in .svg or .png"), "{e}");
+}

@@ -6,6 +6,7 @@
 //! Time is virtual: a 60-second fio job costs a fraction of a second of CPU and the same
 //! seed gives the same figures on any machine. Models and their limits: docs/bench/lab.md.
 
+pub mod charts;
 pub mod dd;
 pub mod device;
 pub mod fio;

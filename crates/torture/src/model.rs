@@ -160,7 +160,7 @@ fn verify_clone(store: &Store, clone: &str, c: &CloneModel) -> Result<(), String
     let snap = &c.origin;
     for (at, data) in &c.files {
         let r = store
-            .resolve(&at)
+            .resolve(at)
             .map_err(|e| format!("clone {clone} of {snap}: {at} is missing: {e}"))?;
         let mut buf = vec![0xEEu8; data.len() + 1];
         let n = store

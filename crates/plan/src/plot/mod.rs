@@ -1,17 +1,15 @@
 //! The plot: usable capacity (x) against predicted speed (y), colour = risk of data loss,
 //! black rings = Pareto front. One [`Scene`] rendered to SVG or PNG.
 
-mod png;
-mod raster;
-mod scene;
-mod svg;
-
 use std::path::Path;
+
+use cairn_plot::scene::text_width;
+use cairn_plot::{tick_step, Format};
+pub use cairn_plot::{Anchor, Rgb, Scene};
 
 use crate::enumerate::LayoutKind;
 use crate::evaluate::{Evaluation, PlanContext};
 use crate::PlanError;
-pub use scene::{Anchor, Rgb, Scene};
 
 const WIDTH: u32 = 1400;
 const HEIGHT: u32 = 900;
@@ -30,16 +28,8 @@ pub fn write_plot(
     context: &PlanContext,
     rows: &[Evaluation],
 ) -> Result<(), PlanError> {
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    let scene = build_scene(context, rows);
-    let bytes = match extension.as_deref() {
-        Some("svg") => svg::to_svg(&scene).into_bytes(),
-        Some("png") => png::encode_png(&raster::rasterize(&scene)),
-        _ => return Err(PlanError::PlotFormat(path.to_path_buf())),
-    };
+    let format = Format::of(path).ok_or_else(|| PlanError::PlotFormat(path.to_path_buf()))?;
+    let bytes = cairn_plot::render(&build_scene(context, rows), format);
     std::fs::write(path, bytes).map_err(|source| PlanError::Write {
         path: path.to_path_buf(),
         source,
@@ -48,12 +38,12 @@ pub fn write_plot(
 
 /// SVG text of the plot.
 pub fn plot_svg(context: &PlanContext, rows: &[Evaluation]) -> String {
-    svg::to_svg(&build_scene(context, rows))
+    cairn_plot::to_svg(&build_scene(context, rows))
 }
 
 /// PNG bytes of the plot.
 pub fn plot_png(context: &PlanContext, rows: &[Evaluation]) -> Vec<u8> {
-    png::encode_png(&raster::rasterize(&build_scene(context, rows)))
+    cairn_plot::to_png(&build_scene(context, rows))
 }
 
 /// Colour of a probability of data loss: green (≤ 1e-8) → yellow → red (certain).
@@ -89,17 +79,6 @@ pub fn short_label(row: &Evaluation) -> String {
         String::new()
     };
     format!("{groups}{vdev}{spares}")
-}
-
-/// Round tick step giving at most about 8 ticks over `span`.
-fn tick_step(span: f64) -> f64 {
-    let raw = (span / 6.0).max(1e-9);
-    let magnitude = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|step| span / step <= 8.0)
-        .unwrap_or(10.0 * magnitude)
 }
 
 /// x: capacity in TiB, linear from a round value below the smallest; y: speed, logarithmic
@@ -304,7 +283,7 @@ fn draw_points(scene: &mut Scene, axes: &Axes, rows: &[Evaluation], recommended:
         if is_recommended(i) {
             label.push_str(" (recommended)");
         }
-        let width = scene::text_width(&label, LABEL_SIZE);
+        let width = text_width(&label, LABEL_SIZE);
         let (cx, cy) = centers[i];
         let candidates = [
             (cx + 12.0, cy - 8.0, Anchor::Start),

@@ -1,6 +1,6 @@
 //! Scene → SVG text.
 
-use super::scene::{glyph_advance, Anchor, Scene, Shape};
+use crate::scene::{glyph_advance, Anchor, Scene, Shape};
 use std::fmt::Write;
 
 fn escape(text: &str) -> String {

@@ -1,6 +1,6 @@
 //! A minimal PNG encoder: 8-bit RGB, no filtering, zlib via `miniz_oxide`.
 
-use super::raster::Canvas;
+use crate::raster::Canvas;
 
 /// CRC-32 (IEEE, as PNG chunks use).
 fn crc32(bytes: &[u8]) -> u32 {

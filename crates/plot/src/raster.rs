@@ -1,7 +1,7 @@
 //! Scene → RGB pixels, with the public-domain 8×8 bitmap font (crate `font8x8`) scaled to
 //! the text size.
 
-use super::scene::{glyph_advance, text_width, Anchor, Rgb, Scene, Shape};
+use crate::scene::{glyph_advance, text_width, Anchor, Rgb, Scene, Shape};
 
 /// An RGB image, row-major.
 pub struct Canvas {
