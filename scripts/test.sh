@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Installs what the tests need on a fresh Debian
-# machine (Rust components, Debian packages), then: rustfmt, clippy (warnings are errors),
+# machine (Rust components, Debian packages), then: rustfmt, module cycles, clippy (warnings are errors),
 # every unit/property/integration test, and smoke runs of the demo and the parity bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,8 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== module dependency cycles (none allowed)"
+python3 scripts/module-cycles.py
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"

@@ -56,7 +56,7 @@ pub(crate) struct State {
     /// Snapshots' dead lists and override lists (`crate::snapshot`).
     pub snaps: crate::snapshot::SnapLists,
     /// The intent log's chain for the open txg (`crate::intent_log`).
-    pub log: crate::intent_log::LogChain,
+    pub log: crate::intent_state::LogChain,
 }
 
 /// What the background writer is doing (see `crate::writer`).
@@ -94,7 +94,7 @@ pub struct StoreCore {
     pub(crate) presync_cv: Condvar,
     pub(crate) stop: AtomicBool,
     /// Intents waiting to be logged, and the log's committer (`crate::intent_log`).
-    pub(crate) intent: crate::intent_log::IntentLog,
+    pub(crate) intent: crate::intent_state::IntentLog,
 }
 
 pub fn now_ns() -> u64 {

@@ -11,7 +11,7 @@ use crate::dir::DirEntry;
 use crate::dir_ops;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::intent_log::{IntentOp, LogPolicy};
+use crate::intent_state::{IntentOp, LogPolicy};
 use crate::object::read_for_update;
 use crate::property_values::validate_property;
 use crate::props::size_property;

@@ -31,8 +31,7 @@
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
 
 use cairn_pool::io::bp::{BlockKind, Dva};
 use cairn_pool::io::pipeline::{prepare, PreparedBlock};
@@ -44,154 +43,17 @@ use crate::fs::Resolved;
 use crate::intent_format::{
     capacity, LogBlock, LogBlockAddr, LogHead, Record, LOG_HEADER, MAX_LOG_BLOCK,
 };
+use crate::intent_state::{Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS};
 use crate::props::raw_props;
 
 /// Writes at least this large go to a block of their own and are logged by pointer (ZFS's
 /// `zfs_immediate_write_sz`, 32 KiB).
-pub(crate) const IMMEDIATE_WRITE: u64 = 32 << 10;
+const IMMEDIATE_WRITE: u64 = 32 << 10;
 /// Smallest log block.
 const MIN_LOG_BLOCK: u64 = 8 << 10;
-/// A chain this long (blocks, or bytes logged) makes the next log commit sync the txg.
-const MAX_CHAIN_BLOCKS: usize = 8192;
-const MAX_CHAIN_BYTES: u64 = 256 << 20;
 /// A commit with more bytes written than this syncs the txg instead: the writes would
 /// otherwise be written twice, to the log and by the txg, for no gain in latency.
 const MAX_COMMIT_BYTES: u64 = 32 << 20;
-
-/// The `sync` property: when writes must be durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncPolicy {
-    /// FLUSH, FUA and fsync make writes durable (through the log).
-    Standard,
-    /// Every write is durable when it returns.
-    Always,
-    /// FLUSH and fsync return at once; writes are durable when their txg commits.
-    Disabled,
-}
-
-/// How a dataset's writes are logged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LogPolicy {
-    pub sync: SyncPolicy,
-    /// `logbias=throughput`: every write goes to a block of its own, logged by pointer.
-    pub by_pointer: bool,
-}
-
-/// A change waiting to be logged.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum IntentOp {
-    Write { offset: u64, len: u64 },
-    Truncate { size: u64 },
-    Punch { offset: u64, len: u64 },
-}
-
-#[derive(Clone, Debug)]
-struct Intent {
-    seq: u64,
-    target: Resolved,
-    op: IntentOp,
-    by_pointer: bool,
-}
-
-#[derive(Default)]
-struct Pending {
-    intents: Vec<Intent>,
-    /// Seq of the last intent appended.
-    appended: u64,
-    /// Every intent up to this seq is durable (logged or committed).
-    durable: u64,
-}
-
-/// The log's state outside the store lock.
-#[derive(Default)]
-pub(crate) struct IntentLog {
-    pending: Mutex<Pending>,
-    /// Held by the one thread committing the log (see the module's diagram).
-    committer: Mutex<()>,
-    /// Intents are kept only once something asked for the log (the first commit syncs).
-    armed: AtomicBool,
-}
-
-impl IntentLog {
-    fn pending(&self) -> MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Seq of the last intent appended (what a sync covers).
-    pub(crate) fn appended(&self) -> u64 {
-        self.pending().appended
-    }
-
-    /// A sync committed every intent up to `seq`.
-    pub(crate) fn committed(&self, seq: u64) {
-        let mut p = self.pending();
-        p.intents.retain(|i| i.seq > seq);
-        p.durable = p.durable.max(seq);
-    }
-
-    pub(crate) fn is_armed(&self) -> bool {
-        self.armed.load(Ordering::SeqCst)
-    }
-}
-
-/// The chain of the open txg, under the store lock.
-#[derive(Debug, Default)]
-pub(crate) struct LogChain {
-    /// What the committed root block names (None: no chain; a log commit syncs instead).
-    pub head: Option<LogHead>,
-    /// Where the next log block goes, and its seq.
-    tail: LogBlockAddr,
-    next_seq: u64,
-    /// Blocks of this chain allocated in the allocator (freed when it retires).
-    allocated: Vec<Dva>,
-    /// Blocks and bytes written to this chain.
-    blocks: usize,
-    bytes: u64,
-    /// Bumped at every commit of a txg.
-    generation: u64,
-    /// A change the log cannot record is in the open txg.
-    pub unlogged: bool,
-    /// A log write failed: the chain cannot go on until the next sync.
-    broken: bool,
-    /// Prepared by the sync in progress: the next chain, and the intents it covers.
-    next: Option<(LogHead, Vec<Dva>)>,
-    covered: u64,
-}
-
-impl LogChain {
-    /// The chain a root block names, as loaded (its head is allocated in the space map).
-    pub(crate) fn from_root(head: Option<LogHead>) -> LogChain {
-        let mut chain = LogChain::default();
-        if let Some(h) = head {
-            chain.install(h, vec![h.head.dva]);
-        }
-        chain
-    }
-
-    fn install(&mut self, head: LogHead, allocated: Vec<Dva>) {
-        self.head = Some(head);
-        self.tail = head.head;
-        self.next_seq = 0;
-        self.allocated = allocated;
-        self.blocks = 0;
-        self.bytes = 0;
-        self.unlogged = false;
-        self.broken = false;
-    }
-
-    /// The head the sync in progress will name in its root block.
-    pub(crate) fn next_head(&self) -> Option<LogHead> {
-        self.next.as_ref().map(|(h, _)| *h)
-    }
-
-    fn usable(&self) -> bool {
-        self.head.is_some()
-            && !self.unlogged
-            && !self.broken
-            && self.blocks < MAX_CHAIN_BLOCKS
-            && self.bytes < MAX_CHAIN_BYTES
-    }
-}
 
 /// Log blocks and pointer blocks of one commit, allocated, ready to write.
 struct CommitPlan {
@@ -245,7 +107,9 @@ impl StoreCore {
             let seq = p.appended;
             p.intents.push(Intent {
                 seq,
-                target,
+                dataset: target.dataset,
+                object: target.object,
+                kind: target.kind,
                 op,
                 by_pointer: policy.by_pointer,
             });
@@ -350,7 +214,7 @@ impl StoreCore {
         let sector = self.pool.max_sector();
         let keep = last_of_each_range(intents);
         for (intent, _) in intents.iter().zip(keep).filter(|(_, k)| *k) {
-            let object = intent.target.object;
+            let object = intent.object;
             match intent.op {
                 IntentOp::Truncate { size } => {
                     batch.push(Planned::Inline(Record::Truncate { object, size }))
@@ -362,7 +226,12 @@ impl StoreCore {
                 })),
                 IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
-                    let n = self.read(&intent.target, offset, &mut data)?;
+                    let target = Resolved {
+                        dataset: intent.dataset,
+                        object,
+                        kind: intent.kind,
+                    };
+                    let n = self.read(&target, offset, &mut data)?;
                     data.truncate(n);
                     if data.is_empty() {
                         continue;
@@ -564,7 +433,7 @@ fn last_of_each_range(intents: &[Intent]) -> Vec<bool> {
         .iter()
         .rev()
         .map(|i| match i.op {
-            IntentOp::Write { offset, len } => seen.insert((i.target.object, offset, len)),
+            IntentOp::Write { offset, len } => seen.insert((i.object, offset, len)),
             _ => true,
         })
         .collect();
@@ -742,11 +611,9 @@ mod tests {
     fn write(object: u64, offset: u64, len: u64, seq: u64) -> Intent {
         Intent {
             seq,
-            target: Resolved {
-                dataset: 2,
-                object,
-                kind: ObjectKind::Volume,
-            },
+            dataset: 2,
+            object,
+            kind: ObjectKind::Volume,
             op: IntentOp::Write { offset, len },
             by_pointer: false,
         }

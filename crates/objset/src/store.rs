@@ -230,7 +230,7 @@ impl StoreCore {
             dirs: Default::default(),
             pending: HashMap::new(),
             snaps: Default::default(),
-            log: crate::intent_log::LogChain::from_root(root.log),
+            log: crate::intent_state::LogChain::from_root(root.log),
         };
         let table = load_object_bytes(pool, &mut state, DATASET_TABLE_OBJECT)?;
         state.datasets = DatasetTable::decode(&table).map_err(|e| {

@@ -1,0 +1,153 @@
+//! The intent log's state (`crate::intent_log` is the log itself): the intents kept
+//! outside the store lock (`IntentLog`), the chain of the open txg under it (`LogChain`),
+//! and the `sync` / `logbias` policies. Depends on no store module that uses it, so
+//! `core` and `fs` can hold these types.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use cairn_pool::io::bp::Dva;
+
+use crate::dnode::ObjectKind;
+use crate::intent_format::{LogBlockAddr, LogHead};
+
+/// A chain this long (blocks, or bytes logged) makes the next log commit sync the txg.
+pub(crate) const MAX_CHAIN_BLOCKS: usize = 8192;
+pub(crate) const MAX_CHAIN_BYTES: u64 = 256 << 20;
+
+/// The `sync` property: when writes must be durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// FLUSH, FUA and fsync make writes durable (through the log).
+    Standard,
+    /// Every write is durable when it returns.
+    Always,
+    /// FLUSH and fsync return at once; writes are durable when their txg commits.
+    Disabled,
+}
+
+/// How a dataset's writes are logged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LogPolicy {
+    pub sync: SyncPolicy,
+    /// `logbias=throughput`: every write goes to a block of its own, logged by pointer.
+    pub by_pointer: bool,
+}
+
+/// A change waiting to be logged.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IntentOp {
+    Write { offset: u64, len: u64 },
+    Truncate { size: u64 },
+    Punch { offset: u64, len: u64 },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Intent {
+    pub seq: u64,
+    pub dataset: u32,
+    pub object: u64,
+    pub kind: ObjectKind,
+    pub op: IntentOp,
+    pub by_pointer: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub intents: Vec<Intent>,
+    /// Seq of the last intent appended.
+    pub appended: u64,
+    /// Every intent up to this seq is durable (logged or committed).
+    pub durable: u64,
+}
+
+/// The log's state outside the store lock.
+#[derive(Default)]
+pub(crate) struct IntentLog {
+    pending: Mutex<Pending>,
+    /// Held by the one thread committing the log (`crate::intent_log`'s diagram).
+    pub committer: Mutex<()>,
+    /// Intents are kept only once something asked for the log (the first commit syncs).
+    pub armed: AtomicBool,
+}
+
+impl IntentLog {
+    pub(crate) fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seq of the last intent appended (what a sync covers).
+    pub(crate) fn appended(&self) -> u64 {
+        self.pending().appended
+    }
+
+    /// A sync committed every intent up to `seq`.
+    pub(crate) fn committed(&self, seq: u64) {
+        let mut p = self.pending();
+        p.intents.retain(|i| i.seq > seq);
+        p.durable = p.durable.max(seq);
+    }
+
+    pub(crate) fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
+    }
+}
+
+/// The chain of the open txg, under the store lock.
+#[derive(Debug, Default)]
+pub(crate) struct LogChain {
+    /// What the committed root block names (None: no chain; a log commit syncs instead).
+    pub head: Option<LogHead>,
+    /// Where the next log block goes, and its seq.
+    pub tail: LogBlockAddr,
+    pub next_seq: u64,
+    /// Blocks of this chain allocated in the allocator (freed when it retires).
+    pub allocated: Vec<Dva>,
+    /// Blocks and bytes written to this chain.
+    pub blocks: usize,
+    pub bytes: u64,
+    /// Bumped at every commit of a txg.
+    pub generation: u64,
+    /// A change the log cannot record is in the open txg.
+    pub unlogged: bool,
+    /// A log write failed: the chain cannot go on until the next sync.
+    pub broken: bool,
+    /// Prepared by the sync in progress: the next chain, and the intents it covers.
+    pub next: Option<(LogHead, Vec<Dva>)>,
+    pub covered: u64,
+}
+
+impl LogChain {
+    /// The chain a root block names, as loaded (its head is allocated in the space map).
+    pub(crate) fn from_root(head: Option<LogHead>) -> LogChain {
+        let mut chain = LogChain::default();
+        if let Some(h) = head {
+            chain.install(h, vec![h.head.dva]);
+        }
+        chain
+    }
+
+    pub(crate) fn install(&mut self, head: LogHead, allocated: Vec<Dva>) {
+        self.head = Some(head);
+        self.tail = head.head;
+        self.next_seq = 0;
+        self.allocated = allocated;
+        self.blocks = 0;
+        self.bytes = 0;
+        self.unlogged = false;
+        self.broken = false;
+    }
+
+    /// The head the sync in progress will name in its root block.
+    pub(crate) fn next_head(&self) -> Option<LogHead> {
+        self.next.as_ref().map(|(h, _)| *h)
+    }
+
+    pub(crate) fn usable(&self) -> bool {
+        self.head.is_some()
+            && !self.unlogged
+            && !self.broken
+            && self.blocks < MAX_CHAIN_BLOCKS
+            && self.bytes < MAX_CHAIN_BYTES
+    }
+}
