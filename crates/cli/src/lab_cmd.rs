@@ -38,10 +38,13 @@ pub struct LayoutsArgs {
     /// Print JSON (rows with write_mbs and read_mbs, Spearman ρ).
     #[arg(long)]
     pub json: bool,
-    /// Cap writes at this many MB/s, the host's own ceiling (default: the study machine's
-    /// 700; 0: the disks alone).
-    #[arg(long, default_value_t = cairn_lab::layouts::STUDY_HOST_WRITE_MBS)]
-    pub host_write_mbs: f64,
+    /// The study's SSD table (24 × 256 GB SATA SSDs, 16 layouts) instead of its HDD one.
+    #[arg(long)]
+    pub ssd: bool,
+    /// Cap writes at this many MB/s, the host's own ceiling (default: the study machine's,
+    /// 700 with HDDs, 1650 with SSDs; 0: the disks alone).
+    #[arg(long)]
+    pub host_write_mbs: Option<f64>,
     /// Also draw the lab's figures beside the published ones to this .svg or .png file.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
@@ -214,6 +217,7 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
         bs,
         size,
         host_write_mbs,
+        host_read_mbs: None,
     };
     let r = cairn_lab::dd::run(&disks, &layout, &a.layout, job);
     if a.json {
@@ -235,9 +239,14 @@ fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
     if size > 1 << 40 {
         return Err(format!("--size {}: at most 1T in the lab", a.size));
     }
-    let cap = host_cap(a.host_write_mbs)?;
+    let study = if a.ssd {
+        cairn_lab::layouts::Study::Ssd
+    } else {
+        cairn_lab::layouts::Study::Hdd
+    };
+    let cap = host_cap(a.host_write_mbs.unwrap_or(study.host_write_mbs()))?;
     let format = plot_format(&a.plot)?;
-    let r = cairn_lab::layouts::run(size, cap).map_err(|e| e.to_string())?;
+    let r = cairn_lab::layouts::run(study, size, cap).map_err(|e| e.to_string())?;
     write_plot(&a.plot, format, &cairn_lab::charts::layouts_chart(&r))?;
     if a.json {
         println!(

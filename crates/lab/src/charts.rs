@@ -99,7 +99,11 @@ pub fn layouts_chart(report: &LayoutsReport) -> BarChart {
         })
         .collect();
     BarChart {
-        title: "bench lab layouts: 24-disk study, simulated 4 TB disks".into(),
+        title: match report.study {
+            crate::layouts::Study::Hdd => "bench lab layouts: 24-disk study, simulated 4 TB HDDs",
+            crate::layouts::Study::Ssd => "bench lab layouts --ssd: 24-disk study, simulated 256 GB SSDs",
+        }
+        .into(),
         subtitle: format!(
             "write and read of {} MiB; Spearman rank correlation with the published order: write {:.2}, read {:.2}",
             report.size >> 20,

@@ -150,14 +150,15 @@ pub fn drive(dev: &mut dyn Device, reqs: &[(u64, u64)], write: bool) -> f64 {
 }
 
 /// What to write: a file of `size` bytes with dd's block size `bs` on a pool of sector
-/// size `1 << ashift`; `host_write_mbs` caps the write rate (the host's own ceiling:
-/// checksums, copies, the transaction-group sync), `None` for no cap.
+/// size `1 << ashift`; `host_write_mbs` and `host_read_mbs` cap the rates (the host's own
+/// ceilings: checksums, copies, the transaction-group sync, the HBA), `None` for no cap.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DdJob {
     pub ashift: u32,
     pub bs: u64,
     pub size: u64,
     pub host_write_mbs: Option<f64>,
+    pub host_read_mbs: Option<f64>,
 }
 
 /// Writes then reads a file on `disks` laid out as `l` (named `name`).
@@ -167,6 +168,7 @@ pub fn run(disks: &[DiskModel], l: &LayoutSpec, name: &str, job: DdJob) -> DdRes
         bs,
         size,
         host_write_mbs,
+        host_read_mbs,
     } = job;
     let n = l.groups * l.width;
     let phase = |write: bool| {
@@ -181,8 +183,9 @@ pub fn run(disks: &[DiskModel], l: &LayoutSpec, name: &str, job: DdJob) -> DdRes
         } else {
             0.0
         };
-        match host_write_mbs {
-            Some(cap) if write && cap > 0.0 => mbs.min(cap),
+        let cap = if write { host_write_mbs } else { host_read_mbs };
+        match cap {
+            Some(cap) if cap > 0.0 => mbs.min(cap),
             _ => mbs,
         }
     };
@@ -232,6 +235,7 @@ mod tests {
             bs: 1 << 20,
             size: 1 << 30,
             host_write_mbs: None,
+            host_read_mbs: None,
         };
         let a9 = run(&disks, &l, "raidz2", job(9));
         let a12 = run(&disks, &l, "raidz2", job(12));

@@ -1,6 +1,7 @@
 //! The 24-disk study (calomel.org, 24 × 4 TB 7200 rpm, bonnie++ sequential write / read of a
-//! 16 GiB file, 26 layouts) rerun with `dd` on simulated disks, and ranked against the
-//! published orderings (Spearman's rank correlation).
+//! 16 GiB file, 26 layouts; and its SSD table, 24 × 256 GB SATA SSDs, 16 layouts) rerun
+//! with `dd` on simulated disks, and ranked against the published orderings (Spearman's
+//! rank correlation).
 //!
 //! ```text
 //! Spearman's ρ = Pearson correlation of the ranks (ties share their mean rank):
@@ -18,8 +19,55 @@ use crate::dd::{self, DdJob, DdResult};
 use crate::hdd::HddParams;
 use crate::raid1::csv_rows;
 use crate::spec::{parse_layout, DiskModel, LabError};
+use crate::ssd::SsdParams;
 
-const CSV: &str = include_str!("../data/hdd_24x4tb_layouts.csv");
+const HDD_CSV: &str = include_str!("../data/hdd_24x4tb_layouts.csv");
+const SSD_CSV: &str = include_str!("../data/ssd_24x256gb_layouts.csv");
+
+/// Which of the study's tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Study {
+    /// 24 × WD 4 TB 7200 rpm, 26 layouts.
+    Hdd,
+    /// 24 × Samsung 840 PRO 256 GB SSDs, 16 layouts.
+    Ssd,
+}
+
+impl Study {
+    fn table(self) -> &'static str {
+        match self {
+            Study::Hdd => HDD_CSV,
+            Study::Ssd => SSD_CSV,
+        }
+    }
+
+    fn disk(self) -> DiskModel {
+        match self {
+            Study::Hdd => DiskModel::Hdd(HddParams::wd_re_4tb()),
+            Study::Ssd => DiskModel::Ssd(SsdParams::sata_256gb()),
+        }
+    }
+
+    /// The study machine's write ceiling, visible in its own table: the fastest HDD
+    /// layouts all write 689–696 MB/s (12 × raidz1, 24-disk stripe, 12 mirrors) whatever
+    /// their disks; the 24-SSD stripe writes 1620 MB/s where its disks could take 11 GB/s.
+    pub fn host_write_mbs(self) -> f64 {
+        match self {
+            Study::Hdd => STUDY_HOST_WRITE_MBS,
+            Study::Ssd => 1650.0,
+        }
+    }
+
+    /// The SSD machine's read ceiling: no layout reads faster than 2043 MB/s, though 24
+    /// SSDs could deliver 13 GB/s. (The HDD layouts are slower than the host reads.)
+    pub fn host_read_mbs(self) -> Option<f64> {
+        match self {
+            Study::Hdd => None,
+            Study::Ssd => Some(2050.0),
+        }
+    }
+}
 
 /// One published row with the lab's figures beside it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -36,6 +84,7 @@ pub struct LayoutRow {
 /// The study's output.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct LayoutsReport {
+    pub study: Study,
     pub size: u64,
     pub host_write_mbs: Option<f64>,
     pub rows: Vec<LayoutRow>,
@@ -43,16 +92,19 @@ pub struct LayoutsReport {
     pub spearman_read: f64,
 }
 
-/// The study machine's write ceiling, visible in its own table: the fastest layouts all
-/// write 689–696 MB/s (12 × raidz1, 24-disk stripe, 12 mirrors) whatever their disks.
+/// The HDD study machine's write ceiling (`Study::host_write_mbs`).
 pub const STUDY_HOST_WRITE_MBS: f64 = 700.0;
 
-/// Runs every layout of the study with a file of `size` bytes on 4 TB 7200 rpm disks,
-/// writes capped at `host_write_mbs` (`None`: the disks alone).
-pub fn run(size: u64, host_write_mbs: Option<f64>) -> Result<LayoutsReport, LabError> {
-    let disk = DiskModel::Hdd(HddParams::wd_re_4tb());
+/// Runs every layout of one of the study's tables with a file of `size` bytes on its
+/// simulated disks, writes capped at `host_write_mbs` (`None`: the disks alone).
+pub fn run(
+    study: Study,
+    size: u64,
+    host_write_mbs: Option<f64>,
+) -> Result<LayoutsReport, LabError> {
+    let disk = study.disk();
     let mut rows = Vec::new();
-    for r in csv_rows(CSV, "disks,") {
+    for r in csv_rows(study.table(), "disks,") {
         let (Some(n), Some(w), Some(rd), Some(lab)) = (
             r.first().and_then(|x| x.parse::<usize>().ok()),
             r.get(3).and_then(|x| x.parse::<f64>().ok()),
@@ -76,6 +128,7 @@ pub fn run(size: u64, host_write_mbs: Option<f64>) -> Result<LayoutsReport, LabE
                 bs: 1 << 20,
                 size,
                 host_write_mbs,
+                host_read_mbs: study.host_read_mbs(),
             },
         );
         rows.push(LayoutRow {
@@ -92,6 +145,7 @@ pub fn run(size: u64, host_write_mbs: Option<f64>) -> Result<LayoutsReport, LabE
     let spearman_write = spearman(&col(|r| r.published_write_mbs), &col(|r| r.write_mbs));
     let spearman_read = spearman(&col(|r| r.published_read_mbs), &col(|r| r.read_mbs));
     Ok(LayoutsReport {
+        study,
         size,
         host_write_mbs,
         rows,
