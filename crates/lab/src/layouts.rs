@@ -231,12 +231,14 @@ mod tests {
     }
 
     #[test]
-    fn all_26_layouts_parse() {
-        let rows = csv_rows(CSV, "disks,");
-        assert_eq!(rows.len(), 26);
-        for r in rows {
-            let n: usize = r[0].parse().unwrap_or(0);
-            assert!(parse_layout(&r[6], n).is_ok(), "{r:?}");
+    fn every_layout_of_both_tables_parses() {
+        for (study, count) in [(Study::Hdd, 26), (Study::Ssd, 16)] {
+            let rows = csv_rows(study.table(), "disks,");
+            assert_eq!(rows.len(), count);
+            for r in rows {
+                let n: usize = r[0].parse().unwrap_or(0);
+                assert!(parse_layout(&r[6], n).is_ok(), "{r:?}");
+            }
         }
     }
 }
