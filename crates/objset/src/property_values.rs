@@ -8,9 +8,36 @@ use cairn_pool::io::compress::CompressionSetting;
 use crate::dataset::{format_size, parse_size, PROPERTIES};
 use crate::error::StoreError;
 
+/// Properties that take one of a few words, with those words.
+const CHOICES: &[(&str, &[&str])] = &[
+    ("copies", &["1", "2", "3"]),
+    ("readonly", &["on", "off"]),
+    ("xattr", &["on", "off"]),
+    ("atime", &["on", "off", "relatime"]),
+    ("sync", &["standard", "always", "disabled"]),
+    ("logbias", &["latency", "throughput"]),
+    ("snapdir", &["hidden", "visible"]),
+    ("canmount", &["on", "off", "noauto"]),
+];
+
+/// "a, b or c".
+fn one_of(words: &[&str]) -> String {
+    match words {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// Checks a property value; returns its canonical form.
 pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
     let bad = |why: &str| Err(StoreError::BadProperty(format!("{key}={value}: {why}")));
+    if let Some((_, words)) = CHOICES.iter().find(|(k, _)| *k == key) {
+        return match words.contains(&value) {
+            true => Ok(value.into()),
+            false => bad(&one_of(words)),
+        };
+    }
     match key {
         "compression" => match CompressionSetting::parse(value) {
             Some(_) => Ok(if value == "on" {
@@ -28,37 +55,9 @@ pub fn validate_property(key: &str, value: &str) -> Result<String, StoreError> {
             Some(n) if n.is_power_of_two() && (512..=1 << 20).contains(&n) => Ok(format_size(n)),
             _ => bad("a power of two from 512 to 1M"),
         },
-        "copies" => match value {
-            "1" | "2" | "3" => Ok(value.into()),
-            _ => bad("1, 2 or 3"),
-        },
-        "readonly" | "xattr" => match value {
-            "on" | "off" => Ok(value.into()),
-            _ => bad("on or off"),
-        },
-        "atime" => match value {
-            "on" | "off" | "relatime" => Ok(value.into()),
-            _ => bad("on, off or relatime"),
-        },
         crate::autosnap::SCHEDULE_PROPERTY => {
             crate::autosnap::Schedule::parse(value).map(|_| value.to_string())
         }
-        "sync" => match value {
-            "standard" | "always" | "disabled" => Ok(value.into()),
-            _ => bad("standard, always or disabled"),
-        },
-        "logbias" => match value {
-            "latency" | "throughput" => Ok(value.into()),
-            _ => bad("latency or throughput"),
-        },
-        "snapdir" => match value {
-            "hidden" | "visible" => Ok(value.into()),
-            _ => bad("hidden or visible"),
-        },
-        "canmount" => match value {
-            "on" | "off" | "noauto" => Ok(value.into()),
-            _ => bad("on, off or noauto"),
-        },
         "mountpoint" => match value {
             "none" | "legacy" => Ok(value.into()),
             v if v.starts_with('/') && !v.contains("//") && !v.contains('\0') => {
@@ -103,5 +102,15 @@ mod tests {
         assert!(validate_property("recordsize", "3K").is_err());
         assert!(validate_property("compression", "gzip").is_err());
         assert!(validate_property("nope", "1").is_err());
+        assert_eq!(validate_property("sync", "always").unwrap(), "always");
+        let e = validate_property("sync", "sometimes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("standard, always or disabled"), "{e}");
+        assert!(validate_property("logbias", "throughput").is_ok());
+        let e = validate_property("readonly", "yes")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("on or off"), "{e}");
     }
 }
