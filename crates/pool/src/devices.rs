@@ -643,28 +643,12 @@ impl Pool {
         let leaves = open_new_leaves(&specs, &opts, &self.home)?;
         let ashift = self.tops.iter().map(|t| t.ashift()).max().unwrap_or(12);
         let newest = self.newest_uberblock();
-        for (k, (spec, tleaves)) in specs.iter().zip(leaves).enumerate() {
-            let id = self.tops.len() as u32;
-            let shape = spec.shape();
-            let min = tleaves
-                .iter()
-                .map(|l| leaf_asize(l.size()))
-                .min()
-                .unwrap_or(0);
-            let config = TopConfig {
-                id,
-                guid: new_guid(),
-                shape,
-                ashift,
-                asize: shape.vdev_asize(min),
-                leaves: tleaves
-                    .iter()
-                    .map(|l| {
-                        LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
-                    })
-                    .collect(),
-                log: k >= first_log,
-            };
+        let first_id = self.tops.len();
+        let mut notes = Vec::new();
+        let configs =
+            crate::pool::top_configs(&specs, &leaves, ashift, first_id, first_log, &mut notes);
+        self.notes.extend(notes);
+        for (config, tleaves) in configs.into_iter().zip(leaves) {
             let children = config
                 .leaves
                 .iter()

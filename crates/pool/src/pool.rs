@@ -305,37 +305,7 @@ impl Pool {
             refuse_unaligned_direct(&all, ashift)?;
         }
         let mut notes = sector_warnings(&all, ashift);
-        let mut vdevs = Vec::with_capacity(specs.len());
-        for (id, (spec, tleaves)) in specs.iter().zip(&leaves).enumerate() {
-            let shape = spec.shape();
-            let sizes: Vec<u64> = tleaves.iter().map(|l| leaf_asize(l.size())).collect();
-            let min = *sizes.iter().min().expect("groups are non-empty");
-            let lost: u64 = sizes.iter().map(|s| s - min).sum();
-            let top = TopConfig {
-                id: id as u32,
-                guid: new_guid(),
-                shape,
-                ashift,
-                asize: shape.vdev_asize(min),
-                leaves: tleaves
-                    .iter()
-                    .map(|l| {
-                        LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size()))
-                    })
-                    .collect(),
-                log: id >= first_log,
-            };
-            if lost > 0 {
-                notes.push(format!(
-                    "note: the devices of {} differ in size; each is used only up to the smallest ({} bytes usable), {} bytes are left unused",
-                    cairn_vdev::config::top_display_name(shape, id as u32)
-                        .unwrap_or_else(|| tleaves[0].path().to_string()),
-                    min,
-                    lost
-                ));
-            }
-            vdevs.push(top);
-        }
+        let vdevs = top_configs(&specs, &leaves, ashift, 0, first_log, &mut notes);
         let config = PoolConfig {
             name: name.to_string(),
             guid: new_guid(),
@@ -1308,6 +1278,49 @@ fn trust_stale_if_needed(top: &TopVdev) {
     for child in &top.children {
         child.stale.store(false, Ordering::Relaxed);
     }
+}
+
+/// The configs of new top-level vdevs (`create`, `add`): ids from `first_id` in spec order,
+/// log devices from spec `first_log` on; notes groups whose devices differ in size.
+pub(crate) fn top_configs(
+    specs: &[TopSpec],
+    leaves: &[Vec<Arc<dyn Leaf>>],
+    ashift: u32,
+    first_id: usize,
+    first_log: usize,
+    notes: &mut Vec<String>,
+) -> Vec<TopConfig> {
+    let mut vdevs = Vec::with_capacity(specs.len());
+    for (k, (spec, tleaves)) in specs.iter().zip(leaves).enumerate() {
+        let id = first_id + k;
+        let shape = spec.shape();
+        let sizes: Vec<u64> = tleaves.iter().map(|l| leaf_asize(l.size())).collect();
+        let min = *sizes.iter().min().expect("groups are non-empty");
+        let lost: u64 = sizes.iter().map(|s| s - min).sum();
+        let top = TopConfig {
+            id: id as u32,
+            guid: new_guid(),
+            shape,
+            ashift,
+            asize: shape.vdev_asize(min),
+            leaves: tleaves
+                .iter()
+                .map(|l| LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size())))
+                .collect(),
+            log: k >= first_log,
+        };
+        if lost > 0 {
+            notes.push(format!(
+                "note: the devices of {} differ in size; each is used only up to the smallest ({} bytes usable), {} bytes are left unused",
+                cairn_vdev::config::top_display_name(shape, id as u32)
+                    .unwrap_or_else(|| tleaves[0].path().to_string()),
+                min,
+                lost
+            ));
+        }
+        vdevs.push(top);
+    }
+    vdevs
 }
 
 /// O_DIRECT I/O must be aligned to the device's sectors: an ashift below them makes every
