@@ -294,26 +294,14 @@ fn corrupt_data_advice() -> (String, String) {
     )
 }
 
-pub fn render_status_with(
-    pool: &Pool,
-    verbose: bool,
-    scan: Option<&str>,
-    errors: &DataErrors,
-) -> String {
-    let s = status_json(pool);
-    let mut out = String::new();
-    let _ = writeln!(out, "  pool: {}", s.name);
-    let _ = writeln!(out, " state: {}", s.state);
-    let damaged = errors.files.len() as u64 + errors.unlisted > 0;
-    if let Some((status, action)) = advice(pool).or_else(|| damaged.then(corrupt_data_advice)) {
-        let _ = writeln!(out, "status: {status}");
-        let _ = writeln!(out, "action: {action}");
-    }
-    if let Some(scan) = scan {
-        let _ = writeln!(out, "  scan: {scan}");
-    }
-    let _ = writeln!(out, "config:\n");
-    let mut rows: Vec<(String, String, u64, u64, u64, Option<String>)> = Vec::new();
+/// One line of `status`'s config table: name, state, READ, WRITE, CKSUM, reason (an empty
+/// state marks a class heading such as `logs`, printed alone).
+type ConfigRow = (String, String, u64, u64, u64, Option<String>);
+
+/// The config table's lines: the pool, each top-level vdev and its leaves (a `spare-N`
+/// group for a hot spare in use), log devices under `logs`.
+fn config_rows(s: &StatusJson) -> Vec<ConfigRow> {
+    let mut rows: Vec<ConfigRow> = Vec::new();
     // Counters of a spare group count its failed leaf too.
     let group = |l: &LeafStatusJson, f: fn(&LeafStatusJson) -> u64| {
         f(l) + l.stands_in_for.as_deref().map(f).unwrap_or(0)
@@ -385,6 +373,29 @@ pub fn render_status_with(
             rows.push(row(&inner, leaf));
         }
     }
+    rows
+}
+
+pub fn render_status_with(
+    pool: &Pool,
+    verbose: bool,
+    scan: Option<&str>,
+    errors: &DataErrors,
+) -> String {
+    let s = status_json(pool);
+    let mut out = String::new();
+    let _ = writeln!(out, "  pool: {}", s.name);
+    let _ = writeln!(out, " state: {}", s.state);
+    let damaged = errors.files.len() as u64 + errors.unlisted > 0;
+    if let Some((status, action)) = advice(pool).or_else(|| damaged.then(corrupt_data_advice)) {
+        let _ = writeln!(out, "status: {status}");
+        let _ = writeln!(out, "action: {action}");
+    }
+    if let Some(scan) = scan {
+        let _ = writeln!(out, "  scan: {scan}");
+    }
+    let _ = writeln!(out, "config:\n");
+    let rows = config_rows(&s);
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(
         out,
