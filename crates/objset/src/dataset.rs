@@ -50,6 +50,10 @@ pub const RECEIVE_MAP_PROP: &str = "cairn:receive-map";
 /// The dataset property holding a partial receive's resume token (not sent;
 /// `crate::receive`).
 pub const RESUME_TOKEN_PROP: &str = "receive_resume_token";
+/// Set on a dataset while a stream is being received into it (`crate::receive`): the guid
+/// of the incremental's origin snapshot, or 0 for a dataset the stream makes. Found at
+/// import, it means the receive was cut by a crash: the dataset is destroyed or rolled back.
+pub const RECEIVING_PROP: &str = "cairn:receiving";
 
 /// Whether a property is kept by cairn itself (not sent, not set by users).
 pub fn is_internal_property(key: &str) -> bool {

@@ -41,7 +41,7 @@ use crate::stream::{
     DATA, DIR, END, FREE, HOLE, OBJECT,
 };
 
-pub use crate::dataset::{RECEIVE_MAP_PROP, RESUME_TOKEN_PROP};
+pub use crate::dataset::{RECEIVE_MAP_PROP, RECEIVING_PROP, RESUME_TOKEN_PROP};
 const MAP_MAGIC: u32 = 0x4d56_4352; // "RCVM"
 const MAP_BLOCK: u32 = 128 << 10;
 
@@ -103,7 +103,12 @@ impl StoreCore {
                 // Best effort: the error that stopped the receive is the one to report.
                 let _ = match step {
                     Undo::Destroy(name) => self.dataset_destroy(name, true),
-                    Undo::RollBack(snap) => self.snapshot_rollback(snap, true),
+                    Undo::RollBack(snap) => self.snapshot_rollback(snap, true).map(|()| {
+                        let ds = snap.split_once('@').map_or(snap.as_str(), |(d, _)| d);
+                        if let Some(id) = self.datasets().by_name(ds).map(|d| d.id) {
+                            self.set_receiving_mark(id, None);
+                        }
+                    }),
                 };
             }
         }
@@ -128,11 +133,14 @@ impl StoreCore {
                 None if h.from_guid == 0 => self.start_full(&name, &h, undo)?,
                 None => self.start_incremental(&name, &h, opts, undo)?,
             };
+            // Before any of the stream lands: a txg holding part of it holds the mark too.
+            self.set_receiving_mark(rx.dataset, Some(h.from_guid));
             let mut stats = match self.receive_records(&mut rx, input) {
                 Ok(stats) => stats,
                 Err(e) if opts.resumable || h.resume.is_some() => {
                     // Keep this stream's part, and the streams before it.
                     undo.clear();
+                    self.set_receiving_mark(rx.dataset, None);
                     return Err(self.keep_partial(&name, &h, &rx, e));
                 }
                 Err(e) => return Err(e),
@@ -143,6 +151,8 @@ impl StoreCore {
             self.set_resume_token(rx.dataset, None);
             let snap = format!("{name}@{}", h.snapshot);
             self.snapshot_create(std::slice::from_ref(&snap), false)?;
+            // The mark goes in the txg that gives the snapshot its guid: the stream's end.
+            self.set_receiving_mark(rx.dataset, None);
             self.set_snapshot_guid(rx.dataset, &h.snapshot, h.guid)?;
             total.add(&stats);
         }
@@ -307,6 +317,59 @@ impl StoreCore {
                 "`cairn send -t {token} | cairn receive -s {name}` sends the rest (the token is {name}'s receive_resume_token); `cairn receive -A {name}` discards it"
             ),
         }
+    }
+
+    /// Marks a dataset as receiving a stream (`Some(origin guid)`, 0 for a new dataset) or
+    /// not (`None`); written with the open txg.
+    fn set_receiving_mark(&self, dataset: u32, origin: Option<u64>) {
+        let mut st = self.lock();
+        let Some(ds) = st.datasets.by_id_mut(dataset) else {
+            return;
+        };
+        let changed = match origin {
+            Some(g) => ds
+                .props
+                .insert(RECEIVING_PROP.into(), g.to_string())
+                .is_none(),
+            None => ds.props.remove(RECEIVING_PROP).is_some(),
+        };
+        st.datasets_dirty |= changed;
+    }
+
+    /// At import: undoes every receive a crash cut (datasets still marked receiving): a
+    /// dataset the stream was making is destroyed, one it was updating rolls back to the
+    /// stream's origin. Returns how many.
+    pub(crate) fn undo_interrupted_receives(&self) -> Result<usize, StoreError> {
+        let table = self.datasets();
+        let marked: Vec<(String, u32, u64)> = table
+            .datasets
+            .iter()
+            .filter_map(|d| {
+                let g = d.props.get(RECEIVING_PROP)?.parse().unwrap_or(0);
+                Some((d.name.clone(), d.id, g))
+            })
+            .collect();
+        for (name, id, origin) in &marked {
+            let snap = table.snapshots.of(*id).find(|r| r.guid == *origin);
+            match snap {
+                Some(r) if *origin != 0 => {
+                    self.snapshot_rollback(&format!("{name}@{}", r.name), true)?;
+                    self.set_receiving_mark(*id, None);
+                    self.sync()?;
+                }
+                // A dataset the stream made (or whose origin is gone: nothing to go back to).
+                _ => self.dataset_destroy(name, true)?,
+            }
+            self.pool.post_event(
+                "receive_undone",
+                None,
+                &[
+                    ("dataset", name.clone()),
+                    ("origin_guid", origin.to_string()),
+                ],
+            );
+        }
+        Ok(marked.len())
     }
 
     fn set_resume_token(&self, dataset: u32, token: Option<&str>) {

@@ -73,6 +73,8 @@ impl Store {
         // Before anything is written: the chain's blocks after its head are free in the
         // space map of the txg it follows (`crate::intent_log`).
         core.replay_log()?;
+        // A receive a crash cut shows nothing of itself (`crate::receive`).
+        core.undo_interrupted_receives()?;
         let mut store = Store {
             core: Some(Arc::clone(&core)),
             writers: Vec::new(),
