@@ -54,6 +54,9 @@ pub const RESUME_TOKEN_PROP: &str = "receive_resume_token";
 /// of the incremental's origin snapshot, or 0 for a dataset the stream makes. Found at
 /// import, it means the receive was cut by a crash: the dataset is destroyed or rolled back.
 pub const RECEIVING_PROP: &str = "cairn:receiving";
+/// The dataset's unlinked set: files with no name left that were still open
+/// (`crate::unlinked`).
+pub const UNLINKED_PROP: &str = "cairn:unlinked";
 
 /// Whether a property is kept by cairn itself (not sent, not set by users).
 pub fn is_internal_property(key: &str) -> bool {

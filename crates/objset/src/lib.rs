@@ -42,6 +42,7 @@ pub mod space;
 pub mod store;
 pub mod stream;
 pub mod txg;
+pub(crate) mod unlinked;
 pub mod walk;
 pub mod writer;
 pub mod xattr;

@@ -287,8 +287,9 @@ impl StoreCore {
     }
 
     pub(crate) fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
-        self.object_mut(st, id)?;
+        let dataset = self.object_mut(st, id)?.dnode.dataset;
         st.log.unlogged = true;
+        crate::unlinked::note_unlinked(st, dataset, id, false);
         forget_presynced(st, id, ..);
         st.dirs.forget(id);
         let obj = st.objects.get_mut(&id).expect("loaded");

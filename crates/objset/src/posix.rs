@@ -264,9 +264,14 @@ impl StoreCore {
         };
         o.dnode.ctime_ns = now_ns();
         o.dnode_dirty = true;
+        let (nlink, dataset) = (o.dnode.nlink, o.dnode.dataset);
+        if nlink == 0 && e.kind != ObjectKind::Directory {
+            // Until it is freed (at its last close, or at the next open after a crash).
+            crate::unlinked::note_unlinked(st, dataset, e.object, true);
+        }
         Ok(Unlinked {
             object: e.object,
-            nlink: o.dnode.nlink,
+            nlink,
         })
     }
 

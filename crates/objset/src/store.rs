@@ -75,6 +75,8 @@ impl Store {
         core.replay_log()?;
         // A receive a crash cut shows nothing of itself (`crate::receive`).
         core.undo_interrupted_receives()?;
+        // Files unlinked while open that a crash kept from being freed at their last close.
+        core.free_unlinked()?;
         let mut store = Store {
             core: Some(Arc::clone(&core)),
             writers: Vec::new(),
