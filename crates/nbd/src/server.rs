@@ -991,15 +991,18 @@ fn transmit(
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session, &budgets) {
-            // Nothing else in flight: run a quick request here and save the thread
-            // hand-off, if no further request has arrived (queue depth 1) or requests take
+            // Run a quick request here and save the thread hand-off when requests take
             // only microseconds (running a burst one by one here costs less than handing
-            // each to a worker). Otherwise the workers run it while the next request is
-            // read: a burst of slow requests (disk latency, a lock) runs on all of them.
+            // each to a worker, even while workers still finish earlier ones: on two cores
+            // the hand-offs and the workers' contention for the store lock cost more than
+            // they overlap), or when nothing else is in flight and no further request has
+            // arrived (queue depth 1). Otherwise the workers run it while the next request
+            // is read: a burst of slow requests (disk latency, a lock) runs on all of them.
             Ok(Some(job))
-                if replies.queued.load(Ordering::SeqCst) == 0
-                    && is_quick(&job)
-                    && (!input.has_buffered() || replies.requests_are_fast()) =>
+                if is_quick(&job)
+                    && (replies.requests_are_fast()
+                        || (replies.queued.load(Ordering::SeqCst) == 0
+                            && !input.has_buffered())) =>
             {
                 timed_run(job, &replies, &*export)
             }
