@@ -363,26 +363,7 @@ fn serve_several(a: &ServeArgs) -> Result<(), String> {
     }
 }
 
-/// Keeps freed heap memory, up to the dirty cap, for reuse instead of giving it back.
-///
-/// A serving process allocates a block buffer for every block a small write dirties
-/// and frees them all at the txg sync. With glibc's default trim threshold (128 KiB) the
-/// freed heap went back to the kernel at every sync and the next txg faulted it in again
-/// (the kernel zeroing every page): 4 KiB random writes to 16 KiB blocks spent about a
-/// quarter of their CPU in `clear_page`. The memory kept is at most what the dirty cap
-/// already lets a txg hold (docs/bench/small-io.md).
-fn keep_freed_heap() {
-    let keep = cairn_objset::StoreConfig::default()
-        .dirty_max
-        .clamp(64 << 20, i32::MAX as u64);
-    // SAFETY: mallopt only changes allocator parameters; any value is accepted or ignored.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, keep as libc::c_int);
-    }
-}
-
 fn serve_one(a: ServeArgs) -> Result<(), String> {
-    keep_freed_heap();
     let home = crate::home();
     let pool_name = a.pools[0].clone();
     let store = open(&pool_name)?;
