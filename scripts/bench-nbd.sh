@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks an NBD export against a reference in the same run: fio's nbd engine, 4 KiB
-# random read/write at iodepth 1 and 32 and 1 MiB sequential read/write, against
+# random read/write at iodepth 1 and 32, 1 MiB sequential read/write, 4 KiB random writes
+# each followed by a FLUSH (fio --fsync=1) and each with FUA, and a database-like mix (8 KiB,
+# 67 % reads, iodepth 32), against
 #   (a) the export under test (a cairn volume), given by URI, and
 #   (b) `nbdkit file` serving a raw file on tmpfs (/dev/shm): the reference.
 # Prints IOPS and MB/s per workload and the ratio (a)/(b); writes everything as JSON.
@@ -13,8 +15,17 @@
 #   BENCH_RUNTIME    seconds per random workload (default 10)
 #   BENCH_JSON       where to write the JSON (default ./bench-nbd.json)
 #   BENCH_LABEL      what the export under test is (default "cairn")
+#   FUA_WRITES       the FUA client (default: the cairn-nbd example `fua_writes`, built
+#                    with cargo into $CARGO_TARGET_DIR or ./target when missing)
 #
-# Needs fio (Debian: fio), nbdkit (nbdkit), nbdinfo (libnbd-bin), python3.
+# FUA: fio's nbd engine never sets NBD_CMD_FLAG_FUA (it passes no flags to nbd_aio_pwrite;
+# --sync=1 means O_SYNC on a file, which a diskless engine ignores, and --fdatasync=1 is
+# refused: it has no DATASYNC command). So the FUA workload is run by `fua_writes`
+# (crates/nbd/examples/fua_writes.rs: one connection, queue depth 1, the same fixed offsets
+# for both targets), which prints fio's JSON shape. `--fsync=1` is fio's: a FLUSH after
+# every write (fio's write latency excludes the FLUSH; IOPS count writes).
+#
+# Needs fio (Debian: fio), nbdkit (nbdkit), nbdinfo (libnbd-bin), python3; cargo for FUA.
 set -euo pipefail
 
 URI="${1:-${CAIRN_NBD_URI:-}}"
@@ -61,16 +72,34 @@ WORKLOADS=(
     "rand-read-4k-qd1|--rw=randread --bs=4k --iodepth=1 --time_based --runtime=$RUNTIME"
     "rand-read-4k-qd32|--rw=randread --bs=4k --iodepth=32 --time_based --runtime=$RUNTIME"
     "seq-read-1m|--rw=read --bs=1m --iodepth=8"
+    "rand-write-4k-qd1-fsync|--rw=randwrite --bs=4k --iodepth=1 --fsync=1 --time_based --runtime=$RUNTIME"
+    "rand-write-4k-qd1-fua|FUA"
+    "mix-8k-qd32|--rw=randrw --rwmixread=67 --bs=8k --iodepth=32 --time_based --runtime=$RUNTIME"
 )
+
+FUA_WRITES="${FUA_WRITES:-${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/examples/fua_writes}"
+if [[ ! -x "$FUA_WRITES" ]] && command -v cargo >/dev/null; then
+    echo "bench-nbd: building the FUA client ($FUA_WRITES)" >&2
+    (cd "$(dirname "$0")/.." && cargo build --quiet --release -p cairn-nbd --example fua_writes) >&2 || true
+fi
+if [[ ! -x "$FUA_WRITES" ]]; then
+    echo "bench-nbd: no FUA client at $FUA_WRITES (set FUA_WRITES); skipping the FUA workload" >&2
+    WORKLOADS=("${WORKLOADS[@]/rand-write-4k-qd1-fua|FUA/}")
+fi
 
 run_fio() { # target-name uri workload-name args...
     local target="$1" uri="$2" name="$3"; shift 3
+    if [[ "$*" == FUA ]]; then
+        "$FUA_WRITES" "$uri" "$SIZE" "$RUNTIME" > "$WORK/$target-$name.json"
+        return
+    fi
     # shellcheck disable=SC2068
     fio --name="$name" --ioengine=nbd --uri="$uri" --size="$SIZE" --numjobs=1 \
         --output-format=json $@ > "$WORK/$target-$name.json"
 }
 
 for w in "${WORKLOADS[@]}"; do
+    [[ -z "$w" ]] && continue
     name="${w%%|*}"; args="${w#*|}"
     for target in test ref; do
         uri="$URI"; [[ $target == ref ]] && uri="$REF_URI"
@@ -83,11 +112,19 @@ done
 python3 - "$WORK" "$JSON_OUT" "$URI" "$LABEL" "$SIZE" "$RUNTIME" "${WORKLOADS[@]}" <<'EOF'
 import json, sys, datetime, platform, os
 work, out, uri, label, size, runtime = sys.argv[1:7]
-names = [w.split("|")[0] for w in sys.argv[7:]]
+names = [w.split("|")[0] for w in sys.argv[7:] if w]
 
 def result(target, name):
     raw = open(os.path.join(work, f"{target}-{name}.json")).read()
     job = json.loads(raw[raw.index("{"):])["jobs"][0]
+    if name.startswith("mix"):
+        # Reads and writes together: total IOPS and bytes, latency weighted by count.
+        r, w = job["read"], job["write"]
+        iops = r["iops"] + w["iops"]
+        lat = (r["lat_ns"]["mean"] * r["iops"] + w["lat_ns"]["mean"] * w["iops"]) / iops if iops else 0
+        return {"iops": iops, "mb_per_s": (r["bw_bytes"] + w["bw_bytes"]) / 1e6,
+                "lat_mean_us": lat / 1e3, "read_iops": r["iops"], "write_iops": w["iops"],
+                "error": job["error"]}
     side = job["write"] if "write" in name else job["read"]
     return {"iops": side["iops"], "mb_per_s": side["bw_bytes"] / 1e6,
             "lat_mean_us": side["lat_ns"]["mean"] / 1e3, "error": job["error"]}

@@ -991,15 +991,21 @@ fn transmit(
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session, &budgets) {
-            // Nothing else in flight: run a quick request here and save the thread
-            // hand-off, if no further request has arrived (queue depth 1) or requests take
+            // Run a quick request here and save the thread hand-off when nothing else is in
+            // flight, if no further request has arrived (queue depth 1) or requests take
             // only microseconds (running a burst one by one here costs less than handing
-            // each to a worker). Otherwise the workers run it while the next request is
-            // read: a burst of slow requests (disk latency, a lock) runs on all of them.
+            // each to a worker); and a quick WRITE whenever requests are fast, even while
+            // workers still finish earlier ones: writes take the store's state lock in
+            // turn, so on workers they only add hand-offs and contention for it, while
+            // reads of cached blocks copy outside it and gain from running on several
+            // cores. Otherwise the workers run it while the next request is read: a burst
+            // of slow requests (disk latency, a lock) runs on all of them.
             Ok(Some(job))
-                if replies.queued.load(Ordering::SeqCst) == 0
-                    && is_quick(&job)
-                    && (!input.has_buffered() || replies.requests_are_fast()) =>
+                if is_quick(&job)
+                    && ((replies.queued.load(Ordering::SeqCst) == 0
+                        && (!input.has_buffered() || replies.requests_are_fast()))
+                        || (job.request.command == Command::Write
+                            && replies.requests_are_fast())) =>
             {
                 timed_run(job, &replies, &*export)
             }

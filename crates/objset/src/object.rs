@@ -625,14 +625,14 @@ pub fn plan_read(
 
 impl ReadPlan {
     /// Reads the listed blocks (verified, self-healing) into their places in `buf`. A block
-    /// wholly inside the range is read straight into `buf`; one the range covers in part
-    /// goes through a buffer of its own.
+    /// wholly inside the range is read straight into `buf`; of a block the range covers in
+    /// part, the part is copied from the block as the block cache holds it (read into the
+    /// cache first if need be: one buffer, no scratch copy).
     pub fn fetch(&self, pool: &Pool, buf: &mut [u8]) -> Result<(), StoreError> {
         let mut targets: Vec<(BlockPointer, &mut [u8])> = Vec::with_capacity(self.wanted.len());
-        // Partly covered blocks: (index in targets, where their part starts in the block,
-        // where it goes in `buf`).
-        let mut partial: Vec<(usize, usize, usize, usize)> = Vec::new();
-        let mut spare: Vec<Vec<u8>> = Vec::new();
+        // Partly covered blocks: (pointer, where their part starts in the block, where it
+        // goes in `buf`, its length).
+        let mut partial: Vec<(BlockPointer, usize, usize, usize)> = Vec::new();
         let mut rest: &mut [u8] = buf;
         let mut rest_at = self.offset;
         for (blkid, bp) in &self.wanted {
@@ -647,31 +647,22 @@ impl ReadPlan {
             let within = (from - block_start) as usize;
             if within == 0 && out.len() == bp.lsize as usize {
                 targets.push((*bp, out));
-            } else if let Some(block) = pool.cache.get_before_read(bp) {
-                // A part of a cached block (a dnode of the object table, a small random
-                // read): copy that part, not the whole block into a scratch buffer first.
-                copy_part(out, &block, within);
             } else {
-                partial.push((
-                    targets.len(),
-                    within,
-                    (from - self.offset) as usize,
-                    out.len(),
-                ));
-                spare.push(vec![0u8; bp.lsize as usize]);
-                targets.push((*bp, &mut []));
+                partial.push((*bp, within, (from - self.offset) as usize, out.len()));
             }
         }
-        // Scratch buffers for the partial blocks take their places in the list.
-        for ((i, ..), scratch) in partial.iter().zip(spare.iter_mut()) {
-            targets[*i].1 = scratch.as_mut_slice();
-        }
-        for r in pool.read_bps_into(&mut targets) {
-            r?;
+        if !targets.is_empty() {
+            for r in pool.read_bps_into(&mut targets) {
+                r?;
+            }
         }
         drop(targets);
-        for ((_, within, at, len), data) in partial.iter().zip(&spare) {
-            copy_part(&mut buf[*at..*at + *len], data, *within);
+        if partial.is_empty() {
+            return Ok(());
+        }
+        let bps: Vec<BlockPointer> = partial.iter().map(|p| p.0).collect();
+        for ((_, within, at, len), block) in partial.iter().zip(pool.read_bps_shared(&bps)) {
+            copy_part(&mut buf[*at..*at + *len], &block?, *within);
         }
         Ok(())
     }

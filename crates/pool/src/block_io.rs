@@ -226,6 +226,41 @@ impl Pool {
             .collect()
     }
 
+    /// Whole blocks for callers that want a part of each (a 4 KiB read of a 16 KiB block):
+    /// from the block cache, or read, verified and put into the cache as they are. The
+    /// cache keeps the buffer the leaves read into (no second copy); a block read in part
+    /// is likely read again for its other parts, so these are always remembered.
+    pub fn read_bps_shared(&self, bps: &[BlockPointer]) -> Vec<Result<Arc<Vec<u8>>, PoolError>> {
+        let mut answers: Vec<Option<Result<Arc<Vec<u8>>, PoolError>>> =
+            bps.iter().map(|bp| self.cache.get(bp).map(Ok)).collect();
+        let mut misses: Vec<(BlockPointer, Vec<u8>)> = bps
+            .iter()
+            .zip(&answers)
+            .filter(|(_, a)| a.is_none())
+            .map(|(bp, _)| (*bp, vec![0u8; bp.lsize as usize]))
+            .collect();
+        if misses.is_empty() {
+            return answers.into_iter().flatten().collect();
+        }
+        let read = {
+            let mut targets: Vec<ReadTarget<'_>> = misses
+                .iter_mut()
+                .map(|(bp, buf)| (*bp, buf.as_mut_slice()))
+                .collect();
+            self.read_bps_uncached(&mut targets)
+        };
+        let mut fresh = misses.into_iter().zip(read);
+        for slot in answers.iter_mut().filter(|a| a.is_none()) {
+            let ((bp, data), r) = fresh.next().expect("one result per missed block");
+            *slot = Some(r.map(|()| {
+                let data = Arc::new(data);
+                self.cache.insert(&bp, Arc::clone(&data));
+                data
+            }));
+        }
+        answers.into_iter().flatten().collect()
+    }
+
     fn read_bps_uncached(
         &self,
         blocks: &mut [(BlockPointer, &mut [u8])],

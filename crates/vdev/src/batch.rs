@@ -13,7 +13,7 @@
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
 
 use crate::error::VdevError;
-use crate::top::{IoReport, TopVdev};
+use crate::top::{IoReport, TopVdev, PARALLEL_MIN_BYTES};
 
 /// Largest single coalesced request.
 const MAX_RUN_BYTES: u64 = 8 << 20;
@@ -192,6 +192,7 @@ impl TopVdev {
             .iter()
             .map(|(off, out)| self.check_address(*off, out.len() as u64).is_ok())
             .collect();
+        let total: u64 = blocks.iter().map(|(_, out)| out.len() as u64).sum();
         let mut jobs: Vec<Vec<ReadJob<'_>>> = (0..n).map(|_| Vec::new()).collect();
         let shape = self.config.shape;
         for (i, (off, out)) in blocks.iter_mut().enumerate() {
@@ -227,8 +228,14 @@ impl TopVdev {
             .enumerate()
             .filter(|(_, list)| !list.is_empty())
             .collect();
-        let failed =
-            crate::threads::on_io_threads(lists, |(c, list)| self.read_child_jobs(c, list));
+        let read_list = |(c, list): (usize, Vec<ReadJob<'_>>)| self.read_child_jobs(c, list);
+        // A small batch (a random read of a block or two) reads its leaves one after the
+        // other on this thread, as `read_block` does for a small block: no thread hand-off.
+        let failed: Vec<Vec<usize>> = if total < PARALLEL_MIN_BYTES {
+            lists.into_iter().map(read_list).collect()
+        } else {
+            crate::threads::on_io_threads(lists, read_list)
+        };
         for b in failed.into_iter().flatten() {
             ok[b] = false;
         }
