@@ -15,17 +15,17 @@
 #   BENCH_RUNTIME    seconds per random workload (default 10)
 #   BENCH_JSON       where to write the JSON (default ./bench-nbd.json)
 #   BENCH_LABEL      what the export under test is (default "cairn")
-#   FUA_WRITES       the FUA client (default: the cairn-nbd example `fua_writes`, built
-#                    with cargo into $CARGO_TARGET_DIR or ./target when missing)
+#   CAIRN_BIN        the cairn binary whose `bench sync-writes` runs the FUA workload
+#                    (default target/release/cairn)
 #
 # FUA: fio's nbd engine never sets NBD_CMD_FLAG_FUA (it passes no flags to nbd_aio_pwrite;
 # --sync=1 means O_SYNC on a file, which a diskless engine ignores, and --fdatasync=1 is
-# refused: it has no DATASYNC command). So the FUA workload is run by `fua_writes`
-# (crates/nbd/examples/fua_writes.rs: one connection, queue depth 1, the same fixed offsets
-# for both targets), which prints fio's JSON shape. `--fsync=1` is fio's: a FLUSH after
-# every write (fio's write latency excludes the FLUSH; IOPS count writes).
+# refused: it has no DATASYNC command). So the FUA workload is run by `cairn bench
+# sync-writes --mode fua` (crates/bench/src/sync_writes.rs: one connection, queue depth 1,
+# the same seeded offsets for both targets). `--fsync=1` is fio's: a FLUSH after every
+# write (fio's write latency excludes the FLUSH; IOPS count writes).
 #
-# Needs fio (Debian: fio), nbdkit (nbdkit), nbdinfo (libnbd-bin), python3; cargo for FUA.
+# Needs fio (Debian: fio), nbdkit (nbdkit), nbdinfo (libnbd-bin), python3, a release cairn.
 set -euo pipefail
 
 URI="${1:-${CAIRN_NBD_URI:-}}"
@@ -77,20 +77,17 @@ WORKLOADS=(
     "mix-8k-qd32|--rw=randrw --rwmixread=67 --bs=8k --iodepth=32 --time_based --runtime=$RUNTIME"
 )
 
-FUA_WRITES="${FUA_WRITES:-${CARGO_TARGET_DIR:-$(dirname "$0")/../target}/release/examples/fua_writes}"
-if [[ ! -x "$FUA_WRITES" ]] && command -v cargo >/dev/null; then
-    echo "bench-nbd: building the FUA client ($FUA_WRITES)" >&2
-    (cd "$(dirname "$0")/.." && cargo build --quiet --release -p cairn-nbd --example fua_writes) >&2 || true
-fi
-if [[ ! -x "$FUA_WRITES" ]]; then
-    echo "bench-nbd: no FUA client at $FUA_WRITES (set FUA_WRITES); skipping the FUA workload" >&2
-    WORKLOADS=("${WORKLOADS[@]/rand-write-4k-qd1-fua|FUA/}")
+CAIRN="${CAIRN_BIN:-$(dirname "$0")/../target/release/cairn}"
+if [[ ! -x "$CAIRN" ]]; then
+    echo "bench-nbd: no cairn binary at $CAIRN for the FUA workload: cargo build --release -p cairn (or set CAIRN_BIN)" >&2
+    exit 1
 fi
 
 run_fio() { # target-name uri workload-name args...
     local target="$1" uri="$2" name="$3"; shift 3
     if [[ "$*" == FUA ]]; then
-        "$FUA_WRITES" "$uri" "$SIZE" "$RUNTIME" > "$WORK/$target-$name.json"
+        "$CAIRN" bench sync-writes --json --mode fua --seconds "$RUNTIME" --span "$SIZE" \
+            "$target=$uri" > "$WORK/$target-$name.json"
         return
     fi
     # shellcheck disable=SC2068
@@ -116,6 +113,11 @@ names = [w.split("|")[0] for w in sys.argv[7:] if w]
 
 def result(target, name):
     raw = open(os.path.join(work, f"{target}-{name}.json")).read()
+    if name.endswith("-fua"):
+        # `cairn bench sync-writes --json`: one result, 4 KiB writes with FUA at qd 1.
+        r = json.loads(raw)[0]
+        return {"iops": r["iops"], "mb_per_s": r["iops"] * 4096 / 1e6,
+                "lat_mean_us": r["mean_us"], "error": 0}
     job = json.loads(raw[raw.index("{"):])["jobs"][0]
     if name.startswith("mix"):
         # Reads and writes together: total IOPS and bytes, latency weighted by count.

@@ -24,6 +24,9 @@ pub struct SyncWritesBenchArgs {
     /// Request size.
     #[arg(long, default_value_t = 4096)]
     pub block: usize,
+    /// Which workloads: `fua`, `flush` or `both`.
+    #[arg(long, default_value = "both", value_parser = ["fua", "flush", "both"])]
+    pub mode: String,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -40,6 +43,7 @@ pub struct SyncResult {
     pub mode: &'static str,
     pub writes: u64,
     pub iops: f64,
+    pub mean_us: f64,
     pub p50_us: f64,
     pub p99_us: f64,
 }
@@ -53,7 +57,9 @@ pub fn run(args: &SyncWritesBenchArgs) -> Result<(), Box<dyn std::error::Error>>
             _ => (spec.as_str(), spec.as_str()),
         };
         for mode in ["fua", "flush"] {
-            results.push(measure(label, uri, mode, args)?);
+            if args.mode == mode || args.mode == "both" {
+                results.push(measure(label, uri, mode, args)?);
+            }
         }
     }
     let text = serde_json::to_string_pretty(&results)?;
@@ -106,13 +112,18 @@ fn measure(
     }
     let elapsed = start.elapsed().as_secs_f64();
     client.disconnect();
+    if latencies.is_empty() {
+        return Err(format!("{label}: no write finished in {} s", args.seconds).into());
+    }
     latencies.sort_by(f64::total_cmp);
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    let mean_us = latencies.iter().sum::<f64>() / latencies.len() as f64;
     Ok(SyncResult {
         label: label.to_string(),
         mode,
         writes: latencies.len() as u64,
         iops: latencies.len() as f64 / elapsed,
+        mean_us,
         p50_us: at(0.5),
         p99_us: at(0.99),
     })
