@@ -30,6 +30,9 @@
 //!   dataset changes) set `unlogged`; a log commit in such a txg syncs the txg instead.
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
+//! - Intents are kept only once the log is armed, which the first commit does under the
+//!   committer lock before it syncs: a commit that finds the log armed runs after that
+//!   sync, which covered every write that kept no intent.
 
 use std::sync::atomic::Ordering;
 
