@@ -380,24 +380,7 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         store: store.clone(),
     });
     let server = NbdServer::new(source.clone());
-    let mut running = Vec::new();
-    for addr in &a.tcp {
-        let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        eprintln!(
-            "cairn: serving NBD on {}",
-            l.local_addr()
-                .map(|x| x.to_string())
-                .unwrap_or(addr.clone())
-        );
-        running.push(server.spawn_tcp(l));
-    }
-    for path in &a.sockets {
-        let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path)
-            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-        eprintln!("cairn: serving NBD on unix socket {}", path.display());
-        running.push(server.spawn_unix(l));
-    }
+    let running = listen(&a, &server)?;
     if !running.is_empty() {
         eprintln!("cairn: exports: {}", source.list().join(", "));
     }
@@ -433,45 +416,12 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let start = Instant::now();
-    let interval = Duration::from_secs_f64(a.sync_interval.max(0.1));
-    let mut last_sync = Instant::now();
-    let mut sync_error = None;
     let mut healer = Healer {
         rate: crate::device_cmds::env_rate()?,
         running: None,
         retry_at: Instant::now(),
     };
-    let mut last_heal = Instant::now();
-    let mut last_auto_snapshot: Option<Instant> = None;
-    while !STOP.load(Ordering::SeqCst)
-        && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
-        && !(a.until_unmounted && mounts.is_empty())
-    {
-        std::thread::sleep(Duration::from_millis(50));
-        mounts.reap();
-        if last_heal.elapsed() >= Duration::from_secs(1) {
-            last_heal = Instant::now();
-            healer.tick(&home, &store);
-            // What happened in the service reaches `cairn events` within a second (a
-            // process that exits writes its events as it ends; this one does not end).
-            store.pool().note_leaf_changes();
-            store.pool().flush_events();
-        }
-        if last_auto_snapshot.is_none_or(|t| t.elapsed() >= AUTO_SNAPSHOT_EVERY) {
-            last_auto_snapshot = Some(Instant::now());
-            auto_snapshots(&store);
-        }
-        if last_sync.elapsed() >= interval {
-            last_sync = Instant::now();
-            if store.is_dirty() {
-                if let Err(e) = store.sync() {
-                    sync_error = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-    }
+    let sync_error = run_until_stopped(&a, &home, &store, &mounts, &mut healer);
     for r in running {
         let _ = r.stop();
     }
@@ -489,6 +439,74 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
         None => Ok(()),
     }
+}
+
+/// Starts the NBD listeners `a` asks for.
+fn listen(a: &ServeArgs, server: &NbdServer) -> Result<Vec<cairn_nbd::RunningServer>, String> {
+    let mut running = Vec::new();
+    for addr in &a.tcp {
+        let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        eprintln!(
+            "cairn: serving NBD on {}",
+            l.local_addr()
+                .map(|x| x.to_string())
+                .unwrap_or(addr.clone())
+        );
+        running.push(server.spawn_tcp(l));
+    }
+    for path in &a.sockets {
+        let _ = std::fs::remove_file(path);
+        let l = UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        eprintln!("cairn: serving NBD on unix socket {}", path.display());
+        running.push(server.spawn_unix(l));
+    }
+    Ok(running)
+}
+
+/// The service's loop until SIGINT/SIGTERM, `--duration`, or (`--until-unmounted`) the
+/// last unmount: reaps mounts, heals every second, takes automatic snapshots, syncs the
+/// txg every `--sync-interval` when dirty. Returns why a sync failed, if one did.
+fn run_until_stopped(
+    a: &ServeArgs,
+    home: &Home,
+    store: &Arc<Store>,
+    mounts: &crate::mount_table::MountTable,
+    healer: &mut Healer,
+) -> Option<String> {
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(a.sync_interval.max(0.1));
+    let mut last_sync = Instant::now();
+    let mut last_heal = Instant::now();
+    let mut last_auto_snapshot: Option<Instant> = None;
+    while !STOP.load(Ordering::SeqCst)
+        && a.duration.is_none_or(|d| start.elapsed().as_secs_f64() < d)
+        && !(a.until_unmounted && mounts.is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        mounts.reap();
+        if last_heal.elapsed() >= Duration::from_secs(1) {
+            last_heal = Instant::now();
+            healer.tick(home, store);
+            // What happened in the service reaches `cairn events` within a second (a
+            // process that exits writes its events as it ends; this one does not end).
+            store.pool().note_leaf_changes();
+            store.pool().flush_events();
+        }
+        if last_auto_snapshot.is_none_or(|t| t.elapsed() >= AUTO_SNAPSHOT_EVERY) {
+            last_auto_snapshot = Some(Instant::now());
+            auto_snapshots(store);
+        }
+        if last_sync.elapsed() >= interval {
+            last_sync = Instant::now();
+            if store.is_dirty() {
+                if let Err(e) = store.sync() {
+                    return Some(e.to_string());
+                }
+            }
+        }
+    }
+    None
 }
 
 /// How often the service looks for automatic snapshots that are due (`snapshot:schedule`).
