@@ -491,33 +491,8 @@ impl Pool {
             )));
         }
         let lock = PoolLock::acquire(home.lock_dir(), fp.config.guid, &name)?;
-        let mut config = fp.config.clone();
-        let mut opened: BTreeMap<u64, Result<Arc<dyn Leaf>, String>> = BTreeMap::new();
-        for (&guid, path) in &fp.found {
-            match open_leaf(&path.display().to_string(), LeafOptions::default()) {
-                Ok(leaf) => {
-                    opened.insert(guid, Ok(leaf));
-                }
-                Err(VdevError::Locked { path }) => return Err(in_use_by_device(&name, &path)),
-                Err(e) => {
-                    opened.insert(guid, Err(e.to_string()));
-                }
-            }
-        }
-        for leaf in config.vdevs.iter_mut().flat_map(|t| t.leaves.iter_mut()) {
-            if let Some(path) = fp.found.get(&leaf.guid) {
-                leaf.path = path.display().to_string();
-            }
-        }
-        config.state = PoolState::Active;
-        config.owner = Some(me);
-        // `offline -t` lasts until the next import.
-        for leaf in config.vdevs.iter_mut().flat_map(|t| t.leaves.iter_mut()) {
-            if leaf.offline_temporary {
-                leaf.offline = false;
-                leaf.offline_temporary = false;
-            }
-        }
+        let opened = open_found_leaves(&fp, &name)?;
+        let config = imported_config(&fp, me);
         let tops = build_tops(&config, |guid| {
             opened
                 .get(&guid)
@@ -1121,6 +1096,45 @@ fn in_use_by_device(pool: &str, device: &str) -> PoolError {
             "another process, which holds its device '{device}'"
         )),
     }
+}
+
+/// Leaves by GUID, each opened or why not.
+type OpenedLeaves = BTreeMap<u64, Result<Arc<dyn Leaf>, String>>;
+
+/// Opens every leaf the device scan found for an import. A leaf another process holds
+/// means the pool is in use.
+fn open_found_leaves(fp: &FoundPool, name: &str) -> Result<OpenedLeaves, PoolError> {
+    let mut opened = BTreeMap::new();
+    for (&guid, path) in &fp.found {
+        match open_leaf(&path.display().to_string(), LeafOptions::default()) {
+            Ok(leaf) => {
+                opened.insert(guid, Ok(leaf));
+            }
+            Err(VdevError::Locked { path }) => return Err(in_use_by_device(name, &path)),
+            Err(e) => {
+                opened.insert(guid, Err(e.to_string()));
+            }
+        }
+    }
+    Ok(opened)
+}
+
+/// The config an import writes: leaves at the paths the scan found them, the pool active
+/// and owned here, and `offline -t` over (it lasts until the next import).
+fn imported_config(fp: &FoundPool, owner: Owner) -> PoolConfig {
+    let mut config = fp.config.clone();
+    for leaf in config.vdevs.iter_mut().flat_map(|t| t.leaves.iter_mut()) {
+        if let Some(path) = fp.found.get(&leaf.guid) {
+            leaf.path = path.display().to_string();
+        }
+        if leaf.offline_temporary {
+            leaf.offline = false;
+            leaf.offline_temporary = false;
+        }
+    }
+    config.state = PoolState::Active;
+    config.owner = Some(owner);
+    config
 }
 
 /// GUID sums an uberblock of a pool with `config` may carry: the config's own, and the sums
