@@ -6,9 +6,11 @@
 //! CI runs a slice (`kill_9_during_flushed_writes_keeps_every_acknowledged_write`); the
 //! recorded run (docs/bench/intent-log.md) runs the ignored long one.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,34 +18,16 @@ use std::time::{Duration, Instant};
 use cairn_nbd::client::NbdClient;
 use cairn_nbd::url::parse_nbd_url;
 use rand::{Rng, RngCore, SeedableRng};
+use support::{cairn, cairn_cmd, files, ok, MIB};
 
 const BLOCK: usize = 4096;
 const BLOCKS: u64 = 256;
 
-fn cairn(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .env("CAIRN_HOME", home)
-        .output()
-        .expect("run cairn")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn start_server(home: &Path, socket: &Path) -> Child {
     let _ = std::fs::remove_file(socket);
-    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+    let child = cairn_cmd(home)
         .args(["serve", "--nbd-socket", socket.to_str().unwrap()])
         .args(["--sync-interval", "3600", "--duration", "600", "tank"])
-        .env("CAIRN_HOME", home)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -139,17 +123,10 @@ fn crash_rounds(rounds: usize, seed: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let mut args = vec!["create".to_string(), "tank".into(), "raidz1".into()];
-    for i in 0..3 {
-        let p = dir.path().join(format!("d{i}"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(128 << 20)
-            .unwrap();
-        args.push(p.display().to_string());
-    }
+    args.extend(files(dir.path(), 3, 128 * MIB));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(cairn(&home, &refs));
-    ok(cairn(
+    ok(&cairn(&home, &refs));
+    ok(&cairn(
         &home,
         &["volume", "create", "-V", "1M", "-b", "16K", "tank/vol"],
     ));
@@ -184,8 +161,8 @@ fn crash_rounds(rounds: usize, seed: u64) -> u64 {
     client.disconnect();
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let _ = server.wait();
-    ok(cairn(&home, &["scrub", "tank"]));
-    let status = ok(cairn(&home, &["status", "tank"]));
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
     assert!(status.contains("errors: No known data errors"), "{status}");
     assert!(status.contains(" 0 errors"), "{status}");
     eprintln!(

@@ -6,14 +6,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_geometry::{raidz_map, VdevShape, LEAF_DATA_START, LEAF_END_RESERVE};
 use cairn_objset::scrub::{ScrubControl, ScrubEnd};
 use cairn_objset::Store;
-use cairn_pool::Pool;
-use cairn_vdev::{CrashLeaf, Leaf, PowerCut};
+use cairn_vdev::PowerCut;
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -250,12 +248,7 @@ fn crash_at(limit: u64, tear: bool, seed: u64, background_batch: u64) -> (u64, u
     let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
     drop(open_store(&home)); // an empty store, synced
     let power = PowerCut::new(limit, tear);
-    let mut pool = Pool::open(&home, "tank").unwrap();
-    for slot in pool.leaf_slots() {
-        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
-            Arc::new(CrashLeaf::new(inner, power.clone()))
-        }));
-    }
+    let pool = open_with_power_cut(&home, &power);
     let config = cairn_objset::StoreConfig {
         background_batch,
         ..Default::default()

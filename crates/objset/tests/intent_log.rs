@@ -6,13 +6,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_objset::scrub::{ScrubControl, ScrubEnd};
 use cairn_objset::{DatasetKind, Resolved, Store, StoreConfig};
 use cairn_pool::Pool;
-use cairn_vdev::{CrashLeaf, Leaf, PowerCut};
+use cairn_vdev::PowerCut;
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -175,12 +174,7 @@ fn power_cut_at(limit: u64, tear: bool, seed: u64) -> u64 {
         store.close().unwrap();
     }
     let power = PowerCut::new(limit, tear);
-    let mut pool = Pool::open(&home, "tank").unwrap();
-    for slot in pool.leaf_slots() {
-        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
-            Arc::new(CrashLeaf::new(inner, power.clone()))
-        }));
-    }
+    let pool = open_with_power_cut(&home, &power);
     let store = Store::open_with(pool, config()).unwrap();
     let vol = store.resolve("tank/vol").unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_objset::receive::ReceiveOptions;
@@ -16,7 +15,7 @@ use cairn_objset::scrub::{ScrubControl, ScrubEnd};
 use cairn_objset::send::SendOptions;
 use cairn_objset::{DatasetKind, Store};
 use cairn_pool::Pool;
-use cairn_vdev::{CrashLeaf, Leaf, PowerCut};
+use cairn_vdev::PowerCut;
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -141,12 +140,7 @@ fn cut_at(limit: u64, tear: bool) -> u64 {
         store.close().unwrap();
     }
     let power = PowerCut::new(limit, tear);
-    let mut pool = Pool::open(&home, "tank").unwrap();
-    for slot in pool.leaf_slots() {
-        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn Leaf>| {
-            Arc::new(CrashLeaf::new(inner, power.clone()))
-        }));
-    }
+    let pool = open_with_power_cut(&home, &power);
     let store = Store::open(pool).unwrap();
     let mut committed = Committed::new();
     note(&store, &power, &Model::default(), &mut committed);

@@ -35,6 +35,19 @@ pub fn open_store(home: &Home) -> Store {
     Store::open(Pool::open(home, "tank").unwrap()).unwrap()
 }
 
+/// The pool `tank` with every leaf behind `power` (`cairn_vdev::CrashLeaf`): writes from
+/// number `power.persist_limit` on never reach the files, as at a power cut.
+pub fn open_with_power_cut(home: &Home, power: &std::sync::Arc<cairn_vdev::PowerCut>) -> Pool {
+    use std::sync::Arc;
+    let mut pool = Pool::open(home, "tank").unwrap();
+    for slot in pool.leaf_slots() {
+        assert!(pool.wrap_leaf(slot, |inner: Arc<dyn cairn_vdev::Leaf>| {
+            Arc::new(cairn_vdev::CrashLeaf::new(inner, power.clone()))
+        }));
+    }
+    pool
+}
+
 pub fn open_store_with(home: &Home, config: StoreConfig) -> Store {
     Store::open_with(Pool::open(home, "tank").unwrap(), config).unwrap()
 }
