@@ -1,5 +1,5 @@
 //! The control socket of a pool held by `cairn serve`: other `cairn` commands (status, list,
-//! scrub) ask the process that owns the pool instead of opening it themselves (docs/design.md).
+//! iostat) ask the process that owns the pool instead of opening it themselves (docs/design.md).
 //! This module is the client side (`ask`, `exec`); the serving side is `crate::control_server`.
 //!
 //! ```text
@@ -7,7 +7,6 @@
 //!    status [-v]   the rendered `status`
 //!    list          one `list` row as JSON
 //!    iostat        the pool's I/O since import (`cairn_pool::iostat::PoolIo`) as JSON
-//!    scrub         runs a scrub in the serving process, answers its summary line
 //!    mode          `service`, or `until-unmounted PID` for a process that serves mounts
 //!                  only and exits when the last is unmounted
 //!    mount SPEC    mounts DATASET[=DIR][:ro] in the serving process (`cairn mount`)

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_objset::scrub::ScrubControl;
 use cairn_objset::Store;
 use cairn_pool::status::{render_status_with, ListRow};
 use cairn_pool::Home;
@@ -23,7 +22,7 @@ pub struct Serving {
     pub mounts: Arc<crate::mount_table::MountTable>,
 }
 
-fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> String {
+fn answer(store: &Store, serving: &Serving, request: &str) -> String {
     let pool = store.pool().name().to_string();
     match request.trim() {
         r if r == "history" || r == "history -l" => {
@@ -44,7 +43,7 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
             Err(e) => format!("error: {e}\n"),
         },
         r if r == "status" || r == "status -v" => {
-            let scan = crate::scrub_cmd::scan_line(home, &pool);
+            let scan = crate::scrub_cmd::scan_line(store.pool());
             let errors = crate::data_cmds::data_errors(store.error_log());
             render_status_with(store.pool(), r.ends_with("-v"), scan.as_deref(), &errors)
         }
@@ -66,13 +65,6 @@ fn answer(home: &Home, store: &Store, serving: &Serving, request: &str) -> Strin
             let row = ListRow::with_usage(store.pool(), usage.alloc, usage.used);
             serde_json::to_string(&row).unwrap_or_default()
         }
-        "scrub" => match store.scrub(None, Duration::from_secs(3600), &mut |_| ScrubControl::Continue) {
-            Ok((p, _)) => format!(
-                "scrub of '{pool}' repaired {} bytes, {} errors, {} blocks in {:.1} s (in the serving process)\n",
-                p.repaired_bytes, p.errors, p.blocks, p.elapsed_secs
-            ),
-            Err(e) => format!("error: {e}\n"),
-        },
         other => format!("error: unknown request '{other}'\n"),
     }
 }
@@ -114,16 +106,12 @@ pub fn spawn(
                         let _ = conn.write_all(b"error: the service is busy, retry\n");
                         continue;
                     }
-                    let (home, store, serving, clients) = (
-                        home.clone(),
-                        store.clone(),
-                        serving.clone(),
-                        clients.clone(),
-                    );
+                    let (store, serving, clients) =
+                        (store.clone(), serving.clone(), clients.clone());
                     let spawned = std::thread::Builder::new()
                         .name("cairn-control".into())
                         .spawn(move || {
-                            serve_one(&home, &store, &serving, conn);
+                            serve_one(&store, &serving, conn);
                             clients.fetch_sub(1, Ordering::SeqCst);
                         });
                     if spawned.is_err() {
@@ -144,7 +132,7 @@ const MAX_CLIENTS: usize = 64;
 const MAX_REQUEST: usize = 1 << 20;
 
 /// Reads one request and answers it; never panics on what a client sends.
-fn serve_one(home: &Home, store: &Arc<Store>, serving: &Serving, mut conn: UnixStream) {
+fn serve_one(store: &Arc<Store>, serving: &Serving, mut conn: UnixStream) {
     if let Err(e) = check_peer(&conn) {
         let _ = writeln!(conn, "error: {e}");
         return;
@@ -163,7 +151,7 @@ fn serve_one(home: &Home, store: &Arc<Store>, serving: &Serving, mut conn: UnixS
     } else {
         let request = line.clone();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            answer(home, store, serving, &request)
+            answer(store, serving, &request)
         }));
         run.unwrap_or_else(|_| "error: the service failed to answer (see its log)\n".into())
     };

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
-use cairn_objset::scan_state::{unix_now, ScanFiles};
+use cairn_objset::scan_state::unix_now;
 use cairn_objset::scrub::ScrubControl;
 use cairn_objset::Store;
 use cairn_pool::devices::DeviceOutcome;
-use cairn_pool::{Home, Pool};
+use cairn_pool::Pool;
 use clap::Args;
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -129,7 +129,7 @@ fn device_op(
     let mut pool = Pool::open(&home, name).map_err(err)?;
     op(&mut pool).map_err(err)?;
     if pool.needs_resilver() {
-        run_resilver(&home, pool, flags)?;
+        run_resilver(pool, flags)?;
     }
     Ok(())
 }
@@ -210,14 +210,13 @@ pub fn resilver(a: ResilverArgs) -> Result<(), String> {
         println!("pool '{}' needs no resilver", a.pool);
         return Ok(());
     }
-    run_resilver(&home, pool, &a.flags)
+    run_resilver(pool, &a.flags)
 }
 
 /// `cairn resilver [-w] POOL` run by the service that holds the pool: the service
 /// resilvers by itself in the background; this waits until it is done (printing progress
 /// under `-w`) and reports it as an in-process resilver does.
 fn resilver_served(a: &ResilverArgs) -> Result<(), String> {
-    let home = crate::home();
     let store = crate::store_open::open(&a.pool)?;
     if !store.pool().needs_resilver() {
         outln!("pool '{}' needs no resilver", a.pool);
@@ -234,16 +233,19 @@ fn resilver_served(a: &ResilverArgs) -> Result<(), String> {
     while store.pool().needs_resilver() {
         if a.flags.wait && shown.elapsed() >= Duration::from_secs(1) {
             shown = std::time::Instant::now();
-            if let Some(line) = resilver_scan_line(&home, store.pool()) {
+            if let Some(line) = resilver_scan_line(store.pool()) {
                 errln!("resilver: {}", line.trim());
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The service records the resilver when its thread ends (within a second or so).
-    let files = cairn_objset::scan_state::ScanFiles::of(&home, &a.pool);
+    // The resilver records itself as it finishes, just after the leaves are whole.
     for _ in 0..100 {
-        let record = files.last_resilver().filter(|r| r.ended >= asked);
+        let record = store
+            .pool()
+            .scan_records()
+            .last_resilver
+            .filter(|r| r.ended >= asked);
         if let Some(r) = record {
             let rate = (r.repaired_bytes as f64 / r.elapsed_secs.max(1e-9)) as u64;
             outln!(
@@ -278,8 +280,7 @@ fn parse_rate(flags: &ResilverFlags) -> Result<Option<u64>, String> {
 }
 
 /// Runs the resilver of every stale leaf to completion, with a progress bar under `-w`.
-pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
-    let name = pool.name().to_string();
+pub fn run_resilver(pool: Pool, flags: &ResilverFlags) -> Result<(), String> {
     let opts = ResilverOptions {
         rate: parse_rate(flags)?,
         checkpoint_every: Duration::from_secs(2),
@@ -320,7 +321,6 @@ pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<()
     }
     store.close().map_err(err)?.save_record().map_err(err)?;
     if end == ResilverEnd::Finished {
-        record_resilver(home, &name, &p);
         println!(
             "resilvered {} in {:.1} s ({}/s) with {} errors",
             format_zfs_size(p.repaired_bytes),
@@ -330,11 +330,6 @@ pub fn run_resilver(home: &Home, pool: Pool, flags: &ResilverFlags) -> Result<()
         );
     }
     Ok(())
-}
-
-/// Keeps a finished resilver for the `scan:` line of `status`.
-pub fn record_resilver(home: &Home, pool: &str, p: &ResilverProgress) {
-    ScanFiles::of(home, pool).record_resilver(p);
 }
 
 /// `2026-11-22 13:47:49 UTC` from Unix seconds (proleptic Gregorian calendar).
@@ -365,7 +360,7 @@ fn hms(secs: u64) -> String {
 
 /// The resilver `scan:` line of `status`: one in progress (from the resume point in the
 /// labels), else the last one that finished; `None` when there is neither.
-pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
+pub fn resilver_scan_line(pool: &Pool) -> Option<String> {
     if let Some(cp) = pool.resilver_checkpoint() {
         let elapsed = unix_now().saturating_sub(cp.started).max(1);
         let rate = cp.examined_bytes / elapsed;
@@ -388,7 +383,8 @@ pub fn resilver_scan_line(home: &Home, pool: &Pool) -> Option<String> {
             format_zfs_size(cp.repaired_bytes),
         ));
     }
-    let record = ScanFiles::of(home, pool.name()).last_resilver()?;
+    let records = pool.scan_records();
+    let record = records.resilver_if_newest()?;
     Some(format!(
         "resilvered {} in {} with {} errors on {}",
         format_zfs_size(record.repaired_bytes),

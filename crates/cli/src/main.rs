@@ -401,7 +401,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Dataset(DatasetCmd::List { pool: p, .. }) => pool(p),
         Command::Destroy(a) if a.name.contains('/') && !a.name.contains('@') => pool(&a.name),
         Command::Set(a) if !data_cmds::is_pool_set(a) => pool(&a.target),
-        Command::Scrub(a) if !a.stops_or_pauses() => pool(&a.pool),
+        Command::Scrub(a) => pool(&a.pool),
         Command::Resilver(a) => pool(&a.pool),
         Command::Send(a) => a.pool(),
         Command::Receive(a) => pool(&a.target),

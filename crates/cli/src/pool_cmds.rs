@@ -117,8 +117,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             let mut texts = served;
             for n in rest {
                 let p = Pool::open(&home, n).map_err(err)?;
-                let scan = crate::device_cmds::resilver_scan_line(&home, &p)
-                    .or_else(|| crate::scrub_cmd::scan_line(&home, p.name()));
+                let scan = crate::scrub_cmd::scan_line(&p);
                 let damaged = crate::data_cmds::load_errors(&p);
                 texts.push(render_status_with(&p, a.verbose, scan.as_deref(), &damaged));
             }
@@ -152,8 +151,7 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
     let texts: Vec<String> = pools
         .iter()
         .map(|p| {
-            let scan = crate::device_cmds::resilver_scan_line(&home, p)
-                .or_else(|| crate::scrub_cmd::scan_line(&home, p.name()));
+            let scan = crate::scrub_cmd::scan_line(p);
             let damaged = crate::data_cmds::load_errors(p);
             render_status_with(p, a.verbose, scan.as_deref(), &damaged)
         })
@@ -389,7 +387,7 @@ pub fn import(a: ImportArgs) -> Result<(), String> {
     if pool.needs_resilver() {
         // As zpool does after import: finish (or resume) the resilver of stale leaves.
         println!("resilvering devices that missed writes");
-        crate::device_cmds::run_resilver(&home, pool, &Default::default())?;
+        crate::device_cmds::run_resilver(pool, &Default::default())?;
     }
     Ok(())
 }
@@ -399,7 +397,7 @@ pub fn export(a: PoolName) -> Result<(), String> {
     Pool::open(&home, &a.pool)
         .and_then(|p| p.export())
         .map_err(err)?;
-    cairn_objset::scan_state::ScanFiles::of(&home, &a.pool).forget();
+    cairn_objset::scan_state::ScrubRequests::of(&home, &a.pool).forget();
     Ok(())
 }
 
@@ -408,7 +406,7 @@ pub fn destroy(a: PoolName) -> Result<(), String> {
     Pool::open(&home, &a.pool)
         .and_then(|p| p.destroy())
         .map_err(err)?;
-    cairn_objset::scan_state::ScanFiles::of(&home, &a.pool).forget();
+    cairn_objset::scan_state::ScrubRequests::of(&home, &a.pool).forget();
     Ok(())
 }
 

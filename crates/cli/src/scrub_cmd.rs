@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
-use cairn_objset::scan_state::{ScanFiles, ScanPhase, ScrubRequest};
+use cairn_objset::scan_state::{pause_or_cancel, ScanPhase, ScrubRequest, ScrubRequests};
 use cairn_objset::scrub::{ScrubEnd, ScrubProgress};
 use cairn_pool::{Home, Pool};
 use clap::Args;
@@ -21,9 +21,15 @@ fn hms(secs: f64) -> String {
     format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-/// The `scan:` line of `status` for the pool's current or last scrub.
-pub fn scan_line(home: &Home, pool: &str) -> Option<String> {
-    let s = ScanFiles::of(home, pool).scrub()?;
+/// The `scan:` line of `status`: a resilver in progress, else the newer of the last
+/// resilver and the current or last scrub.
+pub fn scan_line(pool: &Pool) -> Option<String> {
+    crate::device_cmds::resilver_scan_line(pool).or_else(|| scrub_line(pool))
+}
+
+/// The `scan:` line for the pool's current or last scrub.
+fn scrub_line(pool: &Pool) -> Option<String> {
+    let s = pool.scan_records().scrub?;
     let p = &s.progress;
     Some(match s.state {
         ScanPhase::Finished => format!(
@@ -71,23 +77,16 @@ pub struct ScrubArgs {
     pub(crate) pool: String,
 }
 
-impl ScrubArgs {
-    /// `-s` or `-p`: a request to the process that scrubs, never run by a service.
-    pub fn stops_or_pauses(&self) -> bool {
-        self.stop || self.pause
-    }
-}
-
 pub fn scrub(a: ScrubArgs) -> Result<(), String> {
     let home = crate::home();
-    let files = ScanFiles::of(&home, &a.pool);
+    let requests = ScrubRequests::of(&home, &a.pool);
     if a.stop || a.pause {
         let request = if a.stop {
             ScrubRequest::Stop
         } else {
             ScrubRequest::Pause
         };
-        return pause_or_stop(&home, &a.pool, &files, request);
+        return pause_or_stop(&home, &a.pool, &requests, request);
     }
     let rate = match &a.rate {
         None => crate::tunables::get().scrub_rate(),
@@ -114,7 +113,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         }
     };
     let (state, end) = store
-        .run_scrub(&files, Duration::from_millis(500), rate, &mut show)
+        .run_scrub(&requests, Duration::from_millis(500), rate, &mut show)
         .map_err(err)?;
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -135,18 +134,33 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
     finish(store)
 }
 
-/// `cairn scrub -p|-s`: asks the process that is scrubbing, or changes the state when none is.
+/// `cairn scrub -p|-s`. The process that owns the pool changes the state, or asks its
+/// thread that scrubs: the service when it serves the pool, else this one. When another
+/// process holds the pool (an in-process `cairn scrub`), its scrub's state is read from the
+/// labels without taking the pool, and a running one is asked.
 fn pause_or_stop(
     home: &Home,
     pool: &str,
-    files: &ScanFiles,
+    requests: &ScrubRequests,
     request: ScrubRequest,
 ) -> Result<(), String> {
-    if files.is_scanning() && Pool::open(home, pool).is_err() {
-        // Another process is scrubbing: ask it.
-        return files.send_request(request).map_err(err);
-    }
-    match files.pause_or_cancel(request).map_err(err)? {
+    let changed = if let Some(store) = crate::served::store_for(pool)? {
+        pause_or_cancel(store.pool(), requests, request).map_err(err)?
+    } else {
+        match Pool::open(home, pool) {
+            Ok(p) => pause_or_cancel(&p, requests, request).map_err(err)?,
+            Err(cairn_pool::PoolError::InUse { .. }) => {
+                let config = Pool::peek_config(home, pool).map_err(err)?;
+                let scanning = config.scrub.is_some_and(|s| s.state == ScanPhase::Scanning);
+                if scanning {
+                    requests.send(request).map_err(err)?;
+                }
+                scanning
+            }
+            Err(e) => return Err(err(e)),
+        }
+    };
+    match changed {
         true => Ok(()),
         false => Err("no scrub in progress".into()),
     }

@@ -25,7 +25,6 @@ use cairn_objset::dnode::ObjectKind;
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
 use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Resolved, Store, StoreError};
-use cairn_pool::Home;
 
 use crate::store_open::{finish_store as finish, open_store as open};
 
@@ -215,14 +214,14 @@ struct Healer {
 impl Healer {
     const RETRY: Duration = Duration::from_secs(30);
 
-    fn tick(&mut self, home: &Home, store: &Arc<Store>) {
+    fn tick(&mut self, store: &Arc<Store>) {
         match store.take_over_failed_leaves() {
             Ok(true) => eprintln!("cairn serve: a hot spare took the place of a failed device"),
             Ok(false) => {}
             Err(e) => eprintln!("cairn serve: could not put a hot spare in: {e}"),
         }
         if self.running.as_ref().is_some_and(|r| r.is_finished()) {
-            self.join(home, store);
+            self.join();
         }
         if self.running.is_none()
             && Instant::now() >= self.retry_at
@@ -249,13 +248,12 @@ impl Healer {
     }
 
     /// Waits for the resilver thread (when there is one) and reports how it ended.
-    fn join(&mut self, home: &Home, store: &Store) {
+    fn join(&mut self) {
         let Some(run) = self.running.take() else {
             return;
         };
         match run.join() {
             Ok(Ok((p, ResilverEnd::Finished))) => {
-                crate::device_cmds::record_resilver(home, store.pool().name(), &p);
                 eprintln!(
                     "cairn serve: resilvered {} bytes in {:.1} s with {} errors",
                     p.repaired_bytes, p.elapsed_secs, p.errors
@@ -421,13 +419,13 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         running: None,
         retry_at: Instant::now(),
     };
-    let sync_error = run_until_stopped(&a, &home, &store, &mounts, &mut healer);
+    let sync_error = run_until_stopped(&a, &store, &mounts, &mut healer);
     for r in running {
         let _ = r.stop();
     }
     mounts.stop_all();
     STOP.store(true, Ordering::SeqCst);
-    healer.join(&home, &store);
+    healer.join();
     let _ = control.join();
     drop(mounts);
     drop(server);
@@ -469,7 +467,6 @@ fn listen(a: &ServeArgs, server: &NbdServer) -> Result<Vec<cairn_nbd::RunningSer
 /// txg every `--sync-interval` when dirty. Returns why a sync failed, if one did.
 fn run_until_stopped(
     a: &ServeArgs,
-    home: &Home,
     store: &Arc<Store>,
     mounts: &crate::mount_table::MountTable,
     healer: &mut Healer,
@@ -487,7 +484,7 @@ fn run_until_stopped(
         mounts.reap();
         if last_heal.elapsed() >= Duration::from_secs(1) {
             last_heal = Instant::now();
-            healer.tick(home, store);
+            healer.tick(store);
             // What happened in the service reaches `cairn events` within a second (a
             // process that exits writes its events as it ends; this one does not end).
             store.pool().note_leaf_changes();

@@ -48,3 +48,59 @@ fn a_rate_limited_scrub_keeps_its_pace_and_finds_the_same() {
         "{e}"
     );
 }
+
+/// The scrub's state is kept in the pool (issue 13): a scrub another shell pauses is
+/// paused in the labels, a paused one is canceled without a process running it, and the
+/// `scan:` line moves with the pool to another state directory.
+#[test]
+fn the_scrub_state_is_kept_in_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let leaves = dir.path().join("leaves");
+    std::fs::create_dir(&leaves).unwrap();
+    let d = files(&leaves, 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let src = dir.path().join("f");
+    std::fs::write(&src, pseudo_random(16 * MIB as usize, 3)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/f"]));
+    // A slow scrub in one process, paused from another (which cannot take the pool, and
+    // reads the scrub's state from the labels).
+    let slow = cairn_cmd(&home)
+        .args(["scrub", "--rate", "2M", "tank"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut paused = None;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let out = cairn(&home, &["scrub", "-p", "tank"]);
+        if out.status.success() {
+            paused = Some(out);
+            break;
+        }
+    }
+    assert!(paused.is_some(), "scrub -p never found the running scrub");
+    let out = slow.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("scrub of 'tank' paused"),
+        "{out:?}"
+    );
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub paused:"), "{status}");
+    // Canceled with no process scrubbing: the labels change.
+    ok(&cairn(&home, &["scrub", "-s", "tank"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub canceled"), "{status}");
+    let e = fails(&cairn(&home, &["scrub", "-s", "tank"]));
+    assert!(e.contains("no scrub in progress"), "{e}");
+    // A finished scrub's line goes with the pool to a state directory that never saw it.
+    ok(&cairn(&home, &["scrub", "tank"]));
+    ok(&cairn(&home, &["export", "tank"]));
+    let other = dir.path().join("other-home");
+    ok(&cairn(
+        &other,
+        &["import", "-d", leaves.to_str().unwrap(), "tank"],
+    ));
+    let status = ok(&cairn(&other, &["status", "tank"]));
+    assert!(status.contains("scan: scrub repaired 0B"), "{status}");
+}

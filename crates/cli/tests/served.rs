@@ -591,3 +591,48 @@ fn send_receive_and_clone_run_in_the_service() {
         "{history}"
     );
 }
+
+/// `scrub -p` and `-s` run in the service: a scrub one client runs there is paused from
+/// another; a second scrub at once is refused; the paused one is canceled by the service
+/// though no thread scrubs (issue 13: the state is the engine's, kept in the pool).
+#[test]
+fn scrub_pause_and_cancel_run_in_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    let src = dir.path().join("f");
+    std::fs::write(&src, pseudo_random(16 * MIB as usize, 5)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/f"]));
+    let served = serve(&home, "tank");
+    let e = fails(&cairn(&home, &["scrub", "-p", "tank"]));
+    assert!(e.contains("no scrub in progress"), "{e}");
+    let slow = cairn_cmd(&home)
+        .args(["scrub", "--rate", "2M", "tank"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ok(&cairn(&home, &["status", "tank"])).contains("scan: scrub scanning") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the scrub never began"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = fails(&cairn(&home, &["scrub", "tank"]));
+    assert!(e.contains("is being scrubbed already"), "{e}");
+    ok(&cairn(&home, &["scrub", "-p", "tank"]));
+    let out = slow.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("scrub of 'tank' paused"),
+        "{out:?}"
+    );
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub paused:"), "{status}");
+    ok(&cairn(&home, &["scrub", "-s", "tank"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub canceled"), "{status}");
+    served.stop();
+    // The service wrote it to the labels.
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub canceled"), "{status}");
+}

@@ -98,6 +98,7 @@ pub fn errno(e: &StoreError) -> Errno {
         E::TooLarge(_) | E::PastEnd { .. } => libc::EFBIG,
         E::BadName(..) | E::BadProperty(_) | E::WrongKind(..) | E::BadStream(_) => libc::EINVAL,
         E::ReceiveKept { .. } => libc::EIO,
+        E::ScrubRunning(_) => libc::EBUSY,
         E::Pool(_) | E::CorruptMetadata(_) | E::DataLost(_) | E::LocalIo { .. } => libc::EIO,
         E::NewerFormat(_) => libc::EOPNOTSUPP,
     };

@@ -64,6 +64,8 @@ pub enum StoreError {
     BadStream(String),
     #[error("the receive stopped ({why}); what arrived is kept: {resume}")]
     ReceiveKept { why: String, resume: String },
+    #[error("pool '{0}' is being scrubbed already; `cairn scrub -p {0}` pauses it, `cairn scrub -s {0}` cancels it")]
+    ScrubRunning(String),
     #[error("object {0} is too large to address")]
     TooLarge(u64),
     #[error("dataset '{0}' does not exist; see `cairn dataset list`")]

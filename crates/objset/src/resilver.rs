@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::{LeafSlot, PoolError, StaleLeaf};
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
+use cairn_vdev::scan::ResilverRecord;
 use cairn_vdev::{dtl, ResilverCheckpoint};
 
 use crate::core::{State, StoreCore};
@@ -232,9 +233,9 @@ impl StoreCore {
         if self.copy_objects(&targets, opts, report, start, &mut p)? == ScrubControl::Pause {
             return Ok((p, ResilverEnd::Paused));
         }
-        self.finish_resilver(&targets)?;
         p.examined_bytes = p.total_bytes.max(p.examined_bytes);
         p.elapsed_secs = start.elapsed().as_secs_f64();
+        self.finish_resilver(&targets, &p)?;
         report(&p);
         Ok((p, ResilverEnd::Finished))
     }
@@ -453,13 +454,19 @@ impl StoreCore {
     /// Marks the targets whole again: their DTL ranges at the start are dropped (txgs missed
     /// meanwhile stay), and the config without a resume point goes to the labels. A slot
     /// whose device changed meanwhile (a hot spare took over) is left stale: the spare
-    /// needs a resilver of its own.
-    fn finish_resilver(&self, targets: &Targets) -> Result<(), StoreError> {
+    /// needs a resilver of its own. The resilver's record (`status`'s `scan:` line) is
+    /// written with that config.
+    fn finish_resilver(&self, targets: &Targets, p: &ResilverProgress) -> Result<(), StoreError> {
         let _st = self.lock();
         for target in targets.per_vdev.values().flatten() {
             self.pool().finish_leaf_resilver(target);
         }
-        self.pool().set_resilver_checkpoint(None)?;
+        self.pool().record_finished_resilver(ResilverRecord {
+            repaired_bytes: p.repaired_bytes,
+            errors: p.errors,
+            elapsed_secs: p.elapsed_secs,
+            ended: crate::core::now_ns() / 1_000_000_000,
+        })?;
         Ok(())
     }
 }

@@ -1,93 +1,46 @@
-//! A pool's scan state: where its scrub stands (a typed `ScanPhase`), the request another
-//! process left for a running scrub, and the last finished resilver — kept in the pool's
-//! state directory, for `status`'s `scan:` line and for resuming. The engine owns the
-//! state machine (`Store::run_scrub`, `ScanFiles::pause_or_cancel`); the CLI only parses
-//! arguments and prints.
+//! A pool's scan state machine: running, pausing and canceling its scrub, and the
+//! requests another process leaves for the process that scrubs. The state itself is kept
+//! in the pool, in the config of every label (`cairn_vdev::scan`: `ScrubState` and the
+//! last `ResilverRecord`), so it survives export and import and moves with the pool; the
+//! CLI only parses arguments and prints.
 //!
 //! ```text
-//!  $CAIRN_HOME/state/POOL.scan.json       ScrubState { state, progress, started, ended }
+//!  labels' config   scrub: ScrubState        written at each change of phase and every
+//!                                            PERSIST_EVERY while a scrub runs
 //!  $CAIRN_HOME/state/POOL.scan-ctl.json   "pause" | "stop": asks the scrubbing process
-//!  $CAIRN_HOME/state/POOL.resilver.json   ResilverRecord of the last finished resilver
 //!
 //!              run_scrub                pause (no process scrubs) / request "pause"
 //!   (none) ───────────────► scanning ───────────────────────────► paused
 //!   paused ── run_scrub ──►    │   └── stop / request "stop" ──► canceled
 //!                              └── every block read ───────────► finished
 //! ```
-//! A resilver in progress is not here: its resume point is in the labels
-//! (`Pool::resilver_checkpoint`).
+//! A resilver in progress is not here: its resume point is in the labels too
+//! (`Pool::resilver_checkpoint`), and its record when it finishes
+//! (`Pool::record_finished_resilver`).
+//!
+//! Releases before 2026-11-26 kept the scrub state in `$CAIRN_HOME/state/POOL.scan.json`;
+//! that file is not read (a scrub paused then starts over) and `forget` removes it.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cairn_pool::Home;
-use serde::{Deserialize, Serialize};
+use cairn_pool::{Home, Pool};
+
+pub use cairn_vdev::scan::{ResilverRecord, ScanPhase, ScanRecords, ScrubState};
 
 use crate::error::StoreError;
-use crate::resilver::ResilverProgress;
 use crate::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use crate::store::Store;
 
-/// Where a scrub is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScanPhase {
-    Scanning,
-    Paused,
-    Finished,
-    Canceled,
-}
-
-impl ScanPhase {
-    /// As `status` and `cairn scrub` name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScanPhase::Scanning => "scanning",
-            ScanPhase::Paused => "paused",
-            ScanPhase::Finished => "finished",
-            ScanPhase::Canceled => "canceled",
-        }
-    }
-
-    /// A scrub that has not ended (it resumes from its progress).
-    pub fn is_in_progress(self) -> bool {
-        matches!(self, ScanPhase::Scanning | ScanPhase::Paused)
-    }
-
-    fn after(end: &ScrubEnd) -> ScanPhase {
-        match end {
-            ScrubEnd::Finished => ScanPhase::Finished,
-            ScrubEnd::Paused => ScanPhase::Paused,
-            ScrubEnd::Stopped => ScanPhase::Canceled,
-        }
-    }
-}
-
-/// The pool's current or last scrub.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ScrubState {
-    pub state: ScanPhase,
-    pub progress: ScrubProgress,
-    /// Unix seconds it started (a resumed scrub keeps its start).
-    pub started: u64,
-    /// Unix seconds it ended or paused; 0 while scanning.
-    pub ended: u64,
-}
+/// How often a running scrub writes its progress to the labels (ZFS writes its scan state
+/// with every txg, about as often). Phase changes are written at once.
+pub const PERSIST_EVERY: Duration = Duration::from_secs(5);
 
 /// What another process asks of the process that is scrubbing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScrubRequest {
     Pause,
     Stop,
-}
-
-/// The last finished resilver.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ResilverRecord {
-    pub repaired_bytes: u64,
-    pub errors: u64,
-    pub elapsed_secs: f64,
-    pub ended: u64,
 }
 
 /// Unix time in seconds.
@@ -98,14 +51,51 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-/// The scan state files of one pool.
+/// The phase a scrub is in after it ended this way.
+fn phase_after(end: &ScrubEnd) -> ScanPhase {
+    match end {
+        ScrubEnd::Finished => ScanPhase::Finished,
+        ScrubEnd::Paused => ScanPhase::Paused,
+        ScrubEnd::Stopped => ScanPhase::Canceled,
+    }
+}
+
+/// `cairn scrub -p|-s` on a pool this process owns: a scrub running here (another thread
+/// of a service) is asked through `requests`; one that no process runs (paused, or cut by
+/// a crash) changes state in the labels, and the next `run_scrub` resumes (paused) or
+/// starts over (canceled). Returns false when there is no scrub in progress.
+pub fn pause_or_cancel(
+    pool: &Pool,
+    requests: &ScrubRequests,
+    request: ScrubRequest,
+) -> Result<bool, StoreError> {
+    if pool.scrub_runs_here() {
+        requests.send(request)?;
+        return Ok(true);
+    }
+    let Some(mut s) = pool
+        .scan_records()
+        .scrub
+        .filter(|s| s.state.is_in_progress())
+    else {
+        return Ok(false);
+    };
+    s.state = match request {
+        ScrubRequest::Pause => ScanPhase::Paused,
+        ScrubRequest::Stop => ScanPhase::Canceled,
+    };
+    s.ended = unix_now();
+    pool.set_scrub_state(s, true)?;
+    Ok(true)
+}
+
+/// The mailbox through which another process asks the scrubbing one to pause or stop.
 #[derive(Clone, Debug)]
-pub struct ScanFiles {
-    scan: PathBuf,
+pub struct ScrubRequests {
     request: PathBuf,
-    resilver: PathBuf,
-    /// Where releases before the error log moved into the pool kept it.
-    old_errors: PathBuf,
+    /// Where releases before the scan state moved into the pool kept it (removed by
+    /// `forget`).
+    old_files: [PathBuf; 3],
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> StoreError {
@@ -115,64 +105,29 @@ fn io_error(path: &Path, source: std::io::Error) -> StoreError {
     }
 }
 
-impl ScanFiles {
-    /// The files of pool `pool` in `home`'s state directory.
-    pub fn of(home: &Home, pool: &str) -> ScanFiles {
+impl ScrubRequests {
+    /// The mailbox of pool `pool` in `home`'s state directory.
+    pub fn of(home: &Home, pool: &str) -> ScrubRequests {
         let file = |what: &str| {
             home.root()
                 .join("state")
                 .join(format!("{pool}.{what}.json"))
         };
-        ScanFiles {
-            scan: file("scan"),
+        ScrubRequests {
             request: file("scan-ctl"),
-            resilver: file("resilver"),
-            old_errors: file("errors"),
+            old_files: [file("scan"), file("resilver"), file("errors")],
         }
-    }
-
-    /// The current or last scrub; `None` if the pool was never scrubbed here.
-    pub fn scrub(&self) -> Option<ScrubState> {
-        serde_json::from_slice(&std::fs::read(&self.scan).ok()?).ok()
-    }
-
-    /// Writes the scrub state (whole, through a temporary file).
-    pub fn save_scrub(&self, state: &ScrubState) -> Result<(), StoreError> {
-        if let Some(dir) = self.scan.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-        }
-        let tmp = self.scan.with_extension("tmp");
-        let bytes = serde_json::to_vec_pretty(state).expect("a scrub state serializes");
-        std::fs::write(&tmp, bytes).map_err(|e| io_error(&tmp, e))?;
-        std::fs::rename(&tmp, &self.scan).map_err(|e| io_error(&self.scan, e))
-    }
-
-    /// Whether a process is scrubbing (as far as the state says).
-    pub fn is_scanning(&self) -> bool {
-        self.scrub().is_some_and(|s| s.state == ScanPhase::Scanning)
-    }
-
-    /// Pauses or cancels the scrub when no process is running it: the state changes, and
-    /// the next `run_scrub` resumes (paused) or starts over (canceled). Returns false when
-    /// there is no scrub in progress.
-    pub fn pause_or_cancel(&self, request: ScrubRequest) -> Result<bool, StoreError> {
-        let Some(mut s) = self.scrub().filter(|s| s.state.is_in_progress()) else {
-            return Ok(false);
-        };
-        s.state = match request {
-            ScrubRequest::Pause => ScanPhase::Paused,
-            ScrubRequest::Stop => ScanPhase::Canceled,
-        };
-        self.save_scrub(&s)?;
-        Ok(true)
     }
 
     /// Leaves `request` for the process that is scrubbing.
-    pub fn send_request(&self, request: ScrubRequest) -> Result<(), StoreError> {
+    pub fn send(&self, request: ScrubRequest) -> Result<(), StoreError> {
         let text = match request {
             ScrubRequest::Pause => "pause",
             ScrubRequest::Stop => "stop",
         };
+        if let Some(dir) = self.request.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        }
         std::fs::write(&self.request, text).map_err(|e| io_error(&self.request, e))
     }
 
@@ -185,37 +140,13 @@ impl ScanFiles {
         }
     }
 
-    fn clear_request(&self) {
+    fn clear(&self) {
         let _ = std::fs::remove_file(&self.request);
     }
 
-    /// Keeps a finished resilver for `status`.
-    pub fn record_resilver(&self, p: &ResilverProgress) {
-        let record = ResilverRecord {
-            repaired_bytes: p.repaired_bytes,
-            errors: p.errors,
-            elapsed_secs: p.elapsed_secs,
-            ended: unix_now(),
-        };
-        if let (Some(dir), Ok(text)) = (self.resilver.parent(), serde_json::to_string(&record)) {
-            let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(&self.resilver, text);
-        }
-    }
-
-    /// The last finished resilver, unless a scrub was recorded after it (the `scan:` line
-    /// shows whichever is newer).
-    pub fn last_resilver(&self) -> Option<ResilverRecord> {
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        if modified(&self.scan) > modified(&self.resilver) {
-            return None;
-        }
-        serde_json::from_str(&std::fs::read_to_string(&self.resilver).ok()?).ok()
-    }
-
-    /// Forgets the scrub state and requests (export, destroy).
+    /// Forgets requests, and the state files of older releases (export, destroy).
     pub fn forget(&self) {
-        for path in [&self.scan, &self.old_errors, &self.request] {
+        for path in self.old_files.iter().chain([&self.request]) {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -226,66 +157,97 @@ const RATED_SCRUB_SLICE: u64 = 8;
 
 impl Store {
     /// Runs the pool's scrub, or resumes the one paused or interrupted, keeping its state
-    /// in `files` every `interval` and at the end; a request another process leaves
-    /// (`ScanFiles::send_request`) pauses or stops it. `progress` sees each step.
+    /// in the pool (`PERSIST_EVERY` and at each change of phase); a request another
+    /// process leaves (`ScrubRequests::send`) pauses or stops it. `progress` sees each
+    /// step, about every `interval`.
     ///
     /// With `rate` (bytes per second) it examines no faster, in small slices of the pool
     /// (`Store::scrub_in_slices`) so that it holds the store lock only briefly each time.
     pub fn run_scrub(
         &self,
-        files: &ScanFiles,
+        requests: &ScrubRequests,
         interval: Duration,
         rate: Option<u64>,
         progress: &mut dyn FnMut(&ScrubProgress),
     ) -> Result<(ScrubState, ScrubEnd), StoreError> {
-        files.clear_request();
-        let resume = files.scrub().filter(|s| s.state.is_in_progress());
+        let pool = self.pool();
+        if !pool.claim_scrub() {
+            return Err(StoreError::ScrubRunning(pool.name().to_string()));
+        }
+        let result = self.run_claimed_scrub(requests, interval, rate, progress);
+        pool.release_scrub();
+        result
+    }
+
+    /// `run_scrub` once this process is the pool's one scrubber.
+    fn run_claimed_scrub(
+        &self,
+        requests: &ScrubRequests,
+        interval: Duration,
+        rate: Option<u64>,
+        progress: &mut dyn FnMut(&ScrubProgress),
+    ) -> Result<(ScrubState, ScrubEnd), StoreError> {
+        requests.clear();
+        let pool = self.pool();
+        let resume = pool
+            .scan_records()
+            .scrub
+            .filter(|s| s.state.is_in_progress());
         let started = resume.as_ref().map(|s| s.started).unwrap_or_else(unix_now);
-        let began = std::time::Instant::now();
-        let mut saved = None::<std::time::Instant>;
+        let scanning = |p: &ScrubProgress| ScrubState {
+            state: ScanPhase::Scanning,
+            progress: p.clone(),
+            started,
+            ended: 0,
+        };
+        let resume_from = resume.as_ref().map(|s| s.progress.clone());
+        let first = resume_from.clone().unwrap_or_else(|| ScrubProgress {
+            total_bytes: self.space().alloc,
+            ..ScrubProgress::default()
+        });
+        pool.set_scrub_state(scanning(&first), true)?;
+        let began = Instant::now();
+        let examined_before = first.examined_bytes;
+        let mut persisted = Instant::now();
         let mut report = |p: &ScrubProgress| {
             if let Some(rate) = rate {
-                // Behind the rate: wait until the bytes examined so far are due.
-                let due = Duration::from_secs_f64(p.examined_bytes as f64 / rate as f64);
+                // Behind the rate: wait until the bytes examined in this run are due.
+                let examined = p.examined_bytes.saturating_sub(examined_before);
+                let due = Duration::from_secs_f64(examined as f64 / rate as f64);
                 if let Some(wait) = due.checked_sub(began.elapsed()) {
                     std::thread::sleep(wait.min(Duration::from_secs(1)));
                 }
-                if saved.is_some_and(|t| t.elapsed() < Duration::from_millis(500)) {
-                    return ScrubControl::Continue;
-                }
-                saved = Some(std::time::Instant::now());
             }
-            let _ = files.save_scrub(&ScrubState {
-                state: ScanPhase::Scanning,
-                progress: p.clone(),
-                started,
-                ended: 0,
-            });
+            let persist = persisted.elapsed() >= PERSIST_EVERY;
+            if persist {
+                persisted = Instant::now();
+            }
+            // A failed label write is retried at the next step; the scrub goes on.
+            let _ = pool.set_scrub_state(scanning(p), persist);
             progress(p);
-            match files.request() {
+            match requests.request() {
                 Some(ScrubRequest::Pause) => ScrubControl::Pause,
                 Some(ScrubRequest::Stop) => ScrubControl::Stop,
                 None => ScrubControl::Continue,
             }
         };
-        let resume_from = resume.as_ref().map(|s| &s.progress);
         let (p, end) = match rate {
             Some(_) => self.scrub_in_slices(
-                resume_from,
+                resume_from.as_ref(),
                 Duration::from_millis(10),
                 RATED_SCRUB_SLICE,
                 &mut report,
             ),
-            None => self.scrub(resume_from, interval, &mut report),
+            None => self.scrub(resume_from.as_ref(), interval, &mut report),
         }?;
-        files.clear_request();
+        requests.clear();
         let state = ScrubState {
-            state: ScanPhase::after(&end),
+            state: phase_after(&end),
             progress: p,
             started,
             ended: unix_now(),
         };
-        files.save_scrub(&state)?;
+        pool.set_scrub_state(state.clone(), true)?;
         Ok((state, end))
     }
 }
@@ -295,43 +257,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_state_file_keeps_its_words() {
-        let s = ScrubState {
-            state: ScanPhase::Paused,
-            progress: ScrubProgress::default(),
-            started: 1,
-            ended: 2,
-        };
-        let json = serde_json::to_value(&s).unwrap();
-        assert_eq!(json["state"], "paused");
-        let back: ScrubState = serde_json::from_value(json).unwrap();
-        assert_eq!(back.state, ScanPhase::Paused);
-    }
-
-    #[test]
-    fn pause_and_cancel_without_a_scrubbing_process() {
+    fn requests_go_through_the_mailbox() {
         let dir = tempfile::tempdir().unwrap();
-        let files = ScanFiles::of(&Home::at(dir.path()), "tank");
-        assert!(
-            !files.pause_or_cancel(ScrubRequest::Pause).unwrap(),
-            "none yet"
-        );
-        let scanning = ScrubState {
-            state: ScanPhase::Scanning,
-            progress: ScrubProgress::default(),
-            started: 1,
-            ended: 0,
-        };
-        files.save_scrub(&scanning).unwrap();
-        assert!(files.is_scanning());
-        assert!(files.pause_or_cancel(ScrubRequest::Pause).unwrap());
-        assert_eq!(files.scrub().unwrap().state, ScanPhase::Paused);
-        assert!(files.pause_or_cancel(ScrubRequest::Stop).unwrap());
-        assert_eq!(files.scrub().unwrap().state, ScanPhase::Canceled);
-        assert!(!files.pause_or_cancel(ScrubRequest::Stop).unwrap(), "ended");
-        files.send_request(ScrubRequest::Pause).unwrap();
-        assert_eq!(files.request(), Some(ScrubRequest::Pause));
-        files.forget();
-        assert!(files.scrub().is_none() && files.request().is_none());
+        let requests = ScrubRequests::of(&Home::at(dir.path()), "tank");
+        assert_eq!(requests.request(), None);
+        requests.send(ScrubRequest::Pause).unwrap();
+        assert_eq!(requests.request(), Some(ScrubRequest::Pause));
+        requests.send(ScrubRequest::Stop).unwrap();
+        assert_eq!(requests.request(), Some(ScrubRequest::Stop));
+        requests.forget();
+        assert_eq!(requests.request(), None);
     }
 }

@@ -17,44 +17,8 @@ use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object::decode_indirect;
 
-/// Where a scrub is.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct ScrubProgress {
-    /// Bytes allocated when the scrub started (what it has to examine).
-    pub total_bytes: u64,
-    pub examined_bytes: u64,
-    pub repaired_bytes: u64,
-    /// Blocks that could not be repaired.
-    pub errors: u64,
-    pub blocks: u64,
-    /// Next object to scrub (resume point).
-    pub next_object: u64,
-    /// Next block id inside `next_object` (resume point inside a large object).
-    #[serde(default)]
-    pub next_block: u64,
-    /// Txg the scrub examined (the one synced as it started): error-log entries last seen
-    /// up to it and not seen again by the scrub are dropped when it completes. 0 = unknown
-    /// (keep them all).
-    #[serde(default)]
-    pub scanned_txg: u64,
-    pub elapsed_secs: f64,
-}
-
-impl ScrubProgress {
-    /// Bytes per second so far.
-    pub fn rate(&self) -> f64 {
-        if self.elapsed_secs > 0.0 {
-            self.examined_bytes as f64 / self.elapsed_secs
-        } else {
-            0.0
-        }
-    }
-    /// Estimated seconds left.
-    pub fn eta_secs(&self) -> Option<f64> {
-        let rate = self.rate();
-        (rate > 0.0).then(|| self.total_bytes.saturating_sub(self.examined_bytes) as f64 / rate)
-    }
-}
+/// How far a scrub got: kept in the labels with the pool's scan state.
+pub use cairn_vdev::scan::ScrubProgress;
 
 /// What the progress callback asks the scrub to do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,12 +108,18 @@ impl StoreCore {
         let resume_from = resume.map_or(0, |r| r.next_object);
         let readable_at_start = self.pool().readable_leaves();
         let start = Instant::now();
+        // A resumed scrub goes on counting from where it paused.
+        let before = resume.cloned().unwrap_or_default();
         let mut p = ScrubProgress {
             total_bytes: self.space().alloc,
             next_object: resume_from,
-            next_block: resume.map_or(0, |r| r.next_block),
+            next_block: before.next_block,
             scanned_txg: resume.map_or(synced_txg, |r| r.scanned_txg),
-            ..ScrubProgress::default()
+            examined_bytes: before.examined_bytes,
+            repaired_bytes: before.repaired_bytes,
+            errors: before.errors,
+            blocks: before.blocks,
+            elapsed_secs: before.elapsed_secs,
         };
         let mut last_report = Instant::now();
         if resume_from == 0 {
@@ -175,7 +145,7 @@ impl StoreCore {
                     p.next_block = 0;
                 }
             }
-            p.elapsed_secs = start.elapsed().as_secs_f64();
+            p.elapsed_secs = before.elapsed_secs + start.elapsed().as_secs_f64();
             if last_report.elapsed() >= every {
                 last_report = Instant::now();
                 match report(&p) {
@@ -185,7 +155,7 @@ impl StoreCore {
                 }
             }
         }
-        p.elapsed_secs = start.elapsed().as_secs_f64();
+        p.elapsed_secs = before.elapsed_secs + start.elapsed().as_secs_f64();
         if resume_from == 0 && p.errors == 0 {
             self.settle_dtls(synced_txg, &readable_at_start)?;
         }

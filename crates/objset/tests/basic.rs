@@ -375,3 +375,76 @@ fn a_file_unlinked_while_open_is_freed_after_a_crash() {
         .unwrap();
     assert_eq!(p.errors, 0);
 }
+
+/// The scrub's state machine keeps its state in the labels (issue 13): a paused scrub is
+/// paused after the pool is reopened and resumes from where it stopped, a second scrub in
+/// the same process is refused, a paused one is canceled with no scrub running.
+#[test]
+fn the_scrub_state_is_kept_in_the_labels() {
+    use cairn_objset::scan_state::{pause_or_cancel, ScanPhase, ScrubRequest, ScrubRequests};
+    use cairn_objset::scrub::ScrubEnd;
+    use cairn_pool::Pool;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 64 * MIB);
+    let requests = ScrubRequests::of(&home, "tank");
+    let store = open_store(&home);
+    for i in 0..40 {
+        let path = format!("tank/f{i}");
+        store.create_file(&path, false).unwrap();
+        let r = store.resolve(&path).unwrap();
+        let mut data = vec![0u8; 300_000];
+        rand::rngs::StdRng::seed_from_u64(i).fill_bytes(&mut data);
+        store.write(&r, 0, &data).unwrap();
+    }
+    store.sync().unwrap();
+    assert!(!pause_or_cancel(store.pool(), &requests, ScrubRequest::Pause).unwrap());
+    // Paused at its first report, as another process's `scrub -p` would.
+    let (state, end) = store
+        .run_scrub(&requests, Duration::ZERO, Some(1 << 20), &mut |_| {
+            requests.send(ScrubRequest::Pause).unwrap()
+        })
+        .unwrap();
+    assert_eq!((end, state.state), (ScrubEnd::Paused, ScanPhase::Paused));
+    let examined = state.progress.examined_bytes;
+    assert!(examined < store.space().alloc, "{examined}");
+    // One scrub per pool at a time.
+    assert!(store.pool().claim_scrub());
+    let e = store
+        .run_scrub(&requests, Duration::ZERO, None, &mut |_| {})
+        .unwrap_err();
+    assert!(e.to_string().contains("being scrubbed already"), "{e}");
+    store.pool().release_scrub();
+    drop(store.close().unwrap());
+    // Reopened: still paused, and it resumes from its progress.
+    let store = open_store(&home);
+    let kept = store.pool().scan_records().scrub.unwrap();
+    assert_eq!(kept.state, ScanPhase::Paused);
+    assert_eq!(kept.progress.examined_bytes, examined);
+    let mut first = None;
+    let (state, end) = store
+        .run_scrub(&requests, Duration::ZERO, None, &mut |p| {
+            first.get_or_insert((p.next_object, p.examined_bytes));
+        })
+        .unwrap();
+    assert_eq!(
+        (end, state.state),
+        (ScrubEnd::Finished, ScanPhase::Finished)
+    );
+    let (object, counted) = first.unwrap();
+    assert!(
+        object >= kept.progress.next_object && counted >= examined,
+        "resumed at object {object} with {counted} bytes counted, paused at object {} with {examined}",
+        kept.progress.next_object
+    );
+    assert_eq!(state.progress.errors, 0);
+    // Canceled with no scrub running: the labels change.
+    store.pool().set_scrub_state(kept, true).unwrap();
+    assert!(pause_or_cancel(store.pool(), &requests, ScrubRequest::Stop).unwrap());
+    drop(store.close().unwrap());
+    let pool = Pool::open(&home, "tank").unwrap();
+    assert_eq!(
+        pool.scan_records().scrub.unwrap().state,
+        ScanPhase::Canceled
+    );
+}

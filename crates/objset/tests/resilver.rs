@@ -281,11 +281,18 @@ fn interrupted_resilver_resumes_and_completes() {
         });
         let p = resilver_all(&store);
         assert!(p.repaired_bytes > 0);
-        writer.join().unwrap()
+        (writer.join().unwrap(), p)
     });
+    let (during, p) = during;
     model.extend(during);
     assert!(!store.pool().needs_resilver());
     assert!(store.pool().resilver_checkpoint().is_none());
+    // Its record (`status`'s `scan:` line) is kept in the labels.
+    let record = store.pool().scan_records().last_resilver.expect("recorded");
+    assert_eq!(record.repaired_bytes, p.repaired_bytes);
+    drop(store.close().unwrap());
+    let store = Store::open(Pool::open(&home, "tank").unwrap()).unwrap();
+    assert_eq!(store.pool().scan_records().last_resilver, Some(record));
     check_files(&store, &model);
     let s = scrub_all(&store);
     assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
 use cairn_vdev::label_io::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
+use cairn_vdev::scan::{ResilverRecord, ScanRecords, ScrubState};
 use cairn_vdev::{
     new_guid, Child, FileLeaf, IoReport, LabelConfig, Leaf, LeafConfig, LeafOptions, Owner,
     PoolConfig, PoolState, ResilverCheckpoint, Slot, TopConfig, TopVdev, Uberblock, VdevError,
@@ -55,6 +56,10 @@ pub struct Pool {
     pub(crate) home: Home,
     /// Resume point of a resilver in progress (persisted with the config).
     pub(crate) resilver: std::sync::Mutex<Option<ResilverCheckpoint>>,
+    /// The current or last scrub and the last resilver (persisted with the config).
+    pub(crate) scan: std::sync::Mutex<ScanRecords>,
+    /// A scrub runs in this process (one at a time per pool: `claim_scrub`).
+    scrub_running: std::sync::atomic::AtomicBool,
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
     /// resilver progress) take the next number so the newest config always wins on open.
     pub(crate) config_txg: std::sync::atomic::AtomicU64,
@@ -314,6 +319,8 @@ impl Pool {
             owner: Some(owner_of(home)?),
             vdevs,
             resilver: None,
+            scrub: None,
+            last_resilver: None,
             spares: Vec::new(),
             props: opts.props,
         };
@@ -394,6 +401,32 @@ impl Pool {
         *pool.seen.lock().unwrap_or_else(|p| p.into_inner()) = home.load_seen(name);
         pool.note_leaf_changes();
         Ok(pool)
+    }
+
+    /// The newest config in the labels of a pool this state directory knows, read without
+    /// taking the pool (read-only, no locks): what another process that holds the pool
+    /// last wrote, e.g. the state of the scrub it runs.
+    pub fn peek_config(home: &Home, name: &str) -> Result<PoolConfig, PoolError> {
+        let record = home.load(name)?;
+        let opts = LeafOptions {
+            read_only: true,
+            no_lock: true,
+            ..LeafOptions::default()
+        };
+        record
+            .leaves
+            .iter()
+            .filter_map(|(&guid, path)| {
+                let leaf = open_leaf(path, opts).ok()?;
+                let labels = read_leaf_labels(leaf.as_ref());
+                let cfg = labels.best_config()?;
+                (cfg.pool.guid == record.guid && cfg.leaf_guid == guid).then(|| cfg.pool.clone())
+            })
+            .max_by_key(|c| c.txg)
+            .ok_or_else(|| PoolError::Unavailable {
+                pool: name.to_string(),
+                why: "none of its devices has a readable label".into(),
+            })
     }
 
     /// Scans `dirs` for devices with cairn labels; returns the pools found.
@@ -540,6 +573,11 @@ impl Pool {
             events: std::sync::Mutex::new(Vec::new()),
             seen: std::sync::Mutex::new(BTreeMap::new()),
             resilver: std::sync::Mutex::new(config.resilver.clone()),
+            scan: std::sync::Mutex::new(ScanRecords {
+                scrub: config.scrub.clone(),
+                last_resilver: config.last_resilver.clone(),
+            }),
+            scrub_running: std::sync::atomic::AtomicBool::new(false),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             config,
             tops,
@@ -880,6 +918,9 @@ impl Pool {
             }
         }
         config.resilver = self.resilver_checkpoint();
+        let scan = self.scan_records();
+        config.scrub = scan.scrub;
+        config.last_resilver = scan.last_resilver;
         config
     }
 
@@ -898,6 +939,47 @@ impl Pool {
     ) -> Result<(), PoolError> {
         *self.resilver.lock().unwrap_or_else(|p| p.into_inner()) = checkpoint;
         self.write_config_labels(0)
+    }
+
+    /// The current or last scrub and the last resilver.
+    pub fn scan_records(&self) -> ScanRecords {
+        self.scan.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records the scrub's state; with `persist`, the config goes to the labels now (else
+    /// with the next config write: a running scrub persists every few seconds).
+    pub fn set_scrub_state(&self, state: ScrubState, persist: bool) -> Result<(), PoolError> {
+        self.scan.lock().unwrap_or_else(|p| p.into_inner()).scrub = Some(state);
+        if persist {
+            self.write_config_labels(0)?;
+        }
+        Ok(())
+    }
+
+    /// Makes this process the pool's scrubber: false when a scrub already runs here.
+    /// `release_scrub` ends the claim.
+    pub fn claim_scrub(&self) -> bool {
+        !self.scrub_running.swap(true, Ordering::SeqCst)
+    }
+
+    pub fn release_scrub(&self) {
+        self.scrub_running.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a scrub runs in this process (its state in the labels may say "scanning"
+    /// after a crash too, with nobody running it).
+    pub fn scrub_runs_here(&self) -> bool {
+        self.scrub_running.load(Ordering::SeqCst)
+    }
+
+    /// A resilver finished: its record replaces the last one and its resume point goes,
+    /// in one config write.
+    pub fn record_finished_resilver(&self, record: ResilverRecord) -> Result<(), PoolError> {
+        self.scan
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_resilver = Some(record);
+        self.set_resilver_checkpoint(None)
     }
 
     /// Called by a txg sync after its blocks are durable and before its uberblock: leaves

@@ -30,6 +30,12 @@ pub struct PoolConfig {
     /// Resilver in progress (its resume point).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resilver: Option<ResilverCheckpoint>,
+    /// The current or last scrub (absent: never scrubbed since this field exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<crate::scan::ScrubState>,
+    /// The last finished resilver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_resilver: Option<crate::scan::ResilverRecord>,
     /// Hot spares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<SpareConfig>,

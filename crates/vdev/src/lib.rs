@@ -17,6 +17,7 @@ pub mod leaf;
 pub mod metered;
 pub mod readpolicy;
 pub mod rebuild;
+pub mod scan;
 pub mod threads;
 pub mod top;
 
