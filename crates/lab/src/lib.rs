@@ -9,6 +9,7 @@
 pub mod charts;
 pub mod dd;
 pub mod device;
+pub mod figures;
 pub mod fio;
 pub mod hdd;
 pub mod layouts;

@@ -39,34 +39,43 @@ pub struct Disk {
     pub ber: f64,
 }
 
-/// Figures for a disk given only by size (typical datasheet values of 2015–2024 drives).
+/// Queue depth at which a generic disk's random figures are measured: what datasheets
+/// state (4 KiB, QD 32), and about what ZFS keeps queued at a busy leaf.
+pub const GENERIC_QUEUE_DEPTH: usize = 32;
+
+/// A disk given only by size: its speeds are the bench lab's disk model's, measured on the
+/// simulator (`cairn_lab::figures`: the WD Re 4 TB 7200 rpm mechanics of the RAID1 study
+/// at this capacity, or the lab's SATA SSD), so the planner and the lab describe one disk.
+/// AFR and BER are typical datasheet and fleet values of 2015–2024 drives.
 pub fn generic_disk(kind: DiskKind, bytes: u64, name: &str) -> Disk {
-    match kind {
-        // 7200 rpm nearline: ~180 MB/s sustained, ~80 random IOPS (8.5 ms seek + 4.2 ms
-        // rotation), AFR 1.5 % (Backblaze fleet average), BER 1e-15 (enterprise datasheets).
-        DiskKind::Hdd => Disk {
-            name: name.to_string(),
-            kind,
-            bytes,
-            sector_bytes: 4096,
-            seq_mbs: 180.0,
-            rand_read_iops: 80.0,
-            rand_write_iops: 80.0,
-            afr: 0.015,
-            ber: 1e-15,
-        },
-        // SATA SSD: ~500 MB/s, tens of thousands of IOPS, AFR 0.5 %, BER 1e-17.
-        DiskKind::Ssd => Disk {
-            name: name.to_string(),
-            kind,
-            bytes,
-            sector_bytes: 4096,
-            seq_mbs: 500.0,
-            rand_read_iops: 90_000.0,
-            rand_write_iops: 80_000.0,
-            afr: 0.005,
-            ber: 1e-17,
-        },
+    use cairn_lab::spec::DiskModel;
+    let (lab, sector_bytes, afr, ber) = match kind {
+        // AFR 1.5 % (Backblaze fleet average), BER 1e-15 (enterprise datasheets).
+        DiskKind::Hdd => (
+            DiskModel::Hdd(cairn_lab::HddParams::wd_re_4tb().with_capacity(bytes)),
+            4096,
+            0.015,
+            1e-15,
+        ),
+        // AFR 0.5 %, BER 1e-17.
+        DiskKind::Ssd => (
+            DiskModel::Ssd(cairn_lab::SsdParams::with_capacity(bytes)),
+            4096,
+            0.005,
+            1e-17,
+        ),
+    };
+    let figures = cairn_lab::figures::measure(&lab, GENERIC_QUEUE_DEPTH);
+    Disk {
+        name: name.to_string(),
+        kind,
+        bytes,
+        sector_bytes,
+        seq_mbs: figures.seq_mbs.round(),
+        rand_read_iops: figures.rand_read_iops.round(),
+        rand_write_iops: figures.rand_write_iops.round(),
+        afr,
+        ber,
     }
 }
 

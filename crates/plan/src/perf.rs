@@ -101,13 +101,14 @@ mod tests {
             4,
             &disk,
         );
-        assert_eq!(raidz2.seq_write_mbs, 16.0 * 180.0);
-        assert_eq!(raidz2.rand_read_iops, 4.0 * 80.0);
+        let (seq, read, write) = (disk.seq_mbs, disk.rand_read_iops, disk.rand_write_iops);
+        assert_eq!(raidz2.seq_write_mbs, 16.0 * seq);
+        assert_eq!(raidz2.rand_read_iops, 4.0 * read);
         let mirrors = pool_perf(VdevShape::Mirror { children: 2 }, 12, &disk);
-        assert_eq!(mirrors.seq_read_mbs, 24.0 * 180.0);
-        assert_eq!(mirrors.seq_write_mbs, 12.0 * 180.0);
-        assert_eq!(mirrors.rand_read_iops, 24.0 * 80.0);
-        assert_eq!(mirrors.rand_write_iops, 12.0 * 80.0);
+        assert_eq!(mirrors.seq_read_mbs, 24.0 * seq);
+        assert_eq!(mirrors.seq_write_mbs, 12.0 * seq);
+        assert_eq!(mirrors.rand_read_iops, 24.0 * read);
+        assert_eq!(mirrors.rand_write_iops, 12.0 * write);
         let stripe = pool_perf(VdevShape::Disk, 24, &disk);
         assert!((stripe.score(&disk) - 24.0).abs() < 1e-9);
         assert!((pool_perf(VdevShape::Disk, 1, &disk).score(&disk) - 1.0).abs() < 1e-9);
