@@ -65,7 +65,7 @@ fn sequential_read_ms(dev: &mut dyn Device) -> f64 {
 /// Completion times (ms, in completion order) of `n` random 4 KiB `op`s at depth `queue`.
 fn random(dev: &mut dyn Device, op: Op, n: usize, queue: usize) -> Vec<f64> {
     let blocks = (dev.capacity() / RANDOM_CMD).max(1);
-    let mut rng = StdRng::seed_from_u64(0x5eed_f16);
+    let mut rng = StdRng::seed_from_u64(0x05ee_df16);
     let cmds: Vec<Cmd> = (0..n as u64)
         .map(|id| Cmd {
             id,
