@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Installs what the tests need on a fresh Debian
-# machine (Rust components, Debian packages), then: rustfmt, module cycles, clippy (warnings are errors),
-# every unit/property/integration test, and smoke runs of the demo and the parity bench.
+# machine (Rust components, Debian packages), then: rustfmt, module cycles, long functions
+# (none over 80 lines), clippy (warnings are errors), every unit/property/integration test,
+# and smoke runs of the demo and the parity bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== module dependency cycles (none allowed)"
 python3 scripts/module-cycles.py
+echo "== long functions (none over 80 lines)"
+python3 scripts/long-functions.py
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"

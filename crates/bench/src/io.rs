@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cairn_objset::{Store, StoreConfig};
+use cairn_objset::{Resolved, Store, StoreConfig};
 use cairn_pool::{CreateOptions, Home, Pool};
 use rand::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -173,17 +173,57 @@ pub(crate) fn make_leaves(dir: &Path, n: usize, size: u64) -> Result<Vec<PathBuf
         .collect()
 }
 
-fn bench_cairn(
-    dir: &Path,
-    layout: &str,
-    checksum: &str,
+/// One measurement: a file of `bytes` bytes (the pattern repeated) written, then read back,
+/// on a pool of `layout`, its data blocks checksummed with `checksum`.
+struct Case<'a> {
+    layout: &'a str,
+    checksum: &'a str,
     bytes: u64,
-    pattern: &[u8],
-) -> Result<IoResult, String> {
+    pattern: &'a [u8],
+}
+
+impl Case<'_> {
+    /// What `engine` measured: the file written in `write`, `read_bytes` of it read in `read`.
+    fn result(&self, engine: &str, write: Timing, read_bytes: u64, read: Timing) -> IoResult {
+        IoResult {
+            engine: engine.into(),
+            layout: self.layout.into(),
+            checksum: self.checksum.into(),
+            bytes: self.bytes,
+            write_mbs: self.bytes as f64 / 1e6 / write.secs,
+            read_mbs: read_bytes as f64 / 1e6 / read.secs,
+            write_cpu_secs: write.cpu_secs,
+            read_cpu_secs: read.cpu_secs,
+            peak_rss_mib: peak_rss_mib(),
+        }
+    }
+}
+
+/// Wall-clock and CPU seconds (of this process) of one timed phase.
+struct Timing {
+    secs: f64,
+    cpu_secs: f64,
+}
+
+/// Runs `phase`; returns what it returned and the time it took.
+fn timed<T>(phase: impl FnOnce() -> Result<T, String>) -> Result<(T, Timing), String> {
+    let (t0, c0) = (Instant::now(), cpu_secs());
+    let out = phase()?;
+    let timing = Timing {
+        secs: t0.elapsed().as_secs_f64(),
+        cpu_secs: cpu_secs() - c0,
+    };
+    Ok((out, timing))
+}
+
+/// Creates the leaf files of `layout` in `dir`, sized for a file of `bytes` bytes (by the
+/// layout's data fraction, with a quarter and 256 MiB to spare), and returns the pool's
+/// tokens (`zpool create` style) naming them.
+fn make_layout(dir: &Path, layout: &str, bytes: u64) -> Result<Vec<String>, String> {
     let (template, n, fraction) = layout_tokens(layout)?;
     let leaf_size = ((bytes as f64 / fraction / n as f64) * 1.25) as u64 + (256 << 20);
     let leaves = make_leaves(dir, n, leaf_size)?;
-    let tokens: Vec<String> = template
+    Ok(template
         .iter()
         .map(
             |t| match t.strip_prefix('d').and_then(|i| i.parse::<usize>().ok()) {
@@ -191,69 +231,84 @@ fn bench_cairn(
                 None => t.clone(),
             },
         )
-        .collect();
-    let home = Home::at(dir.join("home"));
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let pool = Pool::create(&home, "bench", &tokens, CreateOptions::default())
-        .map_err(|x| e(&x))?
-        .pool
-        .ok_or("dry run")?;
-    let store = Store::open(pool).map_err(|x| e(&x))?;
-    store
-        .set_property("bench", "compression", "lz4")
-        .map_err(|x| e(&x))?;
-    store
-        .set_property("bench", "checksum", checksum)
-        .map_err(|x| e(&x))?;
-    store.create_file("bench/file", true).map_err(|x| e(&x))?;
-    let r = store.resolve("bench/file").map_err(|x| e(&x))?;
+        .collect())
+}
 
-    let (t0, c0) = (Instant::now(), cpu_secs());
-    let mut off = 0u64;
-    while off < bytes {
-        let len = CHUNK.min((bytes - off) as usize);
-        store
-            .write(&r, off, chunk_at(pattern, off, len))
-            .map_err(|x| e(&x))?;
-        off += len as u64;
-    }
-    store.sync().map_err(|x| e(&x))?;
-    let (write_secs, write_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
-    let pool = store.close().map_err(|x| e(&x))?;
+/// An error as the text this benchmark reports.
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// cairn on `case`: the file written and synced, the pool closed and opened again (nothing
+/// cached), the file read back. Removes `dir` afterwards.
+fn bench_cairn(dir: &Path, case: &Case) -> Result<IoResult, String> {
+    let tokens = make_layout(dir, case.layout, case.bytes)?;
+    let home = Home::at(dir.join("home"));
+    let store = create_bench_store(&home, &tokens, case.checksum)?;
+    let file = store.resolve("bench/file").map_err(text)?;
+    let ((), write) = timed(|| write_to_store(&store, &file, case))?;
+    let pool = store.close().map_err(text)?;
     drop(pool);
 
-    let store = Store::open(Pool::open(&home, "bench").map_err(|x| e(&x))?).map_err(|x| e(&x))?;
-    let r = store.resolve("bench/file").map_err(|x| e(&x))?;
+    let store = Store::open(Pool::open(&home, "bench").map_err(text)?).map_err(text)?;
+    let file = store.resolve("bench/file").map_err(text)?;
+    let ((), read) = timed(|| read_from_store(&store, &file, case))?;
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(case.result("cairn", write, case.bytes, read))
+}
+
+/// The pool `bench` over `tokens`, its root file system lz4-compressed and checksummed with
+/// `checksum`, holding the empty file `bench/file`.
+fn create_bench_store(home: &Home, tokens: &[String], checksum: &str) -> Result<Store, String> {
+    let pool = Pool::create(home, "bench", tokens, CreateOptions::default())
+        .map_err(text)?
+        .pool
+        .ok_or("dry run")?;
+    let store = Store::open(pool).map_err(text)?;
+    store
+        .set_property("bench", "compression", "lz4")
+        .map_err(text)?;
+    store
+        .set_property("bench", "checksum", checksum)
+        .map_err(text)?;
+    store.create_file("bench/file", true).map_err(text)?;
+    Ok(store)
+}
+
+/// Writes the case's file into `file`, a chunk per call, and syncs.
+fn write_to_store(store: &Store, file: &Resolved, case: &Case) -> Result<(), String> {
+    let mut off = 0u64;
+    while off < case.bytes {
+        let len = CHUNK.min((case.bytes - off) as usize);
+        store
+            .write(file, off, chunk_at(case.pattern, off, len))
+            .map_err(text)?;
+        off += len as u64;
+    }
+    store.sync().map_err(text)?;
+    Ok(())
+}
+
+/// Reads the case's file back from `file`, a chunk per call; fails if it ends early or if
+/// a spot-checked chunk is wrong.
+fn read_from_store(store: &Store, file: &Resolved, case: &Case) -> Result<(), String> {
     let mut buf = vec![0u8; CHUNK];
-    let (t0, c0) = (Instant::now(), cpu_secs());
     let mut off = 0u64;
     let mut i = 0u64;
-    while off < bytes {
-        let n = store.read(&r, off, &mut buf).map_err(|x| e(&x))?;
+    while off < case.bytes {
+        let n = store.read(file, off, &mut buf).map_err(text)?;
         if n == 0 {
             return Err(format!("file ended early at {off}"));
         }
         // Spot-check the contents (every 64th chunk) so a fast wrong answer cannot pass.
-        if i.is_multiple_of(64) && buf[..n] != *chunk_at(pattern, off, n) {
+        if i.is_multiple_of(64) && buf[..n] != *chunk_at(case.pattern, off, n) {
             return Err(format!("read back wrong data at offset {off}"));
         }
         off += n as u64;
         i += 1;
     }
-    let (read_secs, read_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
-    drop(store);
-    let _ = std::fs::remove_dir_all(dir);
-    Ok(IoResult {
-        engine: "cairn".into(),
-        layout: layout.into(),
-        checksum: checksum.into(),
-        bytes,
-        write_mbs: bytes as f64 / 1e6 / write_secs,
-        read_mbs: bytes as f64 / 1e6 / read_secs,
-        write_cpu_secs: write_cpu,
-        read_cpu_secs: read_cpu,
-        peak_rss_mib: peak_rss_mib(),
-    })
+    Ok(())
 }
 
 /// A zfs-fuse daemon for the duration of the benchmark.
@@ -306,57 +361,22 @@ pub(crate) fn run_cmd(cmd: &str, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-fn bench_zfs_fuse(
-    dir: &Path,
-    layout: &str,
-    zfs_checksum: &str,
-    bytes: u64,
-    pattern: &[u8],
-) -> Result<IoResult, String> {
-    let (template, n, fraction) = layout_tokens(layout)?;
-    let leaf_size = ((bytes as f64 / fraction / n as f64) * 1.25) as u64 + (256 << 20);
-    let leaves = make_leaves(dir, n, leaf_size)?;
+/// zfs-fuse on `case`, through its mount: the file written and synced, the pool exported
+/// and imported (which drops zfs-fuse's ARC), the file read back. Destroys the pool and
+/// removes `dir` afterwards.
+fn bench_zfs_fuse(dir: &Path, case: &Case) -> Result<IoResult, String> {
+    let tokens = make_layout(dir, case.layout, case.bytes)?;
     let mnt = dir.join("mnt");
-    let tokens: Vec<String> = template
-        .iter()
-        .map(
-            |t| match t.strip_prefix('d').and_then(|i| i.parse::<usize>().ok()) {
-                Some(i) => leaves[i].display().to_string(),
-                None => t.clone(),
-            },
-        )
-        .collect();
     let _daemon = ZfsFuse::start()?;
-    // A name of this run and layout: zfs-fuse remembers pools of earlier (interrupted)
-    // runs, and one whose destroy did not finish.
-    let name = format!(
-        "cairnbench{}{}",
-        std::process::id(),
-        layout.replace(|c: char| !c.is_ascii_alphanumeric(), "")
-    );
+    let name = zfs_pool_name(case.layout);
     let name = name.as_str();
     let mut args: Vec<&str> = vec!["create", "-f", "-m", mnt.to_str().ok_or("path")?, name];
     args.extend(tokens.iter().map(String::as_str));
     run_cmd("zpool", &args)?;
     let result = (|| {
-        run_cmd("zfs", &["set", "compression=lz4", name])
-            .or_else(|_| run_cmd("zfs", &["set", "compression=on", name]))?;
-        if zfs_checksum != "fletcher4" {
-            run_cmd("zfs", &["set", &format!("checksum={zfs_checksum}"), name])?;
-        }
+        set_zfs_properties(name, case.checksum)?;
         let path = mnt.join("file");
-        let (t0, c0) = (Instant::now(), cpu_secs());
-        let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut off = 0u64;
-        while off < bytes {
-            let len = CHUNK.min((bytes - off) as usize);
-            f.write_all(chunk_at(pattern, off, len))
-                .map_err(|e| e.to_string())?;
-            off += len as u64;
-        }
-        f.sync_all().map_err(|e| e.to_string())?;
-        drop(f);
-        let (write_secs, write_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
+        let ((), write) = timed(|| write_to_file(&path, case))?;
         // Export/import drops zfs-fuse's ARC so the read comes from the leaves.
         run_cmd("zpool", &["export", name])?;
         run_cmd(
@@ -364,29 +384,9 @@ fn bench_zfs_fuse(
             &["import", "-d", dir.to_str().ok_or("path")?, name],
         )?;
         let mut f = std::fs::File::open(&path).map_err(|e| e.to_string())?;
-        let mut buf = vec![0u8; CHUNK];
-        let (t0, c0) = (Instant::now(), cpu_secs());
-        let mut off = 0u64;
-        while off < bytes {
-            let n = f.read(&mut buf).map_err(|e| e.to_string())?;
-            if n == 0 {
-                break;
-            }
-            off += n as u64;
-        }
-        let (read_secs, read_cpu) = (t0.elapsed().as_secs_f64(), cpu_secs() - c0);
-        Ok::<_, String>(IoResult {
-            engine: "zfs-fuse".into(),
-            layout: layout.into(),
-            checksum: zfs_checksum.into(),
-            bytes,
-            write_mbs: bytes as f64 / 1e6 / write_secs,
-            read_mbs: off as f64 / 1e6 / read_secs,
-            // zfs-fuse works in its daemon: this process's CPU time is only the client side.
-            write_cpu_secs: write_cpu,
-            read_cpu_secs: read_cpu,
-            peak_rss_mib: peak_rss_mib(),
-        })
+        let (read_bytes, read) = timed(|| read_to_end(&mut f, case.bytes))?;
+        // zfs-fuse works in its daemon: this process's CPU time is only the client side.
+        Ok::<_, String>(case.result("zfs-fuse", write, read_bytes, read))
     })();
     if let Err(e) = run_cmd("zpool", &["destroy", "-f", name]) {
         eprintln!("zfs-fuse: {e}");
@@ -395,10 +395,61 @@ fn bench_zfs_fuse(
     result
 }
 
+/// A pool name of this run and layout: zfs-fuse remembers pools of earlier (interrupted)
+/// runs, and one whose destroy did not finish.
+fn zfs_pool_name(layout: &str) -> String {
+    format!(
+        "cairnbench{}{}",
+        std::process::id(),
+        layout.replace(|c: char| !c.is_ascii_alphanumeric(), "")
+    )
+}
+
+/// lz4 (or zfs-fuse's default compression if it has no lz4), and `checksum` unless it is
+/// the default.
+fn set_zfs_properties(name: &str, checksum: &str) -> Result<(), String> {
+    run_cmd("zfs", &["set", "compression=lz4", name])
+        .or_else(|_| run_cmd("zfs", &["set", "compression=on", name]))?;
+    if checksum != "fletcher4" {
+        run_cmd("zfs", &["set", &format!("checksum={checksum}"), name])?;
+    }
+    Ok(())
+}
+
+/// Creates the file at `path` and writes the case's file into it, a chunk per call, and
+/// syncs it.
+fn write_to_file(path: &Path, case: &Case) -> Result<(), String> {
+    let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut off = 0u64;
+    while off < case.bytes {
+        let len = CHUNK.min((case.bytes - off) as usize);
+        f.write_all(chunk_at(case.pattern, off, len))
+            .map_err(|e| e.to_string())?;
+        off += len as u64;
+    }
+    f.sync_all().map_err(|e| e.to_string())
+}
+
+/// Reads `f` a chunk per call until its end or `bytes` bytes; returns the bytes read.
+fn read_to_end(f: &mut std::fs::File, bytes: u64) -> Result<u64, String> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    while off < bytes {
+        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(off)
+}
+
 pub(crate) fn zfs_fuse_installed() -> bool {
     Command::new("zfs-fuse").arg("--help").output().is_ok()
 }
 
+/// `cairn bench io`: each layout with cairn, then with zfs-fuse if installed (and not
+/// skipped); prints the table (or JSON).
 pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let bytes = parse_size(&a.size)?;
     PREALLOCATE.store(!a.sparse, std::sync::atomic::Ordering::Relaxed);
@@ -410,40 +461,22 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         if !a.json {
             eprintln!("cairn: {layout}, {} MiB …", bytes >> 20);
         }
-        let ours = bench_cairn(
-            &base.join(format!("cairn-{layout}")),
+        let case = Case {
             layout,
-            &a.checksum,
+            checksum: &a.checksum,
             bytes,
-            &pattern,
-        )?;
+            pattern: &pattern,
+        };
+        let ours = bench_cairn(&base.join(format!("cairn-{layout}")), &case)?;
         results.push(ours.clone());
         if !a.no_zfs_fuse && zfs_fuse_installed() {
-            if !a.json {
-                eprintln!("zfs-fuse: {layout} …");
-            }
-            // zfs-fuse's default (checksum=on) is fletcher4; it has no blake3.
-            let zfs_checksum = if a.checksum == "sha256" {
-                "sha256"
-            } else {
-                "fletcher4"
-            };
-            match bench_zfs_fuse(
-                &base.join(format!("zfs-{layout}")),
-                layout,
-                zfs_checksum,
-                bytes,
-                &pattern,
-            ) {
-                Ok(z) => {
-                    ratios.push((
-                        layout.clone(),
-                        ours.write_mbs / z.write_mbs,
-                        ours.read_mbs / z.read_mbs,
-                    ));
-                    results.push(z);
-                }
-                Err(e) => eprintln!("zfs-fuse comparison skipped for {layout}: {e}"),
+            if let Some(z) = compare_with_zfs_fuse(a, &base, &case) {
+                ratios.push((
+                    layout.clone(),
+                    ours.write_mbs / z.write_mbs,
+                    ours.read_mbs / z.read_mbs,
+                ));
+                results.push(z);
             }
         } else if !a.no_zfs_fuse {
             eprintln!("zfs-fuse is not installed (Debian package zfs-fuse): no comparison");
@@ -460,11 +493,43 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if emit_json(&report, a.json_out.as_deref(), a.json)? {
         return Ok(());
     }
+    print_report(&report, a.sparse);
+    Ok(())
+}
+
+/// zfs-fuse on the layout of `case` (with the checksum closest to cairn's), in a folder of
+/// `base`; None (said on stderr) if it failed.
+fn compare_with_zfs_fuse(a: &IoBenchArgs, base: &Path, case: &Case) -> Option<IoResult> {
+    let layout = case.layout;
+    if !a.json {
+        eprintln!("zfs-fuse: {layout} …");
+    }
+    // zfs-fuse's default (checksum=on) is fletcher4; it has no blake3.
+    let zfs_checksum = if a.checksum == "sha256" {
+        "sha256"
+    } else {
+        "fletcher4"
+    };
+    let zfs_case = Case {
+        checksum: zfs_checksum,
+        ..*case
+    };
+    match bench_zfs_fuse(&base.join(format!("zfs-{layout}")), &zfs_case) {
+        Ok(z) => Some(z),
+        Err(e) => {
+            eprintln!("zfs-fuse comparison skipped for {layout}: {e}");
+            None
+        }
+    }
+}
+
+/// The table: a line per result, then cairn's speed over zfs-fuse's per layout.
+fn print_report(report: &Report, sparse: bool) {
     println!(
         "{}  (dirty cap {} MiB, leaf files {})",
         report.machine,
         report.dirty_max_mib,
-        if a.sparse {
+        if sparse {
             "sparse"
         } else {
             "written once with zeros"
@@ -499,7 +564,6 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     for (layout, w, r) in &report.ratios_vs_zfs_fuse {
         println!("cairn / zfs-fuse on {layout}: write {w:.1}x, read {r:.1}x");
     }
-    Ok(())
 }
 
 pub(crate) fn machine() -> String {

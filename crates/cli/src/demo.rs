@@ -77,23 +77,42 @@ fn make_files(total: u64) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// The demo's steps, in a folder that exists afterwards (`run` removes it unless asked to
+/// keep it).
 fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
     let home = Home::at(dir.join("home"));
+    let pool = create_pool(dir, &home, a.leaf_mib)?;
+    let files = store_files(pool, a.data_mib)?;
+    read_with_disks_pulled(dir, &home, &files)?;
+    repair_bit_rot(dir, &home, &files)
+}
+
+/// The disks (leaf files `d1`, `d4`) pulled out of the pool and later put back.
+const PULLED_DISKS: [usize; 2] = [1, 4];
+
+/// Creates the six sparse leaf files `d0`..`d5` of `leaf_mib` MiB each and the raidz2 pool
+/// `demo` over them, and shows its status.
+fn create_pool(dir: &Path, home: &Home, leaf_mib: u64) -> Result<Pool, String> {
     let mut tokens = vec!["raidz2".to_string()];
     for i in 0..6 {
         let path = dir.join(format!("d{i}"));
         let f = std::fs::File::create(&path).map_err(|err| format!("{}: {err}", path.display()))?;
-        f.set_len(a.leaf_mib << 20).map_err(e)?;
+        f.set_len(leaf_mib << 20).map_err(e)?;
         tokens.push(path.display().to_string());
     }
     println!("$ cairn create demo {}", tokens.join(" "));
-    let pool = Pool::create(&home, "demo", &tokens, CreateOptions::default())
+    let pool = Pool::create(home, "demo", &tokens, CreateOptions::default())
         .map_err(e)?
         .pool
         .ok_or("dry run")?;
     print!("{}", render_status(&pool, false));
+    Ok(pool)
+}
 
+/// Stores `data_mib` MiB of test files in the pool (the logs in a zstd-compressed dataset),
+/// shows the space they take, and closes the pool. Returns the files, to check them later.
+fn store_files(pool: Pool, data_mib: u64) -> Result<Vec<(String, Vec<u8>)>, String> {
     let store = Store::open(pool).map_err(e)?;
     store
         .dataset_create(
@@ -104,21 +123,8 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
             false,
         )
         .map_err(e)?;
-    let files = make_files(a.data_mib << 20);
-    let start = Instant::now();
-    for (path, data) in &files {
-        store.create_file(path, true).map_err(e)?;
-        let r = store.resolve(path).map_err(e)?;
-        store.write(&r, 0, data).map_err(e)?;
-    }
-    store.sync().map_err(e)?;
-    let bytes: usize = files.iter().map(|f| f.1.len()).sum();
-    println!(
-        "\nstored {} files, {:.1} MiB in {:.2} s (checksummed, compressed, raidz2 parity)",
-        files.len(),
-        bytes as f64 / 1048576.0,
-        start.elapsed().as_secs_f64()
-    );
+    let files = make_files(data_mib << 20);
+    write_files(&store, &files)?;
     let usage = store.space();
     println!("\n$ cairn list");
     print!(
@@ -131,8 +137,36 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
     );
     let pool = store.close().map_err(e)?;
     drop(pool);
+    Ok(files)
+}
 
-    for i in [1, 4] {
+/// Writes `files` and syncs, then says how long it took.
+fn write_files(store: &Store, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    let start = Instant::now();
+    for (path, data) in files {
+        store.create_file(path, true).map_err(e)?;
+        let r = store.resolve(path).map_err(e)?;
+        store.write(&r, 0, data).map_err(e)?;
+    }
+    store.sync().map_err(e)?;
+    let bytes: usize = files.iter().map(|f| f.1.len()).sum();
+    println!(
+        "\nstored {} files, {:.1} MiB in {:.2} s (checksummed, compressed, raidz2 parity)",
+        files.len(),
+        bytes as f64 / 1048576.0,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Pulls two disks (renames their leaf files away), opens the pool without them and reads
+/// every file back.
+fn read_with_disks_pulled(
+    dir: &Path,
+    home: &Home,
+    files: &[(String, Vec<u8>)],
+) -> Result<(), String> {
+    for i in PULLED_DISKS {
         let path = dir.join(format!("d{i}"));
         std::fs::rename(&path, dir.join(format!("d{i}.pulled"))).map_err(e)?;
         println!(
@@ -140,18 +174,22 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
             path.display()
         );
     }
-    let store = Store::open(Pool::open(&home, "demo").map_err(e)?).map_err(e)?;
+    let store = Store::open(Pool::open(home, "demo").map_err(e)?).map_err(e)?;
     println!();
     print!("{}", render_status(store.pool(), false));
-    check(&store, &files)?;
+    check(&store, files)?;
     println!(
         "\nread back all {} files identical with 2 of 6 disks gone",
         files.len()
     );
     drop(store);
+    Ok(())
+}
 
-    // Put the disks back, then let bit rot hit two of them.
-    for i in [1, 4] {
+/// Puts the pulled disks back, lets bit rot hit two of them, reads every file back (the
+/// reads repair what they find), scrubs the rest away and exports the pool.
+fn repair_bit_rot(dir: &Path, home: &Home, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    for i in PULLED_DISKS {
         std::fs::rename(dir.join(format!("d{i}.pulled")), dir.join(format!("d{i}"))).map_err(e)?;
     }
     println!(
@@ -159,11 +197,21 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
     );
     rot(&dir.join("d2"), 2000, 7)?;
     rot(&dir.join("d5"), 2000, 8)?;
-    let store = Store::open(Pool::open(&home, "demo").map_err(e)?).map_err(e)?;
-    check(&store, &files)?;
+    let store = Store::open(Pool::open(home, "demo").map_err(e)?).map_err(e)?;
+    check(&store, files)?;
     println!(
         "read back all files identical: damaged columns were rebuilt from parity and rewritten"
     );
+    scrub(&store)?;
+    print!("{}", render_status(store.pool(), false));
+    let pool = store.close().map_err(e)?;
+    println!("\n$ cairn export demo");
+    pool.export().map_err(e)?;
+    Ok(())
+}
+
+/// Scrubs the pool and says what it repaired.
+fn scrub(store: &Store) -> Result<(), String> {
     let (p, _) = store
         .scrub(None, Duration::from_secs(3600), &mut |_| {
             ScrubControl::Continue
@@ -176,13 +224,10 @@ fn run_in(dir: &Path, a: &DemoArgs) -> Result<(), String> {
         p.blocks,
         p.elapsed_secs
     );
-    print!("{}", render_status(store.pool(), false));
-    let pool = store.close().map_err(e)?;
-    println!("\n$ cairn export demo");
-    pool.export().map_err(e)?;
     Ok(())
 }
 
+/// Reads every file back and fails unless it holds what was written.
 fn check(store: &Store, files: &[(String, Vec<u8>)]) -> Result<(), String> {
     for (path, data) in files {
         let r = store.resolve(path).map_err(e)?;
@@ -195,6 +240,8 @@ fn check(store: &Store, files: &[(String, Vec<u8>)]) -> Result<(), String> {
     Ok(())
 }
 
+/// Bit rot: overwrites `sectors` random 4 KiB sectors of the leaf file at `path` (inside its
+/// data area) with random bytes.
 fn rot(path: &Path, sectors: usize, seed: u64) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()

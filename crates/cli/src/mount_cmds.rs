@@ -7,7 +7,7 @@
 //! the pool is free when it returns.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::store_open::pool_of;
@@ -99,11 +99,11 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `cairn mount`: lists the mounts, or mounts a dataset — by the service holding its pool if
+/// there is one, else by a `cairn serve` process (in the background unless `--foreground`).
 pub fn mount(a: MountArgs) -> Result<(), String> {
     let Some(dataset) = a.dataset else {
-        for (source, dir) in cairn_mounts() {
-            println!("{source:<24} {}", dir.display());
-        }
+        list_mounts();
         return Ok(());
     };
     if let Some((_, dir)) = cairn_mounts().into_iter().find(|(s, _)| *s == dataset) {
@@ -112,8 +112,36 @@ pub fn mount(a: MountArgs) -> Result<(), String> {
             dir.display()
         ));
     }
-    let read_only = a
-        .options
+    let spec = mount_spec(&dataset, a.dir.as_deref(), read_only(&a.options)?)?;
+    let pool = pool_of(&dataset).to_string();
+    // A service that holds the pool mounts it itself.
+    if let Some(answer) = crate::control::ask(&crate::home(), &pool, &format!("mount {spec}")) {
+        return service_answer(&answer);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the cairn binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["serve", "--mount", &spec, "--until-unmounted", &pool]);
+    if a.foreground {
+        return serve_in_foreground(cmd, &dataset);
+    }
+    let log = crate::home()
+        .root()
+        .join("log")
+        .join(format!("mount-{pool}.log"));
+    let child = start_in_background(cmd, &log)?;
+    wait_until_mounted(child, &dataset, &log)
+}
+
+/// `cairn mount` without a dataset: one line per mount, POOL/DS and mount point.
+fn list_mounts() {
+    for (source, dir) in cairn_mounts() {
+        println!("{source:<24} {}", dir.display());
+    }
+}
+
+/// Whether the `-o` options ask for a read-only mount: any `ro` does, whatever `rw` says.
+fn read_only(options: &[String]) -> Result<bool, String> {
+    options
         .iter()
         .flat_map(|o| o.split(','))
         .map(|o| match o {
@@ -121,56 +149,64 @@ pub fn mount(a: MountArgs) -> Result<(), String> {
             "rw" => Ok(false),
             other => Err(format!("unknown mount option '{other}'; known: ro, rw")),
         })
-        .try_fold(false, |ro, o| o.map(|o| ro || o))?;
-    let mut spec = dataset.clone();
-    if let Some(dir) = &a.dir {
+        .try_fold(false, |ro, o| o.map(|o| ro || o))
+}
+
+/// The mount as `cairn serve --mount` takes it: `DS[=DIR][:ro]`.
+fn mount_spec(dataset: &str, dir: Option<&Path>, read_only: bool) -> Result<String, String> {
+    let mut spec = dataset.to_string();
+    if let Some(dir) = dir {
         spec = format!("{spec}={}", absolute(dir)?.display());
     }
     if read_only {
         spec.push_str(":ro");
     }
-    let pool = pool_of(&dataset).to_string();
-    // A service that holds the pool mounts it itself.
-    if let Some(answer) = crate::control::ask(&crate::home(), &pool, &format!("mount {spec}")) {
-        let answer = answer.trim();
-        return match answer.strip_prefix("error: ") {
-            Some(e) => Err(e.to_string()),
-            None => {
-                println!("{answer}");
-                Ok(())
-            }
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the cairn binary: {e}"))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--mount", &spec, "--until-unmounted", &pool]);
-    if a.foreground {
-        let status = cmd
-            .status()
-            .map_err(|e| format!("cannot run cairn serve: {e}"))?;
-        return if status.success() {
+    Ok(spec)
+}
+
+/// What the service that mounted the dataset answered: printed, or the error it names.
+fn service_answer(answer: &str) -> Result<(), String> {
+    let answer = answer.trim();
+    match answer.strip_prefix("error: ") {
+        Some(e) => Err(e.to_string()),
+        None => {
+            println!("{answer}");
             Ok(())
-        } else {
-            Err(format!("serving '{dataset}' ended with {status}"))
-        };
+        }
     }
-    let log = crate::home()
-        .root()
-        .join("log")
-        .join(format!("mount-{pool}.log"));
+}
+
+/// `--foreground`: runs the serving process and waits until it ends (at the unmount).
+fn serve_in_foreground(mut cmd: Command, dataset: &str) -> Result<(), String> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run cairn serve: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("serving '{dataset}' ended with {status}"))
+    }
+}
+
+/// Starts the serving process in a process group of its own, its output going to `log`.
+fn start_in_background(mut cmd: Command, log: &Path) -> Result<Child, String> {
     if let Some(d) = log.parent() {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let err_out = out.try_clone().map_err(|e| e.to_string())?;
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(out)
         .stderr(err_out)
         .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the serving process: {e}"))?;
+    cmd.spawn()
+        .map_err(|e| format!("cannot start the serving process: {e}"))
+}
+
+/// Waits (up to 60 s) until the kernel shows `dataset` mounted, or the serving process
+/// `child` ends first (then fails with what it logged).
+fn wait_until_mounted(mut child: Child, dataset: &str, log: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if let Some((_, dir)) = cairn_mounts().into_iter().find(|(s, _)| *s == dataset) {
@@ -182,7 +218,7 @@ pub fn mount(a: MountArgs) -> Result<(), String> {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let text = std::fs::read_to_string(log).unwrap_or_default();
             return Err(format!(
                 "could not mount '{dataset}' ({status}): {}",
                 text.trim()

@@ -548,6 +548,8 @@ fn reply_error(
     send(out, &encode_option_reply(option, kind, msg.as_bytes()))
 }
 
+/// Answers one option of the negotiation: what comes next (more options, the end, or
+/// transmission with the chosen export).
 fn answer_option(
     source: &dyn ExportSource,
     haggle: &mut Haggle,
@@ -569,52 +571,14 @@ fn answer_option(
             Ok(Next::Abort)
         }
         ClientOption::List => {
-            for name in source.list() {
-                send(
-                    out,
-                    &encode_option_reply(code, REP_SERVER, &encode_rep_server(&name)),
-                )?;
-            }
-            send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+            answer_list(source, out, code)?;
             Ok(Next::Continue)
         }
         ClientOption::Info { name, .. } | ClientOption::Go { name, .. } => {
-            let Some(export) = source.open(&name) else {
-                reply_error(
-                    out,
-                    code,
-                    REP_ERR_UNKNOWN,
-                    &format!("no export named '{name}'"),
-                )?;
-                return Ok(Next::Continue);
-            };
-            let (min, preferred, max) = block_sizes(&*export);
-            let flags = transmission_flags(&*export);
-            send(
-                out,
-                &encode_option_reply(code, REP_INFO, &encode_info_export(export.size(), flags)),
-            )?;
-            let sizes = encode_info_block_size(min, preferred, max);
-            send(out, &encode_option_reply(code, REP_INFO, &sizes))?;
-            send(out, &encode_option_reply(code, REP_ACK, &[]))?;
-            if code == OPT_GO {
-                Ok(Next::Transmit(session_for(haggle, &name, export)))
-            } else {
-                Ok(Next::Continue)
-            }
+            answer_info_or_go(source, haggle, out, code, &name)
         }
         ClientOption::StructuredReply => {
-            if haggle.structured {
-                reply_error(
-                    out,
-                    code,
-                    REP_ERR_INVALID,
-                    "structured replies already negotiated",
-                )?;
-            } else {
-                haggle.structured = true;
-                send(out, &encode_option_reply(code, REP_ACK, &[]))?;
-            }
+            answer_structured_reply(haggle, out, code)?;
             Ok(Next::Continue)
         }
         ClientOption::ListMetaContext { name, queries }
@@ -627,6 +591,74 @@ fn answer_option(
             reply_error(out, code, REP_ERR_UNSUP, "option not supported")?;
             Ok(Next::Continue)
         }
+    }
+}
+
+/// LIST: a server reply per export name, then the ack.
+fn answer_list(
+    source: &dyn ExportSource,
+    out: &mut Box<dyn Connection>,
+    code: u32,
+) -> Result<(), Closed> {
+    for name in source.list() {
+        send(
+            out,
+            &encode_option_reply(code, REP_SERVER, &encode_rep_server(&name)),
+        )?;
+    }
+    send(out, &encode_option_reply(code, REP_ACK, &[]))
+}
+
+/// INFO and GO: the export's size, flags and block sizes, then the ack; GO then starts
+/// transmission. An unknown export is an error reply, and negotiation goes on.
+fn answer_info_or_go(
+    source: &dyn ExportSource,
+    haggle: &Haggle,
+    out: &mut Box<dyn Connection>,
+    code: u32,
+    name: &str,
+) -> Result<Next, Closed> {
+    let Some(export) = source.open(name) else {
+        reply_error(
+            out,
+            code,
+            REP_ERR_UNKNOWN,
+            &format!("no export named '{name}'"),
+        )?;
+        return Ok(Next::Continue);
+    };
+    let (min, preferred, max) = block_sizes(&*export);
+    let flags = transmission_flags(&*export);
+    send(
+        out,
+        &encode_option_reply(code, REP_INFO, &encode_info_export(export.size(), flags)),
+    )?;
+    let sizes = encode_info_block_size(min, preferred, max);
+    send(out, &encode_option_reply(code, REP_INFO, &sizes))?;
+    send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+    if code == OPT_GO {
+        Ok(Next::Transmit(session_for(haggle, name, export)))
+    } else {
+        Ok(Next::Continue)
+    }
+}
+
+/// STRUCTURED_REPLY: acked once; asking again is an error.
+fn answer_structured_reply(
+    haggle: &mut Haggle,
+    out: &mut Box<dyn Connection>,
+    code: u32,
+) -> Result<(), Closed> {
+    if haggle.structured {
+        reply_error(
+            out,
+            code,
+            REP_ERR_INVALID,
+            "structured replies already negotiated",
+        )
+    } else {
+        haggle.structured = true;
+        send(out, &encode_option_reply(code, REP_ACK, &[]))
     }
 }
 

@@ -79,102 +79,140 @@ pub fn generic_disk(kind: DiskKind, bytes: u64, name: &str) -> Disk {
     }
 }
 
-/// Built-in models (datasheet figures; sizes are the drives' real sector counts).
+/// A built-in disk model: datasheet figures.
+struct Model {
+    /// The name the model is known by (upper case).
+    name: &'static str,
+    /// Other names it answers to (upper case), such as the vendor's part number.
+    aliases: &'static [&'static str],
+    kind: DiskKind,
+    /// The drive's real count of 512-byte sectors.
+    sectors: u64,
+    sector_bytes: u64,
+    seq_mbs: f64,
+    rand_read_iops: f64,
+    rand_write_iops: f64,
+    afr: f64,
+    ber: f64,
+}
+
+impl Model {
+    fn disk(&self) -> Disk {
+        Disk {
+            name: self.name.to_string(),
+            kind: self.kind,
+            bytes: self.sectors * 512,
+            sector_bytes: self.sector_bytes,
+            seq_mbs: self.seq_mbs,
+            rand_read_iops: self.rand_read_iops,
+            rand_write_iops: self.rand_write_iops,
+            afr: self.afr,
+            ber: self.ber,
+        }
+    }
+}
+
+/// The built-in models (datasheet figures; sizes are the drives' real sector counts).
+const MODELS: [Model; 6] = [
+    // WD Re SAS 4 TB, the calomel.org test disk: 512 B sectors, MTBF 1.2 Mh, BER 1e-15.
+    Model {
+        name: "WD4001FYYG",
+        aliases: &[],
+        kind: DiskKind::Hdd,
+        sectors: 7_814_037_168,
+        sector_bytes: 512,
+        seq_mbs: 182.0,
+        rand_read_iops: 80.0,
+        rand_write_iops: 80.0,
+        afr: 0.0073,
+        ber: 1e-15,
+    },
+    // WD Red 4 TB (5400 rpm class, 512e), BER 1e-14.
+    Model {
+        name: "WD40EFRX",
+        aliases: &[],
+        kind: DiskKind::Hdd,
+        sectors: 7_814_037_168,
+        sector_bytes: 4096,
+        seq_mbs: 150.0,
+        rand_read_iops: 60.0,
+        rand_write_iops: 60.0,
+        afr: 0.015,
+        ber: 1e-14,
+    },
+    // Seagate Exos 7E8 4 TB (512e), BER 1e-15.
+    Model {
+        name: "ST4000NM0035",
+        aliases: &[],
+        kind: DiskKind::Hdd,
+        sectors: 7_814_037_168,
+        sector_bytes: 4096,
+        seq_mbs: 226.0,
+        rand_read_iops: 80.0,
+        rand_write_iops: 80.0,
+        afr: 0.0044,
+        ber: 1e-15,
+    },
+    // Seagate Exos X16 16 TB (512e), BER 1e-15.
+    Model {
+        name: "ST16000NM001G",
+        aliases: &[],
+        kind: DiskKind::Hdd,
+        sectors: 31_251_759_104,
+        sector_bytes: 4096,
+        seq_mbs: 261.0,
+        rand_read_iops: 170.0,
+        rand_write_iops: 550.0,
+        afr: 0.0035,
+        ber: 1e-15,
+    },
+    // Samsung 840 PRO 256 GB, the calomel.org SSD.
+    Model {
+        name: "840PRO",
+        aliases: &["MZ-7PD256"],
+        kind: DiskKind::Ssd,
+        sectors: 500_118_192,
+        sector_bytes: 4096,
+        seq_mbs: 520.0,
+        rand_read_iops: 97_000.0,
+        rand_write_iops: 90_000.0,
+        afr: 0.005,
+        ber: 1e-17,
+    },
+    // Samsung 870 EVO 1 TB.
+    Model {
+        name: "870EVO",
+        aliases: &["MZ-77E1T0"],
+        kind: DiskKind::Ssd,
+        sectors: 1_953_525_168,
+        sector_bytes: 4096,
+        seq_mbs: 530.0,
+        rand_read_iops: 98_000.0,
+        rand_write_iops: 88_000.0,
+        afr: 0.005,
+        ber: 1e-17,
+    },
+];
+
+/// The built-in model of this name or alias (any case).
 pub fn model(name: &str) -> Option<Disk> {
-    let disk =
-        |name: &str, kind, sectors: u64, sector_bytes, seq_mbs, iops: (f64, f64), afr, ber| Disk {
-            name: name.to_string(),
-            kind,
-            bytes: sectors * 512,
-            sector_bytes,
-            seq_mbs,
-            rand_read_iops: iops.0,
-            rand_write_iops: iops.1,
-            afr,
-            ber,
-        };
-    use DiskKind::{Hdd, Ssd};
-    let found = match name.to_ascii_uppercase().as_str() {
-        // WD Re SAS 4 TB, the calomel.org test disk: 512 B sectors, MTBF 1.2 Mh, BER 1e-15.
-        "WD4001FYYG" => disk(
-            "WD4001FYYG",
-            Hdd,
-            7_814_037_168,
-            512,
-            182.0,
-            (80.0, 80.0),
-            0.0073,
-            1e-15,
-        ),
-        // WD Red 4 TB (5400 rpm class, 512e), BER 1e-14.
-        "WD40EFRX" => disk(
-            "WD40EFRX",
-            Hdd,
-            7_814_037_168,
-            4096,
-            150.0,
-            (60.0, 60.0),
-            0.015,
-            1e-14,
-        ),
-        // Seagate Exos 7E8 4 TB (512e), BER 1e-15.
-        "ST4000NM0035" => disk(
-            "ST4000NM0035",
-            Hdd,
-            7_814_037_168,
-            4096,
-            226.0,
-            (80.0, 80.0),
-            0.0044,
-            1e-15,
-        ),
-        // Seagate Exos X16 16 TB (512e), BER 1e-15.
-        "ST16000NM001G" => disk(
-            "ST16000NM001G",
-            Hdd,
-            31_251_759_104,
-            4096,
-            261.0,
-            (170.0, 550.0),
-            0.0035,
-            1e-15,
-        ),
-        // Samsung 840 PRO 256 GB, the calomel.org SSD.
-        "840PRO" | "MZ-7PD256" => disk(
-            "840PRO",
-            Ssd,
-            500_118_192,
-            4096,
-            520.0,
-            (97_000.0, 90_000.0),
-            0.005,
-            1e-17,
-        ),
-        // Samsung 870 EVO 1 TB.
-        "870EVO" | "MZ-77E1T0" => disk(
-            "870EVO",
-            Ssd,
-            1_953_525_168,
-            4096,
-            530.0,
-            (98_000.0, 88_000.0),
-            0.005,
-            1e-17,
-        ),
-        _ => return None,
-    };
-    Some(found)
+    let name = name.to_ascii_uppercase();
+    MODELS
+        .iter()
+        .find(|m| m.name == name || m.aliases.contains(&name.as_str()))
+        .map(Model::disk)
 }
 
 /// Names of the built-in models (for error messages and docs).
-pub const MODEL_NAMES: [&str; 6] = [
-    "WD4001FYYG",
-    "WD40EFRX",
-    "ST4000NM0035",
-    "ST16000NM001G",
-    "840PRO",
-    "870EVO",
-];
+pub const MODEL_NAMES: [&str; MODELS.len()] = {
+    let mut names = [""; MODELS.len()];
+    let mut i = 0;
+    while i < MODELS.len() {
+        names[i] = MODELS[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// One `--disks` argument: `COUNTxSIZE`, `COUNTxMODEL`, or a single `SIZE`/`MODEL`.
 pub fn parse_disk_spec(spec: &str, kind: DiskKind) -> Result<(usize, Disk), PlanError> {

@@ -91,6 +91,35 @@ pub struct CrashLoopReport {
 /// `cairn crashloop`.
 pub fn run(args: &CrashLoopArgs, writer: &WriterCommand) -> Result<CrashLoopReport, TortureError> {
     let seed = args.seed.unwrap_or_else(crate::random_seed);
+    let layout = redundant_layout(args)?;
+    let dir = pool_dir(args, seed)?;
+    eprintln!(
+        "crashloop: seed {seed}, {} rounds on {}, pool in {}",
+        args.iterations,
+        layout.describe(),
+        dir.path().display()
+    );
+    let home = create_pool(&layout, dir.path())?;
+    let mut report = CrashLoopReport {
+        seed,
+        layout: layout.describe(),
+        ..CrashLoopReport::default()
+    };
+    let start = Instant::now();
+    report.records = run_rounds(args, writer, &home, dir.path(), start, &mut report);
+    report.elapsed_secs = start.elapsed().as_secs_f64();
+    if !report.violations.is_empty() || args.keep {
+        report.kept_dir = Some(dir.keep().display().to_string());
+    }
+    if let Some(path) = &args.json_out {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        std::fs::write(path, text).map_err(|e| TortureError::io(path.display().to_string(), e))?;
+    }
+    Ok(report)
+}
+
+/// The one-group layout of the arguments, with 128 MiB leaves; it must survive a lost leaf.
+fn redundant_layout(args: &CrashLoopArgs) -> Result<Layout, TortureError> {
     let layout = Layout {
         kind: args.layout.clone(),
         width: args.width,
@@ -103,43 +132,50 @@ pub fn run(args: &CrashLoopArgs, writer: &WriterCommand) -> Result<CrashLoopRepo
             args.layout
         )));
     }
+    Ok(layout)
+}
+
+/// A new folder for the leaf files under `--dir`, named after the seed (removed when
+/// dropped, unless kept).
+fn pool_dir(args: &CrashLoopArgs, seed: u64) -> Result<tempfile::TempDir, TortureError> {
     let base = args.dir.clone().ok_or_else(|| {
         TortureError::BadArgument("no directory for the leaf files: give --dir DIR".into())
     })?;
     std::fs::create_dir_all(&base).map_err(|e| TortureError::io(base.display().to_string(), e))?;
-    let dir = tempfile::Builder::new()
+    tempfile::Builder::new()
         .prefix(&format!("cairn-crashloop-{seed}-"))
         .tempdir_in(&base)
-        .map_err(|e| TortureError::io(base.display().to_string(), e))?;
-    eprintln!(
-        "crashloop: seed {seed}, {} rounds on {}, pool in {}",
-        args.iterations,
-        layout.describe(),
-        dir.path().display()
-    );
-    let (home, _) = layout.create(dir.path())?;
-    {
-        let store = Store::open_with(Pool::open(&home, POOL)?, writer::store_config())?;
-        writer::setup(&store)?;
-    }
-    let mut report = CrashLoopReport {
-        seed,
-        layout: layout.describe(),
-        ..CrashLoopReport::default()
-    };
-    let start = Instant::now();
-    let mut rng = StdRng::seed_from_u64(seed);
+        .map_err(|e| TortureError::io(base.display().to_string(), e))
+}
+
+/// Creates the pool of `layout` in `dir`, set up for the writer, and closes it again.
+fn create_pool(layout: &Layout, dir: &Path) -> Result<Home, TortureError> {
+    let (home, _) = layout.create(dir)?;
+    let store = Store::open_with(Pool::open(&home, POOL)?, writer::store_config())?;
+    writer::setup(&store)?;
+    Ok(home)
+}
+
+/// The kill-and-check rounds (kill moments and writer seeds drawn from the report's seed),
+/// counted into `report`, until the last one or the first violation. Returns the records
+/// verified on disk at the end.
+fn run_rounds(
+    args: &CrashLoopArgs,
+    writer: &WriterCommand,
+    home: &Home,
+    dir: &Path,
+    start: Instant,
+    report: &mut CrashLoopReport,
+) -> u64 {
+    let mut rng = StdRng::seed_from_u64(report.seed);
     let mut verified = 0u64;
     for iteration in 0..args.iterations {
         let kill_after = Duration::from_millis(rng.gen_range(0..=args.max_kill_ms));
-        let round = run_round(writer, &home, dir.path(), rng.gen(), kill_after, verified);
+        let round = run_round(writer, home, dir, rng.gen(), kill_after, verified);
         report.iterations += 1;
         match round {
             Ok(r) => {
-                report.acknowledged_txgs += r.acknowledged_txgs;
-                report.killed_before_first_sync += u64::from(r.acknowledged_txgs == 0);
-                report.inflight_txg_survived += u64::from(r.on_disk > r.acknowledged);
-                report.scrubbed_bytes += r.scrubbed_bytes;
+                report.count_round(&r);
                 verified = r.on_disk;
             }
             Err(message) => {
@@ -159,16 +195,17 @@ pub fn run(args: &CrashLoopArgs, writer: &WriterCommand) -> Result<CrashLoopRepo
             );
         }
     }
-    report.records = verified;
-    report.elapsed_secs = start.elapsed().as_secs_f64();
-    if !report.violations.is_empty() || args.keep {
-        report.kept_dir = Some(dir.keep().display().to_string());
+    verified
+}
+
+impl CrashLoopReport {
+    /// Adds what a round that passed saw.
+    fn count_round(&mut self, r: &RoundOutcome) {
+        self.acknowledged_txgs += r.acknowledged_txgs;
+        self.killed_before_first_sync += u64::from(r.acknowledged_txgs == 0);
+        self.inflight_txg_survived += u64::from(r.on_disk > r.acknowledged);
+        self.scrubbed_bytes += r.scrubbed_bytes;
     }
-    if let Some(path) = &args.json_out {
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        std::fs::write(path, text).map_err(|e| TortureError::io(path.display().to_string(), e))?;
-    }
-    Ok(report)
 }
 
 /// Prints a crash-loop report.

@@ -106,15 +106,123 @@ impl TopVdev {
         nparity: usize,
         verify: BatchVerifier<'_>,
     ) -> Vec<Option<Vec<Piece>>> {
+        let mut batch = RaidzBatch::new(requests, width, nparity, self.ashift());
+        self.read_raidz_columns(requests, &mut batch);
+        (0..requests.len())
+            .map(|i| self.rebuild_raidz_block(&mut batch, i, &requests[i].targets, nparity, verify))
+            .collect()
+    }
+
+    /// Reads every column of the batch that is on a readable child and not on a target of
+    /// its block, one thread per leaf (adjacent columns coalesced); the columns read are no
+    /// longer missing.
+    fn read_raidz_columns(&self, requests: &[RebuildRequest], batch: &mut RaidzBatch) {
+        let RaidzBatch {
+            maps,
+            data,
+            parity,
+            missing,
+        } = batch;
+        let mut jobs: Vec<Vec<ReadJob<'_>>> =
+            (0..self.children.len()).map(|_| Vec::new()).collect();
+        // planned[child]: the (block, column) of each of the child's jobs.
+        let mut planned: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.children.len()];
+        for (i, (out, par)) in data.iter_mut().zip(parity.iter_mut()).enumerate() {
+            let map = &maps[i];
+            let bufs = par
+                .iter_mut()
+                .map(|b| b.as_mut_slice())
+                .chain(split_columns_mut(out, map.data_columns()));
+            for (col_index, (col, buf)) in map.columns.iter().zip(bufs).enumerate() {
+                let child = &self.children[col.child];
+                if requests[i].targets.contains(&col.child) || !child.is_readable() {
+                    continue;
+                }
+                jobs[col.child].push((LEAF_DATA_START + col.offset, buf, i));
+                planned[col.child].push((i, col_index));
+                missing[i][col_index] = false;
+            }
+        }
+        let lists: Vec<(usize, Vec<_>)> = jobs
+            .into_iter()
+            .enumerate()
+            .filter(|(_, list)| !list.is_empty())
+            .collect();
+        let failed: Vec<(usize, Vec<usize>)> =
+            crate::threads::on_io_threads(lists, |(c, list)| (c, self.read_child_jobs(c, list)));
+        for (c, blocks) in failed {
+            for (i, col_index) in planned[c]
+                .iter()
+                .copied()
+                .filter(|(i, _)| blocks.contains(i))
+            {
+                missing[i][col_index] = true;
+            }
+        }
+    }
+
+    /// Block `i` of the batch with its missing columns reconstructed from parity, verified:
+    /// the columns of its `targets`, or None if it cannot be rebuilt or does not verify.
+    fn rebuild_raidz_block(
+        &self,
+        batch: &mut RaidzBatch,
+        i: usize,
+        targets: &[usize],
+        nparity: usize,
+        verify: BatchVerifier<'_>,
+    ) -> Option<Vec<Piece>> {
+        let gone: Vec<usize> = (0..batch.missing[i].len())
+            .filter(|&c| batch.missing[i][c])
+            .collect();
+        if gone.len() > nparity {
+            return None;
+        }
+        if !gone.is_empty()
+            && self
+                .reconstruct(
+                    &batch.maps[i],
+                    &mut batch.parity[i],
+                    &mut batch.data[i],
+                    &gone,
+                )
+                .is_err()
+        {
+            return None;
+        }
+        if !verify(i, &batch.data[i]) {
+            return None;
+        }
+        Some(target_pieces(
+            &batch.maps[i],
+            &batch.parity[i],
+            &batch.data[i],
+            targets,
+        ))
+    }
+}
+
+/// The blocks of a RAID-Z rebuild batch: per block its map, its data and parity buffers,
+/// and which of its columns were not read.
+struct RaidzBatch {
+    maps: Vec<RaidzMap>,
+    data: Vec<Vec<u8>>,
+    parity: Vec<Vec<Vec<u8>>>,
+    /// missing[i][col]: column `col` of block i was not read.
+    missing: Vec<Vec<bool>>,
+}
+
+impl RaidzBatch {
+    /// The maps and zeroed buffers of `requests`, every column missing.
+    fn new(requests: &[RebuildRequest], width: usize, nparity: usize, ashift: u32) -> RaidzBatch {
         let maps: Vec<RaidzMap> = requests
             .iter()
-            .map(|r| raidz_map(r.offset, r.psize, width, nparity, self.ashift()))
+            .map(|r| raidz_map(r.offset, r.psize, width, nparity, ashift))
             .collect();
-        let mut outs: Vec<Vec<u8>> = requests
+        let data = requests
             .iter()
             .map(|r| vec![0u8; r.psize as usize])
             .collect();
-        let mut parities: Vec<Vec<Vec<u8>>> = maps
+        let parity = maps
             .iter()
             .map(|m| {
                 m.parity_columns()
@@ -123,72 +231,13 @@ impl TopVdev {
                     .collect()
             })
             .collect();
-        // missing[i][col]: column `col` of block i was not read.
-        let mut missing: Vec<Vec<bool>> =
-            maps.iter().map(|m| vec![true; m.columns.len()]).collect();
-        {
-            let mut jobs: Vec<Vec<ReadJob<'_>>> =
-                (0..self.children.len()).map(|_| Vec::new()).collect();
-            let mut planned: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.children.len()];
-            for (i, (out, par)) in outs.iter_mut().zip(parities.iter_mut()).enumerate() {
-                let map = &maps[i];
-                let bufs = par
-                    .iter_mut()
-                    .map(|b| b.as_mut_slice())
-                    .chain(split_columns_mut(out, map.data_columns()));
-                for (col_index, (col, buf)) in map.columns.iter().zip(bufs).enumerate() {
-                    let child = &self.children[col.child];
-                    if requests[i].targets.contains(&col.child) || !child.is_readable() {
-                        continue;
-                    }
-                    jobs[col.child].push((LEAF_DATA_START + col.offset, buf, i));
-                    planned[col.child].push((i, col_index));
-                    missing[i][col_index] = false;
-                }
-            }
-            let lists: Vec<(usize, Vec<_>)> = jobs
-                .into_iter()
-                .enumerate()
-                .filter(|(_, list)| !list.is_empty())
-                .collect();
-            let failed: Vec<(usize, Vec<usize>)> =
-                crate::threads::on_io_threads(lists, |(c, list)| {
-                    (c, self.read_child_jobs(c, list))
-                });
-            for (c, blocks) in failed {
-                for (i, col_index) in planned[c]
-                    .iter()
-                    .copied()
-                    .filter(|(i, _)| blocks.contains(i))
-                {
-                    missing[i][col_index] = true;
-                }
-            }
+        let missing = maps.iter().map(|m| vec![true; m.columns.len()]).collect();
+        RaidzBatch {
+            maps,
+            data,
+            parity,
+            missing,
         }
-        (0..requests.len())
-            .map(|i| {
-                let gone: Vec<usize> = (0..missing[i].len()).filter(|&c| missing[i][c]).collect();
-                if gone.len() > nparity {
-                    return None;
-                }
-                if !gone.is_empty()
-                    && self
-                        .reconstruct(&maps[i], &mut parities[i], &mut outs[i], &gone)
-                        .is_err()
-                {
-                    return None;
-                }
-                if !verify(i, &outs[i]) {
-                    return None;
-                }
-                Some(target_pieces(
-                    &maps[i],
-                    &parities[i],
-                    &outs[i],
-                    &requests[i].targets,
-                ))
-            })
-            .collect()
     }
 }
 

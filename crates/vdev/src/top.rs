@@ -883,6 +883,8 @@ impl TopVdev {
         }
     }
 
+    /// Mirror read: the sides in the read policy's order until one returns data that
+    /// verifies; the sides that failed or returned wrong data are then rewritten with it.
     fn read_copies(
         &self,
         offset: u64,
@@ -890,10 +892,37 @@ impl TopVdev {
         verify: Option<Verifier<'_>>,
     ) -> Result<IoReport, VdevError> {
         let leaf_offset = LEAF_DATA_START + offset;
-        let order = self.read_order(leaf_offset, out.len() as u64);
         let mut report = IoReport::default();
-        let mut good = None;
-        for &c in &order {
+        if self
+            .read_first_good_copy(leaf_offset, out, verify, &mut report)
+            .is_none()
+        {
+            return Err(self.no_good_copy(offset, verify.is_some(), &report));
+        }
+        // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
+        // side the policy chose, as a missing raidz column does.
+        for (c, child) in self.children.iter().enumerate() {
+            if child.usable().is_none() && !report.failed_children.contains(&c) {
+                report.failed_children.push(c);
+            }
+        }
+        report.reconstructed =
+            !report.failed_children.is_empty() || !report.checksum_failed_children.is_empty();
+        self.repair_copies(leaf_offset, out, &mut report);
+        Ok(report)
+    }
+
+    /// Reads the sides in the read policy's order into `out` until one returns data that
+    /// verifies, and returns that side; the sides tried before it are noted in `report` as
+    /// failed or as checksum-failed.
+    fn read_first_good_copy(
+        &self,
+        leaf_offset: u64,
+        out: &mut [u8],
+        verify: Option<Verifier<'_>>,
+        report: &mut IoReport,
+    ) -> Option<usize> {
+        for c in self.read_order(leaf_offset, out.len() as u64) {
             let child = &self.children[c];
             let Some(leaf) = child.readable_for(leaf_offset, out.len() as u64) else {
                 report.failed_children.push(c);
@@ -914,37 +943,32 @@ impl TopVdev {
                 report.checksum_failed_children.push(c);
                 continue;
             }
-            good = Some(c);
-            break;
+            return Some(c);
         }
-        if good.is_none() {
-            let failed = report.failed_children.len() + report.checksum_failed_children.len();
-            return Err(
-                if verify.is_some() && !report.checksum_failed_children.is_empty() {
-                    VdevError::Unrecoverable {
-                        vdev: self.display_name(),
-                        offset,
-                    }
-                } else {
-                    VdevError::TooManyFailures {
-                        vdev: self.display_name(),
-                        offset,
-                        failed,
-                        parity: self.config.shape.redundancy(),
-                    }
-                },
-            );
-        }
-        // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
-        // side the policy chose, as a missing raidz column does.
-        for (c, child) in self.children.iter().enumerate() {
-            if child.usable().is_none() && !report.failed_children.contains(&c) {
-                report.failed_children.push(c);
+        None
+    }
+
+    /// The error of a mirror read at `offset` that found no good side: unrecoverable if a
+    /// side returned data that did not verify, else too many failures.
+    fn no_good_copy(&self, offset: u64, verified: bool, report: &IoReport) -> VdevError {
+        if verified && !report.checksum_failed_children.is_empty() {
+            VdevError::Unrecoverable {
+                vdev: self.display_name(),
+                offset,
+            }
+        } else {
+            VdevError::TooManyFailures {
+                vdev: self.display_name(),
+                offset,
+                failed: report.failed_children.len() + report.checksum_failed_children.len(),
+                parity: self.config.shape.redundancy(),
             }
         }
-        report.reconstructed =
-            !report.failed_children.is_empty() || !report.checksum_failed_children.is_empty();
-        // Self-heal: rewrite sides that returned an error or wrong data.
+    }
+
+    /// Self-heal: writes the good copy `out` over the sides that returned wrong data or an
+    /// error (and are readable), noting the ones rewritten in `report`.
+    fn repair_copies(&self, leaf_offset: u64, out: &[u8], report: &mut IoReport) {
         let to_repair: Vec<usize> = report
             .checksum_failed_children
             .iter()
@@ -964,7 +988,6 @@ impl TopVdev {
                 }
             }
         }
-        Ok(report)
     }
 
     // ---- RAID-Z ----------------------------------------------------------------------
