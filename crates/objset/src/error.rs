@@ -1,6 +1,5 @@
 //! Errors of the object store; messages say what to do.
 
-use cairn_pool::io::bp::BpError;
 use cairn_pool::PoolError;
 
 use crate::codec::DecodeError;
@@ -34,12 +33,9 @@ impl std::fmt::Display for Corruption {
 /// Why metadata is corrupt.
 #[derive(Debug, thiserror::Error)]
 pub enum CorruptionCause {
-    /// Its bytes do not decode (where and why: `DecodeError`).
+    /// Its bytes do not decode (where and why: `DecodeError`; a block pointer in it too).
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    /// A block pointer in it does not decode.
-    #[error(transparent)]
-    BlockPointer(#[from] BpError),
     /// It decodes, but contradicts itself or what points to it.
     #[error("{0}")]
     Inconsistent(String),
@@ -124,26 +120,40 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Corrupt metadata `what` (not of one object).
+    /// Corrupt metadata `what` (not of one object); a structure newer than this code
+    /// (`DecodeKind::NewerVersion`) is `NewerFormat` instead: "upgrade cairn", not corrupt.
     pub fn corrupt(what: &'static str, cause: impl Into<CorruptionCause>) -> StoreError {
-        StoreError::CorruptMetadata(Box::new(Corruption {
-            what,
-            object: None,
-            source: cause.into(),
-        }))
+        StoreError::metadata(what, None, cause.into())
     }
 
-    /// Corrupt metadata `what` of object `object`.
+    /// Corrupt metadata `what` of object `object` (or, as for `corrupt`, a newer format).
     pub fn corrupt_object(
         what: &'static str,
         object: u64,
         cause: impl Into<CorruptionCause>,
     ) -> StoreError {
-        StoreError::CorruptMetadata(Box::new(Corruption {
-            what,
-            object: Some(object),
-            source: cause.into(),
-        }))
+        StoreError::metadata(what, Some(object), cause.into())
+    }
+
+    fn metadata(what: &'static str, object: Option<u64>, cause: CorruptionCause) -> StoreError {
+        match cause {
+            CorruptionCause::Decode(e) if e.is_newer_version() => {
+                let of = object
+                    .map(|id| format!(" of object {id}"))
+                    .unwrap_or_default();
+                let inner = if e.what == what {
+                    String::new()
+                } else {
+                    format!("{} ", e.what)
+                };
+                StoreError::NewerFormat(format!("{what}{of} ({inner}{})", e.why))
+            }
+            source => StoreError::CorruptMetadata(Box::new(Corruption {
+                what,
+                object,
+                source,
+            })),
+        }
     }
 
     /// Whether this is corrupt metadata.
@@ -185,10 +195,31 @@ mod tests {
         let e = crate::root::RootBlock::decode(&[0u8; 64])
             .err()
             .expect("bad magic");
-        assert_eq!(e.to_string(), "corrupt metadata: root block: bad magic");
+        assert_eq!(
+            e.to_string(),
+            "corrupt metadata: root block: bad magic \"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\" (expected \"CAIRNOS1\")"
+        );
         assert!(matches!(
             e,
             StoreError::CorruptMetadata(ref c) if c.what == "root block" && c.object.is_none()
         ));
+    }
+
+    #[test]
+    fn a_newer_version_is_not_corrupt_but_asks_for_an_upgrade() {
+        let newer = DecodeError::newer_version("DIR2 directory leaf", 0, "magic \"DLF3\"");
+        let e = StoreError::corrupt_object("directory", 7, newer);
+        assert!(!e.is_corrupt());
+        assert_eq!(
+            e.to_string(),
+            "directory of object 7 (DIR2 directory leaf magic \"DLF3\") is newer than this cairn \
+             understands: upgrade cairn to open this pool"
+        );
+        let newer = DecodeError::newer_version("space map", 4, "version 3; this cairn reads 2");
+        assert_eq!(
+            StoreError::corrupt("space map", newer).to_string(),
+            "space map (version 3; this cairn reads 2) is newer than this cairn understands: \
+             upgrade cairn to open this pool"
+        );
     }
 }
