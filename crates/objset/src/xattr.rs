@@ -137,8 +137,18 @@ impl StoreCore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The encoding of these attributes (for other modules' tests).
+    pub(crate) fn encoded(attrs: &[(&str, &[u8])]) -> Vec<u8> {
+        encode(
+            &attrs
+                .iter()
+                .map(|&(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+        )
+    }
 
     #[test]
     fn round_trip() {
