@@ -237,12 +237,10 @@ mod tests {
         use crate::dataset::DatasetTable;
         use crate::dir::Directory;
         use crate::dir2::{Header, Leaf};
-        use crate::snapshot::SnapshotSection;
 
         let xattrs = crate::xattr::tests::encoded(&[("user.a", b"1")]);
         let table = DatasetTable::default().encode();
         let mut with_snapshots = DatasetTable::default();
-        with_snapshots.snapshots = SnapshotSection::default();
         with_snapshots.snapshots.heads.insert(3, 90);
         let with_snapshots = with_snapshots.encode();
         let header = Header {
