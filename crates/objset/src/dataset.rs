@@ -227,10 +227,7 @@ impl PoolSection {
         if r.is_at_end() {
             return Ok(PoolSection::default());
         }
-        let magic = r.u32()?;
-        if magic != POOL_SECTION_MAGIC {
-            return Err(r.err(format!("pool section: bad magic {magic:#x}")));
-        }
+        r.magic(&POOL_SECTION_MAGIC.to_le_bytes())?;
         Ok(PoolSection {
             history_object: r.u64()?,
         })
@@ -260,9 +257,7 @@ impl DatasetTable {
 
     pub fn decode(buf: &[u8]) -> Result<DatasetTable, DecodeError> {
         let mut r = Reader::new(buf, "dataset table");
-        if r.u32()? != TABLE_MAGIC {
-            return Err(r.err("bad magic"));
-        }
+        r.magic(&TABLE_MAGIC.to_le_bytes())?;
         let n = r.count(40)?;
         let mut datasets = Vec::with_capacity(n);
         for _ in 0..n {

@@ -99,9 +99,7 @@ impl Directory {
         if buf.is_empty() {
             return Ok(Directory::default());
         }
-        if r.u32()? != DIR_MAGIC {
-            return Err(r.err("bad magic"));
-        }
+        r.magic(&DIR_MAGIC.to_le_bytes())?;
         let n = r.count(13)?;
         let mut entries = BTreeMap::new();
         for _ in 0..n {

@@ -167,15 +167,8 @@ impl Header {
 
     pub fn decode(buf: &[u8]) -> Result<Header, DecodeError> {
         let mut r = Reader::new(buf, "DIR2 directory header");
-        if r.u32()? != HEADER_MAGIC {
-            return Err(r.err("bad magic"));
-        }
-        let version = r.u32()?;
-        if version != VERSION {
-            return Err(r.err(format!(
-                "version {version} (this cairn reads version {VERSION}; upgrade cairn)"
-            )));
-        }
+        r.magic(&HEADER_MAGIC.to_le_bytes())?;
+        r.version(VERSION, VERSION)?;
         let expect = |r: &mut Reader, what: &str, want: u32| -> Result<(), DecodeError> {
             let v = r.u32()?;
             if v != want {
@@ -327,9 +320,7 @@ impl Leaf {
 
     pub fn decode_with(buf: &[u8], hash: HashFn) -> Result<Leaf, DecodeError> {
         let mut r = Reader::new(buf, "DIR2 directory leaf");
-        if r.u32()? != LEAF_MAGIC {
-            return Err(r.err("bad magic"));
-        }
+        r.magic(&LEAF_MAGIC.to_le_bytes())?;
         let depth = r.u8()?;
         let _zero = r.u8()?;
         let count = r.u16()? as usize;

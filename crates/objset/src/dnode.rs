@@ -23,7 +23,7 @@
 
 use cairn_pool::io::bp::{BlockPointer, BP_SIZE};
 
-use crate::codec::DecodeError;
+use crate::codec::{DecodeError, Reader};
 
 pub const DNODE_SIZE: usize = 256;
 /// Block pointers per indirect block (16 KiB logical).
@@ -185,51 +185,62 @@ impl Dnode {
         self.root.encode(&mut out[128..256]);
     }
 
+    /// Decodes a dnode; errors say which field, at which byte of the dnode, is damaged.
     pub fn decode(buf: &[u8]) -> Result<Dnode, DecodeError> {
-        let err = |why: String| DecodeError::bad_value("dnode", 0, why);
+        const WHAT: &str = "dnode";
         if buf.len() < DNODE_SIZE {
-            return Err(err(format!("{} bytes", buf.len())));
+            return Err(DecodeError::truncated(
+                WHAT,
+                buf.len(),
+                format!("{} bytes of {DNODE_SIZE}", buf.len()),
+            ));
         }
-        let kind = ObjectKind::from_u8(buf[0]).ok_or_else(|| err(format!("kind {}", buf[0])))?;
+        let mut r = Reader::new(&buf[..DNODE_SIZE], WHAT);
+        let k = r.u8()?;
+        let kind = ObjectKind::from_u8(k)
+            .ok_or_else(|| DecodeError::bad_value(WHAT, 0, format!("kind {k}")))?;
         if kind == ObjectKind::Free {
             return Ok(Dnode::FREE);
         }
-        let u32_at = |o: usize| u32::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&buf[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
-        let levels = buf[1];
-        let block_size = u32_at(8);
+        let levels = r.u8()?;
         if levels == 0 || levels > MAX_LEVELS {
-            return Err(err(format!("{levels} levels")));
+            return Err(DecodeError::bad_value(WHAT, 1, format!("{levels} levels")));
         }
+        let _zero = r.u16()?;
+        let dataset = r.u32()?;
+        let block_size = r.u32()?;
         if !(512..=(1 << 20)).contains(&block_size) || block_size % 512 != 0 {
-            return Err(err(format!("block size {block_size}")));
+            return Err(DecodeError::bad_value(
+                WHAT,
+                8,
+                format!("block size {block_size}"),
+            ));
         }
-        let root = BlockPointer::decode(&buf[128..256]).map_err(|e| err(e.to_string()))?;
-        Ok(Dnode {
+        let _zero = r.u32()?;
+        let mut d = Dnode {
             kind,
             levels,
-            dataset: u32_at(4),
+            dataset,
             block_size,
-            size: u64_at(16),
-            used: u64_at(24),
-            logical: u64_at(32),
-            physical: u64_at(40),
-            mtime_ns: u64_at(48),
-            ctime_ns: u64_at(56),
-            mode: u32_at(64),
-            uid: u32_at(68),
-            gid: u32_at(72),
-            nlink: u32_at(76),
-            atime_ns: u64_at(80),
-            rdev: u64_at(88),
-            xattr: u64_at(96),
-            created_txg: u64_at(104),
-            root,
-        })
+            size: r.u64()?,
+            used: r.u64()?,
+            logical: r.u64()?,
+            physical: r.u64()?,
+            mtime_ns: r.u64()?,
+            ctime_ns: r.u64()?,
+            mode: r.u32()?,
+            uid: r.u32()?,
+            gid: r.u32()?,
+            nlink: r.u32()?,
+            atime_ns: r.u64()?,
+            rdev: r.u64()?,
+            xattr: r.u64()?,
+            created_txg: r.u64()?,
+            root: BlockPointer::HOLE,
+        };
+        let _reserved = r.fixed(16)?;
+        d.root = r.nested(BP_SIZE, BlockPointer::decode)?;
+        Ok(d)
     }
 
     /// Number of data blocks the object's size covers.

@@ -1,6 +1,5 @@
 //! Errors of the object store; messages say what to do.
 
-use cairn_pool::io::bp::BpError;
 use cairn_pool::PoolError;
 
 use crate::codec::DecodeError;
@@ -34,12 +33,9 @@ impl std::fmt::Display for Corruption {
 /// Why metadata is corrupt.
 #[derive(Debug, thiserror::Error)]
 pub enum CorruptionCause {
-    /// Its bytes do not decode (where and why: `DecodeError`).
+    /// Its bytes do not decode (where and why: `DecodeError`; a block pointer in it too).
     #[error(transparent)]
     Decode(#[from] DecodeError),
-    /// A block pointer in it does not decode.
-    #[error(transparent)]
-    BlockPointer(#[from] BpError),
     /// It decodes, but contradicts itself or what points to it.
     #[error("{0}")]
     Inconsistent(String),
@@ -126,26 +122,40 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Corrupt metadata `what` (not of one object).
+    /// Corrupt metadata `what` (not of one object); a structure newer than this code
+    /// (`DecodeKind::NewerVersion`) is `NewerFormat` instead: "upgrade cairn", not corrupt.
     pub fn corrupt(what: &'static str, cause: impl Into<CorruptionCause>) -> StoreError {
-        StoreError::CorruptMetadata(Box::new(Corruption {
-            what,
-            object: None,
-            source: cause.into(),
-        }))
+        StoreError::metadata(what, None, cause.into())
     }
 
-    /// Corrupt metadata `what` of object `object`.
+    /// Corrupt metadata `what` of object `object` (or, as for `corrupt`, a newer format).
     pub fn corrupt_object(
         what: &'static str,
         object: u64,
         cause: impl Into<CorruptionCause>,
     ) -> StoreError {
-        StoreError::CorruptMetadata(Box::new(Corruption {
-            what,
-            object: Some(object),
-            source: cause.into(),
-        }))
+        StoreError::metadata(what, Some(object), cause.into())
+    }
+
+    fn metadata(what: &'static str, object: Option<u64>, cause: CorruptionCause) -> StoreError {
+        match cause {
+            CorruptionCause::Decode(e) if e.is_newer_version() => {
+                let of = object
+                    .map(|id| format!(" of object {id}"))
+                    .unwrap_or_default();
+                let inner = if e.what == what {
+                    String::new()
+                } else {
+                    format!("{} ", e.what)
+                };
+                StoreError::NewerFormat(format!("{what}{of} ({inner}{})", e.why))
+            }
+            source => StoreError::CorruptMetadata(Box::new(Corruption {
+                what,
+                object,
+                source,
+            })),
+        }
     }
 
     /// Whether this is corrupt metadata.
@@ -187,10 +197,142 @@ mod tests {
         let e = crate::root::RootBlock::decode(&[0u8; 64])
             .err()
             .expect("bad magic");
-        assert_eq!(e.to_string(), "corrupt metadata: root block: bad magic");
+        assert_eq!(
+            e.to_string(),
+            "corrupt metadata: root block: bad magic \"\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\" (expected \"CAIRNOS1\")"
+        );
         assert!(matches!(
             e,
             StoreError::CorruptMetadata(ref c) if c.what == "root block" && c.object.is_none()
         ));
+    }
+
+    #[test]
+    fn a_newer_version_is_not_corrupt_but_asks_for_an_upgrade() {
+        let newer = DecodeError::newer_version("DIR2 directory leaf", 0, "magic \"DLF3\"");
+        let e = StoreError::corrupt_object("directory", 7, newer);
+        assert!(!e.is_corrupt());
+        assert_eq!(
+            e.to_string(),
+            "directory of object 7 (DIR2 directory leaf magic \"DLF3\") is newer than this cairn \
+             understands: upgrade cairn to open this pool"
+        );
+        let newer = DecodeError::newer_version("space map", 4, "version 3; this cairn reads 2");
+        assert_eq!(
+            StoreError::corrupt("space map", newer).to_string(),
+            "space map (version 3; this cairn reads 2) is newer than this cairn understands: \
+             upgrade cairn to open this pool"
+        );
+    }
+
+    /// Each structure whose magic ends in a digit, encoded by this code, with that digit
+    /// raised by one (`at` is the digit's byte).
+    fn bumped(mut bytes: Vec<u8>, at: usize) -> Vec<u8> {
+        assert!(bytes[at].is_ascii_digit(), "byte {at} is a version digit");
+        bytes[at] += 1;
+        bytes
+    }
+
+    #[test]
+    fn a_raised_magic_digit_is_a_newer_version_in_every_decoder() {
+        use crate::codec::DecodeKind;
+        use crate::dataset::DatasetTable;
+        use crate::dir::Directory;
+        use crate::dir2::{Header, Leaf};
+
+        let xattrs = crate::xattr::tests::encoded(&[("user.a", b"1")]);
+        let table = DatasetTable::default().encode();
+        let mut with_snapshots = DatasetTable::default();
+        with_snapshots.snapshots.heads.insert(3, 90);
+        let with_snapshots = with_snapshots.encode();
+        let header = Header {
+            entries: 0,
+            leaves: 1,
+            next_block: 18,
+        }
+        .encode();
+        let unit = |r: Result<(), DecodeError>| r.err().map(|e| e.kind);
+        let cases: Vec<(&str, Option<DecodeKind>)> = vec![
+            (
+                "XAT1",
+                unit(crate::xattr::decode(&bumped(xattrs, 3)).map(drop)),
+            ),
+            (
+                "DIR1",
+                unit(Directory::decode(&bumped(Directory::default().encode(), 3)).map(drop)),
+            ),
+            (
+                "DIR2",
+                unit(Header::decode(&bumped(header.clone(), 3)).map(drop)),
+            ),
+            (
+                "DLF2",
+                unit(Leaf::decode(&bumped(Leaf::new(0, 0).encode(), 3)).map(drop)),
+            ),
+            (
+                "DST1",
+                unit(DatasetTable::decode(&bumped(table.clone(), 3)).map(drop)),
+            ),
+            (
+                "POL1",
+                unit(DatasetTable::decode(&bumped(table, 15)).map(drop)),
+            ),
+            (
+                "SNP1",
+                unit(DatasetTable::decode(&bumped(with_snapshots, 27)).map(drop)),
+            ),
+        ];
+        for (magic, kind) in cases {
+            assert_eq!(kind, Some(DecodeKind::NewerVersion), "{magic}");
+        }
+        // A version field above the code's, too.
+        let mut v2 = header;
+        v2[4] = 2;
+        let e = Header::decode(&v2).unwrap_err();
+        assert_eq!((e.offset, e.kind), (4, DecodeKind::NewerVersion));
+    }
+
+    #[test]
+    fn a_raised_magic_digit_on_disk_asks_for_an_upgrade_not_a_repair() {
+        use crate::xattr::SetMode;
+        use cairn_pool::{CreateOptions, Home, Pool};
+
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = dir.path().join("d0");
+        std::fs::File::create(&leaf)
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+        let home = Home::at(dir.path().join("home"));
+        let leaves = [leaf.display().to_string()];
+        Pool::create(&home, "tank", &leaves, CreateOptions::default()).unwrap();
+        let store = crate::Store::open(Pool::open(&home, "tank").unwrap()).unwrap();
+        let f = store.create_file("tank/d/f", true).unwrap();
+        store
+            .set_xattr(f, "user.a", Some(b"1"), SetMode::Any)
+            .unwrap();
+        store.sync().unwrap();
+        let d = store.resolve("tank/d").unwrap().object;
+        // What a newer cairn might write: "XAT2" attributes, a "DIR3" directory.
+        {
+            let mut st = store.lock();
+            let holder = store.object_mut(&mut st, f).unwrap().dnode.xattr;
+            store.write_locked(&mut st, holder, 3, b"2").unwrap();
+            store.write_locked(&mut st, d, 3, b"3").unwrap();
+        }
+        store.sync().unwrap();
+        let store = crate::Store::open(store.close().unwrap()).unwrap();
+        let e = store.get_xattr(f, "user.a").unwrap_err();
+        assert!(matches!(e, StoreError::NewerFormat(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "extended attributes of object {f} (magic \"XAT2\"; this cairn reads \"XAT1\") \
+                 is newer than this cairn understands: upgrade cairn to open this pool"
+            )
+        );
+        let e = store.resolve("tank/d/f").unwrap_err();
+        assert!(matches!(e, StoreError::NewerFormat(_)), "{e}");
+        assert!(e.to_string().contains("\"DIR3\""), "{e}");
     }
 }

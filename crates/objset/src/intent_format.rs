@@ -153,8 +153,7 @@ impl Record {
             KIND_WRITE_BLOCK => {
                 let offset = b.u64()?;
                 let bytes = b.u64()?;
-                let bp = BlockPointer::decode(b.fixed(BP_SIZE)?)
-                    .map_err(|e| DecodeError::bad_value("log record", at, e.to_string()))?;
+                let bp = b.nested(BP_SIZE, BlockPointer::decode)?;
                 Record::WriteBlock {
                     object,
                     offset,
@@ -347,9 +346,7 @@ impl LogHead {
 
     pub(crate) fn decode(buf: &[u8]) -> Result<LogHead, DecodeError> {
         let mut r = Reader::new(buf, "log head");
-        if r.u32()? != LOG_HEAD_MAGIC {
-            return Err(DecodeError::bad_value("log head", 0, "bad magic"));
-        }
+        r.magic(&LOG_HEAD_MAGIC.to_le_bytes())?;
         let psize = r.u32()?;
         let chain = r.u64()?;
         let vdev = r.u32()?;

@@ -735,9 +735,7 @@ fn encode_map(map: &ReceiveMap) -> Vec<u8> {
 
 fn decode_map(bytes: &[u8]) -> Result<ReceiveMap, crate::codec::DecodeError> {
     let mut r = Reader::new(bytes, "receive map");
-    if r.u32()? != MAP_MAGIC {
-        return Err(r.err("bad magic"));
-    }
+    r.magic(&MAP_MAGIC.to_le_bytes())?;
     let n = r.count(16)?;
     let mut map = ReceiveMap::default();
     for _ in 0..n {

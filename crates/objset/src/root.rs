@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use cairn_pool::io::bp::{BlockPointer, BP_SIZE};
 
-use crate::codec::{Reader, Writer};
+use crate::codec::{DecodeError, Reader, Writer};
 use crate::dnode::{Dnode, DNODE_SIZE};
 use crate::error::StoreError;
 use crate::intent_format::{LogHead, LOG_HEAD_SIZE};
@@ -113,21 +113,15 @@ impl RootBlock {
         w.buf
     }
 
+    /// Decodes a root block: damage is corrupt metadata, a newer magic digit, version or
+    /// feature flag "upgrade cairn" (`StoreError::NewerFormat`).
     pub(crate) fn decode(buf: &[u8]) -> Result<RootBlock, StoreError> {
-        let corrupt = |e: crate::codec::DecodeError| StoreError::corrupt("root block", e);
+        let corrupt = |e: DecodeError| StoreError::corrupt("root block", e);
         let mut r = Reader::new(buf, "root block");
-        if r.u64().map_err(corrupt)? != ROOT_MAGIC {
-            return Err(StoreError::corrupt("root block", "bad magic".to_string()));
-        }
-        let version = r.u32().map_err(corrupt)?;
-        if version > ROOT_VERSION_FLAGS {
-            return Err(StoreError::NewerFormat(format!(
-                "root block version {version}"
-            )));
-        }
-        if version == 0 {
-            return Err(StoreError::corrupt("root block", "version 0".to_string()));
-        }
+        r.magic(&ROOT_MAGIC.to_le_bytes()).map_err(corrupt)?;
+        let version = r
+            .version(ROOT_VERSION, ROOT_VERSION_FLAGS)
+            .map_err(corrupt)?;
         let flags = match version {
             ROOT_VERSION_FLAGS => r.u32().map_err(corrupt)?,
             v => {
@@ -143,10 +137,7 @@ impl RootBlock {
         }
         let txg = r.u64().map_err(corrupt)?;
         let next_object = r.u64().map_err(corrupt)?;
-        let dn_at = 32;
-        let meta =
-            Dnode::decode(buf.get(dn_at..dn_at + DNODE_SIZE).unwrap_or(&[])).map_err(corrupt)?;
-        let mut r = Reader::new(buf.get(dn_at + DNODE_SIZE..).unwrap_or(&[]), "root block");
+        let meta = r.nested(DNODE_SIZE, Dnode::decode).map_err(corrupt)?;
         let space_map_len = r.u64().map_err(corrupt)?;
         let n = r.u64().map_err(corrupt)? as usize;
         if n > MAX_SPACE_MAP_CHUNKS {
@@ -155,24 +146,18 @@ impl RootBlock {
                 format!("{n} space map chunks (at most {MAX_SPACE_MAP_CHUNKS})"),
             ));
         }
-        let base = dn_at + DNODE_SIZE + 16;
         let mut space_map_bps = Vec::with_capacity(n);
-        for i in 0..n {
-            let at = base + i * BP_SIZE;
-            let bytes = buf.get(at..at + BP_SIZE).ok_or_else(|| {
-                StoreError::corrupt("root block", format!("truncated at byte {at}"))
-            })?;
-            space_map_bps.push(
-                BlockPointer::decode(bytes).map_err(|e| StoreError::corrupt("root block", e))?,
-            );
+        for _ in 0..n {
+            space_map_bps.push(r.nested(BP_SIZE, BlockPointer::decode).map_err(corrupt)?);
         }
+        let at = r.position();
         let (damaged, damaged_unlisted) =
-            decode_error_log(buf.get(base + n * BP_SIZE..).unwrap_or(&[])).map_err(corrupt)?;
+            decode_error_log(&buf[at..]).map_err(|e| corrupt(e.within("root block", at)))?;
         let log = match flags & FLAG_LOG {
             0 => None,
             _ => Some(
                 LogHead::decode(buf.get(LOG_HEAD_AT..).unwrap_or(&[]))
-                    .map_err(|e| StoreError::corrupt("root block", e))?,
+                    .map_err(|e| corrupt(e.within("root block", LOG_HEAD_AT)))?,
             ),
         };
         Ok(RootBlock {
@@ -199,7 +184,7 @@ impl RootBlock {
 /// ```
 type ErrorLogEntries = BTreeMap<(u32, u64), u64>;
 
-fn decode_error_log(buf: &[u8]) -> Result<(ErrorLogEntries, u64), crate::codec::DecodeError> {
+fn decode_error_log(buf: &[u8]) -> Result<(ErrorLogEntries, u64), DecodeError> {
     let mut r = Reader::new(buf, "error log");
     let mut log = BTreeMap::new();
     match r.u32()? {
@@ -265,6 +250,17 @@ mod tests {
             .err()
             .expect("version 5 is refused");
         assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        let mut newer_magic = bytes.clone();
+        newer_magic[7] = b'2';
+        let e = RootBlock::decode(&newer_magic)
+            .err()
+            .expect("CAIRNOS2 is refused");
+        assert!(matches!(e, StoreError::NewerFormat(_)), "{e}");
+        assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        let mut zero = bytes.clone();
+        zero[8] = 0;
+        let e = RootBlock::decode(&zero).err().expect("version 0");
+        assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
         unknown_flag[12] = 8;

@@ -143,10 +143,7 @@ impl SnapshotSection {
         if r.is_at_end() {
             return Ok(SnapshotSection::default());
         }
-        let magic = r.u32()?;
-        if magic != SECTION_MAGIC {
-            return Err(r.err(format!("snapshot section: bad magic {magic:#x}")));
-        }
+        r.magic(&SECTION_MAGIC.to_le_bytes())?;
         let nheads = r.count(12)?;
         let mut heads = BTreeMap::new();
         for _ in 0..nheads {
@@ -279,8 +276,7 @@ impl BlockList {
             .chunks_exact(DEAD_ENTRY)
             .enumerate()
             .map(|(i, c)| {
-                BlockPointer::decode(c)
-                    .map_err(|e| DecodeError::bad_value("dead list", i * DEAD_ENTRY, e.to_string()))
+                BlockPointer::decode(c).map_err(|e| e.within("dead list", i * DEAD_ENTRY))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(BlockList {
@@ -314,9 +310,10 @@ impl DnodeList {
             ));
         }
         let mut dnodes = BTreeMap::new();
-        for c in buf.chunks_exact(OVERRIDE_ENTRY) {
-            let id = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-            dnodes.insert(id, Dnode::decode(&c[8..])?);
+        let mut r = Reader::new(buf, "override list");
+        while !r.is_at_end() {
+            let id = r.u64()?;
+            dnodes.insert(id, r.nested(DNODE_SIZE, Dnode::decode)?);
         }
         Ok(DnodeList {
             dnodes,

@@ -45,9 +45,7 @@ pub fn decode(buf: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, DecodeError> {
         return Ok(map);
     }
     let mut r = Reader::new(buf, "extended attributes");
-    if r.u32()? != XATTR_MAGIC {
-        return Err(r.err("bad magic"));
-    }
+    r.magic(&XATTR_MAGIC.to_le_bytes())?;
     for _ in 0..r.count(8)? {
         let name = r.str()?;
         let value = r.bytes()?.to_vec();
@@ -139,8 +137,18 @@ impl StoreCore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The encoding of these attributes (for other modules' tests).
+    pub(crate) fn encoded(attrs: &[(&str, &[u8])]) -> Vec<u8> {
+        encode(
+            &attrs
+                .iter()
+                .map(|&(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+        )
+    }
 
     #[test]
     fn round_trip() {

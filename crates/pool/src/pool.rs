@@ -1283,13 +1283,12 @@ pub(crate) fn open_member(
     })?;
     let labels = read_leaf_labels(leaf.as_ref());
     let Some(cfg) = labels.best_config().cloned() else {
-        let why = labels
-            .first_error()
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "no label".into());
-        return Err(MemberError::Unusable(format!(
-            "corrupt or missing label: {why}"
-        )));
+        return Err(MemberError::Unusable(match labels.first_error() {
+            // A newer cairn's label is not damage.
+            Some(e) if e.is_newer_version() => e.to_string(),
+            Some(e) => format!("corrupt or missing label: {e}"),
+            None => "corrupt or missing label: no label".into(),
+        }));
     };
     if cfg.pool.guid != pool_guid || cfg.leaf_guid != leaf_guid {
         return Err(MemberError::Unusable(format!(

@@ -11,10 +11,12 @@
 //!  +---------------+-------------------------------+------------------------------------+
 //!  config header: magic "CAIRNCFG" | version u32 | payload length u32 | blake3(payload) 32 B | 16 B zero
 //! ```
-//! All integers are little-endian. Every decoder checks magic, version, bounds and checksum
-//! and returns a `LabelError`; nothing read from a disk can make it panic. Reading and
+//! All integers are little-endian. Every decoder reads through `cairn_codec::Reader`, checks
+//! magic, version, bounds and checksum and returns a `LabelError` (byte-level damage as its
+//! `Decode` variant: what, at which byte); nothing read from a disk can make it panic. Reading and
 //! writing the labels of a leaf is `crate::label_io`; this module is the format alone.
 
+use cairn_codec::{DecodeError, Reader};
 use serde::{Deserialize, Serialize};
 
 use crate::config::PoolConfig;
@@ -41,20 +43,50 @@ pub const CONFIG_VERSION: u32 = 1;
 pub enum LabelError {
     #[error("no cairn label (bad magic); the device is not part of a cairn pool")]
     BadMagic,
-    #[error(
-        "label version {0} is newer than this cairn understands ({CONFIG_VERSION}); upgrade cairn"
-    )]
-    UnsupportedVersion(u32),
-    #[error("label payload length {0} exceeds the config area")]
-    BadLength(usize),
+    #[error("{what} version {version} is newer than this cairn understands (it reads {known}); upgrade cairn")]
+    UnsupportedVersion {
+        what: &'static str,
+        version: u32,
+        known: u32,
+    },
     #[error("label checksum mismatch (the label is damaged)")]
     BadChecksum,
     #[error("label config is not valid: {0}")]
     BadConfig(String),
-    #[error("buffer too short: {0} bytes")]
-    Truncated(usize),
+    /// Byte-level damage: which structure, at which byte, why.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
     #[error("config too large for the label ({0} bytes; at most {max})", max = CONFIG_SIZE - CONFIG_HEADER_SIZE)]
     TooLarge(usize),
+}
+
+impl LabelError {
+    /// Whether the label was written by a newer cairn (not damage: "upgrade cairn").
+    pub fn is_newer_version(&self) -> bool {
+        match self {
+            LabelError::UnsupportedVersion { .. } => true,
+            LabelError::Decode(e) => e.is_newer_version(),
+            _ => false,
+        }
+    }
+}
+
+/// Reads a version field at the reader's position: newer than `known` is
+/// `UnsupportedVersion`, 0 is damage.
+fn read_version(r: &mut Reader, what: &'static str, known: u32) -> Result<u32, LabelError> {
+    let at = r.position();
+    let version = r.u32()?;
+    if version > known {
+        return Err(LabelError::UnsupportedVersion {
+            what,
+            version,
+            known,
+        });
+    }
+    if version == 0 {
+        return Err(DecodeError::bad_value(what, at, "version 0").into());
+    }
+    Ok(version)
 }
 
 /// The config stored in every label of a leaf: the pool's whole tree plus who this leaf is.
@@ -84,22 +116,26 @@ pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, LabelError> {
 
 /// Decodes the config region of a label.
 pub fn decode_config(buf: &[u8]) -> Result<LabelConfig, LabelError> {
-    if buf.len() < CONFIG_HEADER_SIZE {
-        return Err(LabelError::Truncated(buf.len()));
-    }
-    if &buf[0..8] != CONFIG_MAGIC {
+    const WHAT: &str = "label config";
+    let mut r = Reader::new(buf, WHAT);
+    if r.fixed(CONFIG_MAGIC.len())? != CONFIG_MAGIC {
         return Err(LabelError::BadMagic);
     }
-    let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
-    if version != CONFIG_VERSION {
-        return Err(LabelError::UnsupportedVersion(version));
+    read_version(&mut r, WHAT, CONFIG_VERSION)?;
+    let len_at = r.position();
+    let len = r.u32()? as usize;
+    let sum = r.fixed(32)?;
+    let _zero = r.fixed(CONFIG_HEADER_SIZE - r.position())?;
+    if len > CONFIG_SIZE - CONFIG_HEADER_SIZE {
+        return Err(DecodeError::bad_value(
+            WHAT,
+            len_at,
+            format!("payload length {len} exceeds the config area"),
+        )
+        .into());
     }
-    let len = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes")) as usize;
-    if len > buf.len() - CONFIG_HEADER_SIZE || len > CONFIG_SIZE - CONFIG_HEADER_SIZE {
-        return Err(LabelError::BadLength(len));
-    }
-    let payload = &buf[CONFIG_HEADER_SIZE..CONFIG_HEADER_SIZE + len];
-    if blake3::hash(payload).as_bytes() != &buf[16..48] {
+    let payload = r.fixed(len)?;
+    if blake3::hash(payload).as_bytes() != sum {
         return Err(LabelError::BadChecksum);
     }
     let cfg: LabelConfig =
@@ -154,30 +190,36 @@ impl Uberblock {
 
     /// Decodes a slot; `Ok(None)` for an empty (never written) slot.
     pub fn decode(buf: &[u8]) -> Result<Option<Uberblock>, LabelError> {
+        const WHAT: &str = "uberblock";
         if buf.len() < UBERBLOCK_SIZE {
-            return Err(LabelError::Truncated(buf.len()));
+            return Err(DecodeError::truncated(
+                WHAT,
+                buf.len(),
+                format!("{} bytes of {UBERBLOCK_SIZE}", buf.len()),
+            )
+            .into());
         }
         let b = &buf[..UBERBLOCK_SIZE];
         if b.iter().all(|&x| x == 0) {
             return Ok(None);
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        if u64_at(0) != UBERBLOCK_MAGIC {
+        let mut r = Reader::new(b, WHAT);
+        if r.u64()? != UBERBLOCK_MAGIC {
             return Err(LabelError::BadMagic);
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-        if version != UBERBLOCK_VERSION {
-            return Err(LabelError::UnsupportedVersion(version));
-        }
+        read_version(&mut r, WHAT, UBERBLOCK_VERSION)?;
         if blake3::hash(&b[..UBERBLOCK_SIZE - 32]).as_bytes() != &b[UBERBLOCK_SIZE - 32..] {
             return Err(LabelError::BadChecksum);
         }
+        let _zero = r.u32()?;
+        let (txg, guid_sum, timestamp) = (r.u64()?, r.u64()?, r.u64()?);
+        let _zero = r.u64()?;
         let mut root = [0u8; ROOT_POINTER_SIZE];
-        root.copy_from_slice(&b[48..48 + ROOT_POINTER_SIZE]);
+        root.copy_from_slice(r.fixed(ROOT_POINTER_SIZE)?);
         Ok(Some(Uberblock {
-            txg: u64_at(16),
-            guid_sum: u64_at(24),
-            timestamp: u64_at(32),
+            txg,
+            guid_sum,
+            timestamp,
             root,
         }))
     }
@@ -214,7 +256,8 @@ impl LeafLabels {
 /// 1 KiB whatever the ashift, so the ring is scanned at 1 KiB steps.
 pub fn decode_label(buf: &[u8]) -> (Result<LabelConfig, LabelError>, Vec<Uberblock>) {
     if buf.len() < LABEL_SIZE as usize {
-        return (Err(LabelError::Truncated(buf.len())), Vec::new());
+        let short = DecodeError::truncated("label", buf.len(), format!("{} bytes", buf.len()));
+        return (Err(short.into()), Vec::new());
     }
     let config = decode_config(&buf[CONFIG_OFFSET..CONFIG_OFFSET + CONFIG_SIZE]);
     let ring = &buf[UBERBLOCK_RING_OFFSET..UBERBLOCK_RING_OFFSET + UBERBLOCK_RING_SIZE];
@@ -243,9 +286,38 @@ mod tests {
         bad[20] ^= 1;
         assert_eq!(Uberblock::decode(&bad), Err(LabelError::BadChecksum));
         assert_eq!(Uberblock::decode(&[0u8; UBERBLOCK_SIZE]), Ok(None));
+        let e = Uberblock::decode(&[1u8; 10]).unwrap_err();
+        assert_eq!(e.to_string(), "corrupt uberblock: 10 bytes of 336");
+        assert!(matches!(e, LabelError::Decode(ref d) if d.offset == 10));
+    }
+
+    #[test]
+    fn newer_versions_ask_for_an_upgrade_and_version_0_is_damage() {
+        let ub = Uberblock {
+            txg: 1,
+            guid_sum: 2,
+            timestamp: 3,
+            root: [0u8; ROOT_POINTER_SIZE],
+        };
+        let mut b = ub.encode();
+        b[8] = UBERBLOCK_VERSION as u8 + 1;
+        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
+        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        let e = Uberblock::decode(&b).unwrap_err();
+        assert!(e.is_newer_version(), "{e}");
+        assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        b[8] = 0;
+        let e = Uberblock::decode(&b).unwrap_err();
+        assert!(!e.is_newer_version());
+        assert_eq!(e.to_string(), "corrupt uberblock: version 0");
+        let mut c = vec![0u8; CONFIG_SIZE];
+        c[0..8].copy_from_slice(CONFIG_MAGIC);
+        c[8..12].copy_from_slice(&(CONFIG_VERSION + 1).to_le_bytes());
+        let e = decode_config(&c).unwrap_err();
+        assert!(e.is_newer_version(), "{e}");
         assert_eq!(
-            Uberblock::decode(&[1u8; 10]),
-            Err(LabelError::Truncated(10))
+            e.to_string(),
+            "label config version 2 is newer than this cairn understands (it reads 1); upgrade cairn"
         );
     }
 
@@ -259,7 +331,14 @@ mod tests {
         b[0..8].copy_from_slice(CONFIG_MAGIC);
         b[8..12].copy_from_slice(&CONFIG_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_config(&b), Err(LabelError::BadLength(_))));
+        let e = decode_config(&b).unwrap_err();
+        assert!(
+            matches!(e, LabelError::Decode(ref d) if d.offset == 12),
+            "{e}"
+        );
+        assert!(e
+            .to_string()
+            .starts_with("corrupt label config: payload length"));
         b[12..16].copy_from_slice(&4u32.to_le_bytes());
         assert_eq!(decode_config(&b).unwrap_err(), LabelError::BadChecksum);
     }

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 
 use cairn_geometry::{metaslab_layout, ZfsEra};
 
+use cairn_codec::{DecodeError, Reader};
+
 use crate::io::bp::Dva;
 
 /// Bytes written to one top-level vdev before moving to the next (ZFS's metaslab_aliquot).
@@ -485,7 +487,9 @@ pub fn encode_space_map(alloc: &Allocator, deferred: &[(u64, Dva)]) -> Vec<u8> {
     out
 }
 
-const SPACE_MAP_MAGIC: u32 = 0x5350_4d31; // "SPM1"
+/// 0x5350_4d31, "SPM1" as a number: the bytes on disk are "1MPS" (no version digit at the
+/// end, so only the version field says a map is newer).
+const SPACE_MAP_MAGIC: u32 = 0x5350_4d31;
 const SPACE_MAP_VERSION: u32 = 2;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -497,60 +501,59 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Loads a space map into fresh allocators; returns the deferred frees. Every extent is
-/// checked, so a damaged map is an error, never a panic or a double allocation.
-pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, Dva)>, String> {
-    let mut r = Reader { buf, pos: 0 };
-    if r.u32()? != SPACE_MAP_MAGIC {
-        return Err("bad space map magic".into());
-    }
-    if r.u32()? != SPACE_MAP_VERSION {
-        return Err("unsupported space map version".into());
-    }
+/// checked, so a damaged map is an error (what is wrong, at which byte), never a panic or a
+/// double allocation; a map newer than this code is `DecodeKind::NewerVersion`.
+pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, Dva)>, DecodeError> {
+    let mut r = Reader::new(buf, "space map");
+    r.magic(&SPACE_MAP_MAGIC.to_le_bytes())?;
+    r.version(SPACE_MAP_VERSION, SPACE_MAP_VERSION)?;
     let nvdevs = r.u32()? as usize;
     // Fewer vdevs than the pool: vdevs added (`cairn add`) since it was written are empty.
     // More: the last ones were log devices removed since (`cairn remove`), which must be.
-    let units = |v: u64| {
+    let units = |r: &mut Reader| -> Result<u64, DecodeError> {
+        let v = varint(r)?;
         v.checked_mul(512)
-            .ok_or_else(|| "extent out of range".to_string())
+            .ok_or_else(|| r.err(format!("extent out of range ({v} units)")))
     };
     let present = alloc.vdevs.len();
     for i in 0..nvdevs {
-        let count = r.varint()?;
+        let count = varint(&mut r)?;
         let Some(v) = alloc.vdevs.get_mut(i) else {
             if count != 0 {
-                return Err(format!(
-                    "space map has {count} extents on vdev {i}, but the pool has {present} vdevs"
-                ));
+                return Err(r.err(format!(
+                    "{count} extents on vdev {i}, but the pool has {present} vdevs"
+                )));
             }
             continue;
         };
         let mut prev_end = 0u64;
         for _ in 0..count {
+            let gap = units(&mut r)?;
             let o = prev_end
-                .checked_add(units(r.varint()?)?)
-                .ok_or("extent out of range")?;
-            let l = units(r.varint()?)?;
+                .checked_add(gap)
+                .ok_or_else(|| r.err("extent out of range"))?;
+            let l = units(&mut r)?;
             if l == 0 || o.checked_add(l).is_none() {
-                return Err(format!("bad extent ({o}, {l})"));
+                return Err(r.err(format!("bad extent ({o}, {l})")));
             }
-            v.claim(o, l)?;
+            v.claim(o, l).map_err(|why| r.err(why))?;
             prev_end = o + l;
         }
     }
-    let n = r.varint()?;
+    let n = varint(&mut r)?;
     let mut deferred = Vec::new();
     for _ in 0..n {
-        let txg = r.varint()?;
-        let vdev = r.varint()?;
-        let (offset, asize) = (units(r.varint()?)?, units(r.varint()?)?);
+        let txg = varint(&mut r)?;
+        let vdev = varint(&mut r)?;
+        let (offset, asize) = (units(&mut r)?, units(&mut r)?);
         if vdev as usize >= alloc.vdevs.len() || asize == 0 {
-            return Err(format!("bad deferred free on vdev {vdev}"));
+            return Err(r.err(format!("bad deferred free on vdev {vdev}")));
         }
         // Freed at a later sync: it must be allocated now (a free of free space, or past
         // the vdev, would trip the allocator's invariants).
         alloc.vdevs[vdev as usize]
             .check_allocated(offset, asize)
-            .map_err(|why| format!("bad deferred free on vdev {vdev}: {why}"))?;
+            .map_err(|why| r.err(format!("bad deferred free on vdev {vdev}: {why}")))?;
         deferred.push((
             txg,
             Dva {
@@ -560,7 +563,7 @@ pub fn decode_space_map(buf: &[u8], alloc: &mut Allocator) -> Result<Vec<(u64, D
             },
         ));
     }
-    check_no_overlap(&deferred)?;
+    check_no_overlap(&deferred).map_err(|why| r.err(why))?;
     Ok(deferred)
 }
 
@@ -582,34 +585,17 @@ fn check_no_overlap(deferred: &[(u64, Dva)]) -> Result<(), String> {
     Ok(())
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| "space map is truncated".to_string())?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn varint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
+/// A LEB128 varint of at most 10 bytes.
+fn varint(r: &mut Reader) -> Result<u64, DecodeError> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = r.u8()?;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
         }
-        Err("space map varint too long".into())
     }
+    Err(r.err("varint too long"))
 }
 
 #[cfg(test)]
@@ -657,6 +643,28 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn a_newer_map_version_is_not_damage() {
+        let mut map = encode_space_map(&allocator(), &[]);
+        map[4..8].copy_from_slice(&(SPACE_MAP_VERSION + 1).to_le_bytes());
+        let e = decode_space_map(&map, &mut allocator()).unwrap_err();
+        assert_eq!(
+            (e.offset, e.kind),
+            (4, cairn_codec::DecodeKind::NewerVersion)
+        );
+        assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        map[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let e = decode_space_map(&map, &mut allocator()).unwrap_err();
+        assert_eq!(e.kind, cairn_codec::DecodeKind::BadValue);
+        map[0] ^= 1;
+        let e = decode_space_map(&map, &mut allocator()).unwrap_err();
+        assert_eq!((e.offset, e.kind), (0, cairn_codec::DecodeKind::BadValue));
+        assert!(
+            e.to_string().starts_with("corrupt space map: bad magic"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -747,7 +755,8 @@ mod tests {
             map_with_deferred(&[(5, (1 << 20) + (60 << 10), 8192)]),
         ] {
             let e = decode_space_map(&bad, &mut allocator()).unwrap_err();
-            assert!(e.contains("deferred free"), "{e}");
+            assert!(e.to_string().contains("deferred free"), "{e}");
+            assert_eq!(e.kind, cairn_codec::DecodeKind::BadValue);
         }
     }
 

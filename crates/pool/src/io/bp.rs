@@ -14,6 +14,8 @@
 //! as zeros). Parents hold their children's checksums, so the tree under an uberblock is a
 //! Merkle tree (docs/design.md).
 
+use cairn_codec::{DecodeError, Reader};
+
 use crate::io::checksum::ChecksumKind;
 use crate::io::compress::Compression;
 
@@ -79,19 +81,6 @@ pub struct BlockPointer {
     pub checksum: [u8; 32],
 }
 
-/// Why 128 bytes are not a valid block pointer.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BpError {
-    #[error("block pointer: buffer of {0} bytes is too short")]
-    Truncated(usize),
-    #[error("block pointer: unknown {field} code {value}")]
-    UnknownCode { field: &'static str, value: u8 },
-    #[error("block pointer: inconsistent sizes (lsize {lsize}, psize {psize})")]
-    BadSizes { lsize: u32, psize: u32 },
-    #[error("block pointer: no copies")]
-    NoCopies,
-}
-
 impl BlockPointer {
     /// The hole: no block; reads as zeros.
     pub const HOLE: BlockPointer = BlockPointer {
@@ -153,41 +142,53 @@ impl BlockPointer {
         b
     }
 
-    /// Decodes a block pointer; never panics on any input.
-    pub fn decode(buf: &[u8]) -> Result<BlockPointer, BpError> {
+    /// Decodes a block pointer; never panics on any input. Errors say which field, at
+    /// which byte of the pointer, is damaged.
+    pub fn decode(buf: &[u8]) -> Result<BlockPointer, DecodeError> {
+        const WHAT: &str = "block pointer";
         if buf.len() < BP_SIZE {
-            return Err(BpError::Truncated(buf.len()));
+            return Err(DecodeError::truncated(
+                WHAT,
+                buf.len(),
+                format!("{} bytes of {BP_SIZE}", buf.len()),
+            ));
         }
-        let b = &buf[..BP_SIZE];
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
-        let birth = u64_at(88);
+        let mut r = Reader::new(&buf[..BP_SIZE], WHAT);
+        let mut dvas = [Dva::default(); 3];
+        for d in &mut dvas {
+            let vdev = r.u32()?;
+            let _reserved = r.u32()?;
+            *d = Dva {
+                vdev,
+                offset: r.u64()?,
+                asize: r.u64()?,
+            };
+        }
+        let (lsize, psize) = (r.u32()?, r.u32()?);
+        let codes = r.fixed(4)?;
+        let _zero = r.u32()?;
+        let birth = r.u64()?;
+        let mut checksum = [0u8; 32];
+        checksum.copy_from_slice(r.fixed(32)?);
         if birth == 0 {
             return Ok(BlockPointer::HOLE);
         }
-        let mut dvas = [Dva::default(); 3];
-        for (i, d) in dvas.iter_mut().enumerate() {
-            let o = i * 24;
-            *d = Dva {
-                vdev: u32_at(o),
-                offset: u64_at(o + 8),
-                asize: u64_at(o + 16),
-            };
-        }
-        let code = |field: &'static str, value: u8| BpError::UnknownCode { field, value };
-        let compression = Compression::from_u8(b[80]).ok_or(code("compression", b[80]))?;
-        let checksum_kind = ChecksumKind::from_u8(b[81]).ok_or(code("checksum", b[81]))?;
-        let kind = BlockKind::from_u8(b[82]).ok_or(code("kind", b[82]))?;
-        let (lsize, psize) = (u32_at(72), u32_at(76));
+        // Byte 80 + i of the pointer holds code i.
+        let unknown = |i: usize, field: &str| {
+            DecodeError::bad_value(WHAT, 80 + i, format!("unknown {field} code {}", codes[i]))
+        };
+        let compression =
+            Compression::from_u8(codes[0]).ok_or_else(|| unknown(0, "compression"))?;
+        let checksum_kind =
+            ChecksumKind::from_u8(codes[1]).ok_or_else(|| unknown(1, "checksum"))?;
+        let kind = BlockKind::from_u8(codes[2]).ok_or_else(|| unknown(2, "kind"))?;
         if lsize == 0 || psize == 0 || lsize > (16 << 20) || psize > (16 << 20) {
-            return Err(BpError::BadSizes { lsize, psize });
+            return Err(DecodeError::bad_value(
+                WHAT,
+                72,
+                format!("inconsistent sizes (lsize {lsize}, psize {psize})"),
+            ));
         }
-        let mut checksum = [0u8; 32];
-        checksum.copy_from_slice(&b[96..128]);
         let bp = BlockPointer {
             dvas,
             lsize,
@@ -195,12 +196,12 @@ impl BlockPointer {
             compression,
             checksum_kind,
             kind,
-            level: b[83],
+            level: codes[3],
             birth,
             checksum,
         };
         if bp.copies().next().is_none() {
-            return Err(BpError::NoCopies);
+            return Err(DecodeError::bad_value(WHAT, 0, "no copies"));
         }
         Ok(bp)
     }
@@ -209,6 +210,7 @@ impl BlockPointer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_codec::DecodeKind;
 
     #[test]
     fn round_trip_and_hole() {
@@ -238,6 +240,37 @@ mod tests {
         assert_eq!(BlockPointer::decode(&bp.to_bytes()).unwrap(), bp);
         assert!(BlockPointer::decode(&[0u8; BP_SIZE]).unwrap().is_hole());
         assert_eq!(BlockPointer::HOLE.to_bytes(), [0u8; BP_SIZE]);
+    }
+
+    #[test]
+    fn errors_say_which_field_is_corrupt_and_where() {
+        let mut b = BlockPointer {
+            lsize: 4096,
+            psize: 4096,
+            birth: 5,
+            dvas: [
+                Dva {
+                    vdev: 0,
+                    offset: 0,
+                    asize: 4096,
+                },
+                Dva::default(),
+                Dva::default(),
+            ],
+            ..BlockPointer::HOLE
+        }
+        .to_bytes();
+        assert!(BlockPointer::decode(&b).is_ok());
+        let e = BlockPointer::decode(&b[..100]).unwrap_err();
+        assert_eq!((e.offset, e.kind), (100, DecodeKind::Truncated));
+        b[82] = 9;
+        let e = BlockPointer::decode(&b).unwrap_err();
+        assert_eq!((e.offset, e.kind), (82, DecodeKind::BadValue));
+        assert_eq!(e.to_string(), "corrupt block pointer: unknown kind code 9");
+        b[82] = 1;
+        b[16..24].fill(0);
+        let e = BlockPointer::decode(&b).unwrap_err();
+        assert_eq!(e.to_string(), "corrupt block pointer: no copies");
     }
 
     proptest::proptest! {
