@@ -82,6 +82,20 @@ pub enum PoolError {
     },
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
+    #[error(
+        "pool '{pool}': device '{path}' was written by a newer cairn ({why}); nothing was \
+         changed: upgrade cairn to open this pool"
+    )]
+    NewerPool {
+        pool: String,
+        path: String,
+        why: String,
+    },
+    #[error(
+        "'{path}' holds cairn labels written by a newer cairn ({why}); upgrade cairn to see \
+         its pool, or use -f to overwrite it (its data will be lost)"
+    )]
+    NewerDevice { path: String, why: String },
     #[error("state file {path} is corrupt ({why}); remove it and run `cairn import -d DIR`")]
     CorruptState { path: String, why: String },
 }

@@ -98,6 +98,8 @@ pub struct FoundPool {
     pub config: PoolConfig,
     /// Leaf GUID → path where it was found now.
     pub found: BTreeMap<u64, PathBuf>,
+    /// Leaves a newer cairn has written to (path, why): the pool must not be imported.
+    pub newer: Vec<(PathBuf, String)>,
 }
 
 impl FoundPool {
@@ -248,6 +250,18 @@ pub(crate) fn open_new_leaves(
 /// are free.
 pub(crate) fn refuse_if_in_use(leaf: &dyn Leaf, home: &Home, force: bool) -> Result<(), PoolError> {
     let labels = read_leaf_labels(leaf);
+    if let Some(cfg) = labels.best_config() {
+        refuse_if_active(leaf, home, cfg)?;
+    }
+    if force {
+        return Ok(());
+    }
+    if let Some(e) = labels.written_by_newer_cairn() {
+        return Err(PoolError::NewerDevice {
+            path: leaf.path().to_string(),
+            why: e.to_string(),
+        });
+    }
     let Some(cfg) = labels.best_config() else {
         return Ok(());
     };
@@ -256,30 +270,76 @@ pub(crate) fn refuse_if_in_use(leaf: &dyn Leaf, home: &Home, force: bool) -> Res
         PoolState::Active => "active",
         PoolState::Exported => "exported",
     };
-    if cfg.pool.state == PoolState::Active {
-        let why = if crate::owner::PoolLock::held_by_other(home.lock_dir(), cfg.pool.guid) {
-            Some("in use by another process")
-        } else if home.name_of_guid(cfg.pool.guid).is_some() {
-            Some("imported here")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(PoolError::DeviceOfActivePool {
-                path: leaf.path().to_string(),
-                pool: cfg.pool.name.clone(),
-                why: why.to_string(),
-            });
-        }
-    }
-    if force {
-        return Ok(());
-    }
     Err(PoolError::DeviceInUse {
         path: leaf.path().to_string(),
         pool: cfg.pool.name.clone(),
         state: state.to_string(),
     })
+}
+
+/// A device of an active pool that a process holds or that is imported here is never
+/// taken, not even with -f.
+fn refuse_if_active(leaf: &dyn Leaf, home: &Home, cfg: &LabelConfig) -> Result<(), PoolError> {
+    if cfg.pool.state != PoolState::Active {
+        return Ok(());
+    }
+    let why = if crate::owner::PoolLock::held_by_other(home.lock_dir(), cfg.pool.guid) {
+        "in use by another process"
+    } else if home.name_of_guid(cfg.pool.guid).is_some() {
+        "imported here"
+    } else {
+        return Ok(());
+    };
+    Err(PoolError::DeviceOfActivePool {
+        path: leaf.path().to_string(),
+        pool: cfg.pool.name.clone(),
+        why: why.to_string(),
+    })
+}
+
+/// Why `import` found no pool of that name: and, when a newer cairn labelled some of the
+/// devices (whose pools this one cannot read), which.
+fn no_such_pool(dirs: &[PathBuf]) -> String {
+    let listed = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut why = format!(
+        "no such pool among the devices in {listed}; `cairn import -d DIR` lists what is there"
+    );
+    if let Some((path, e)) = newer_labelled_devices(dirs).first() {
+        why.push_str(&format!(
+            "; '{}' holds labels of a newer cairn ({e}): upgrade cairn to import its pool",
+            path.display()
+        ));
+    }
+    why
+}
+
+/// Devices in `dirs` whose labels only a newer cairn can read.
+fn newer_labelled_devices(dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
+    let opts = LeafOptions {
+        read_only: true,
+        no_lock: true,
+        ..LeafOptions::default()
+    };
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+            let Ok(leaf) = FileLeaf::open(&path, opts) else {
+                continue;
+            };
+            if let Some(e) = read_leaf_labels(&leaf).written_by_newer_cairn() {
+                out.push((path, e.to_string()));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 impl Pool {
@@ -367,6 +427,13 @@ impl Pool {
         for (&guid, path) in &record.leaves {
             match open_member(path, record.guid, guid) {
                 Err(MemberError::Locked { path }) => return Err(in_use_by_device(name, &path)),
+                Err(MemberError::Newer { why }) => {
+                    return Err(PoolError::NewerPool {
+                        pool: name.to_string(),
+                        path: path.clone(),
+                        why,
+                    })
+                }
                 member => opened.insert(guid, member.map_err(String::from)),
             };
         }
@@ -460,7 +527,11 @@ impl Pool {
                 let entry = pools.entry(cfg.pool.guid).or_insert_with(|| FoundPool {
                     config: cfg.pool.clone(),
                     found: BTreeMap::new(),
+                    newer: Vec::new(),
                 });
+                if let Some(e) = labels.written_by_newer_cairn() {
+                    entry.newer.push((path.clone(), e.to_string()));
+                }
                 if cfg.pool.txg > entry.config.txg {
                     entry.config = cfg.pool.clone();
                 }
@@ -489,10 +560,7 @@ impl Pool {
             .filter(|p| p.config.name == name_or_guid || p.config.guid.to_string() == name_or_guid)
             .collect();
         let fp = match matches.len() {
-            0 => return Err(import_err(format!(
-                "no such pool among the devices in {}; `cairn import -d DIR` lists what is there",
-                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-            ))),
+            0 => return Err(import_err(no_such_pool(dirs))),
             1 => matches.remove(0),
             _ => return Err(import_err(
                 "more than one pool has this name; import by numeric GUID (see `cairn import -d DIR`)".into(),
@@ -515,6 +583,13 @@ impl Pool {
                     )));
                 }
             }
+        }
+        if let Some((path, why)) = fp.newer.first() {
+            return Err(PoolError::NewerPool {
+                pool: name,
+                path: path.display().to_string(),
+                why: why.clone(),
+            });
         }
         if !fp.importable() {
             let missing: Vec<String> = fp.missing().iter().map(|l| l.path.clone()).collect();
@@ -1251,6 +1326,9 @@ pub(crate) enum MemberError {
     Locked { path: String },
     /// Missing, unreadable, unlabelled or another pool's: the leaf is unavailable.
     Unusable(String),
+    /// A newer cairn wrote to it: the pool must not be opened (at an older txg, and then
+    /// written) by this one.
+    Newer { why: String },
 }
 
 impl std::fmt::Display for MemberError {
@@ -1260,6 +1338,7 @@ impl std::fmt::Display for MemberError {
                 write!(f, "cannot open '{path}': held by another process")
             }
             MemberError::Unusable(why) => f.write_str(why),
+            MemberError::Newer { why } => write!(f, "written by a newer cairn ({why})"),
         }
     }
 }
@@ -1282,10 +1361,12 @@ pub(crate) fn open_member(
         other => MemberError::Unusable(other.to_string()),
     })?;
     let labels = read_leaf_labels(leaf.as_ref());
+    if let Some(e) = labels.written_by_newer_cairn() {
+        // Not damage, and not to be opened at an older txg.
+        return Err(MemberError::Newer { why: e.to_string() });
+    }
     let Some(cfg) = labels.best_config().cloned() else {
         return Err(MemberError::Unusable(match labels.first_error() {
-            // A newer cairn's label is not damage.
-            Some(e) if e.is_newer_version() => e.to_string(),
             Some(e) => format!("corrupt or missing label: {e}"),
             None => "corrupt or missing label: no label".into(),
         }));

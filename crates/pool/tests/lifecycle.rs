@@ -337,3 +337,105 @@ fn ashift_below_the_physical_sector_warns() {
     // The dry run wrote nothing.
     create(&home, "tank", &tokens).unwrap();
 }
+
+/// Rewrites, in every label of `path`, the ring slot of the newest uberblock as a newer
+/// cairn would write it: version 2, checksum made anew (so it verifies).
+fn write_newer_uberblock(path: &Path) {
+    use cairn_vdev::label::{UBERBLOCK_RING_OFFSET, UBERBLOCK_SIZE};
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let size = f.metadata().unwrap().len();
+    for i in 0..4 {
+        let ring = cairn_geometry::label_offset(size, i) + UBERBLOCK_RING_OFFSET as u64;
+        // Slots are whole KiB; take the first slot that holds an uberblock.
+        let mut slot = vec![0u8; UBERBLOCK_SIZE];
+        let at = (0..128u64)
+            .map(|s| ring + s * 1024)
+            .find(|&at| {
+                f.read_exact_at(&mut slot, at).unwrap();
+                slot.iter().any(|&b| b != 0)
+            })
+            .expect("an uberblock in the ring");
+        slot[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let sum = blake3::hash(&slot[..UBERBLOCK_SIZE - 32]);
+        slot[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        f.write_all_at(&slot, at).unwrap();
+    }
+}
+
+/// A pool a newer cairn has written to is never opened at an older txg, imported, or
+/// overwritten by `create` unasked: each says "upgrade cairn" (issue 13), and nothing on
+/// the devices changes.
+#[test]
+fn a_newer_cairns_pool_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let files = make_files(&a, 2, 64 * MIB);
+    let dirs = vec![a];
+    let home = Home::at(dir.path().join("home"));
+    let tokens: Vec<String> = std::iter::once("mirror".to_string())
+        .chain(files.iter().map(|f| f.display().to_string()))
+        .collect();
+    create(&home, "tank", &tokens).unwrap().export().unwrap();
+    let pool = Pool::import(&home, &dirs, "tank", false, false).unwrap();
+    drop(pool);
+    write_newer_uberblock(&files[1]);
+    let before: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let e = Pool::open(&home, "tank").unwrap_err().to_string();
+    assert!(
+        e.contains("newer cairn") && e.contains("upgrade cairn"),
+        "{e}"
+    );
+    let other = Home::at(dir.path().join("other"));
+    let e = Pool::import(&other, &dirs, "tank", true, false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("upgrade cairn"), "{e}");
+    let e = create(&other, "new", &tokens).unwrap_err().to_string();
+    assert!(e.contains("-f"), "{e}");
+    let e = create(&other, "new", &[files[1].display().to_string()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("newer cairn") && e.contains("-f"), "{e}");
+    let after: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert!(before == after, "a refused command changed a device");
+    // Labels only a newer cairn reads: import names the device.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&files[0])
+            .unwrap();
+        let size = f.metadata().unwrap().len();
+        for i in 0..4 {
+            let config =
+                cairn_geometry::label_offset(size, i) + cairn_vdev::label::CONFIG_OFFSET as u64;
+            f.write_all_at(&2u32.to_le_bytes(), config + 8).unwrap();
+        }
+    }
+    std::fs::remove_file(&files[1]).unwrap();
+    let e = Pool::import(&other, &dirs, "tank", true, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no such pool") && e.contains("newer cairn") && e.contains("d0"),
+        "{e}"
+    );
+    // -f overwrites it, as asked.
+    let one = vec![files[0].display().to_string()];
+    let forced = Pool::create(
+        &other,
+        "new",
+        &one,
+        CreateOptions {
+            force: true,
+            ..CreateOptions::default()
+        },
+    );
+    assert!(forced.is_ok(), "{:?}", forced.err());
+}

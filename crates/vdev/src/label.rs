@@ -207,10 +207,13 @@ impl Uberblock {
         if r.u64()? != UBERBLOCK_MAGIC {
             return Err(LabelError::BadMagic);
         }
-        read_version(&mut r, WHAT, UBERBLOCK_VERSION)?;
+        // The checksum first: every version keeps magic, version and this trailer in place
+        // (docs/format.md), so a version only counts once the bytes are known whole — a
+        // damaged version field is damage, a verified higher one is a newer cairn.
         if blake3::hash(&b[..UBERBLOCK_SIZE - 32]).as_bytes() != &b[UBERBLOCK_SIZE - 32..] {
             return Err(LabelError::BadChecksum);
         }
+        read_version(&mut r, WHAT, UBERBLOCK_VERSION)?;
         let _zero = r.u32()?;
         let (txg, guid_sum, timestamp) = (r.u64()?, r.u64()?, r.u64()?);
         let _zero = r.u64()?;
@@ -232,6 +235,9 @@ pub struct LeafLabels {
     pub configs: Vec<Result<LabelConfig, LabelError>>,
     /// Every valid uberblock found in any label's ring, with the label index.
     pub uberblocks: Vec<(usize, Uberblock)>,
+    /// Why an uberblock whose checksum verifies could not be read because a newer cairn
+    /// wrote it (the first one found), if any.
+    pub newer_uberblock: Option<LabelError>,
 }
 
 impl LeafLabels {
@@ -250,22 +256,61 @@ impl LeafLabels {
     pub fn first_error(&self) -> Option<&LabelError> {
         self.configs.iter().find_map(|c| c.as_ref().err())
     }
+
+    /// Why a newer cairn has written to this leaf: a verified uberblock of a newer
+    /// version, or a label config of a newer version where no label decodes (a newer
+    /// config beside older ones that decode is a torn update; the older ones are read).
+    /// Such a leaf must not be opened at an older txg nor written over unasked.
+    pub fn written_by_newer_cairn(&self) -> Option<&LabelError> {
+        if let Some(e) = &self.newer_uberblock {
+            return Some(e);
+        }
+        if self.best_config().is_some() {
+            return None;
+        }
+        self.configs
+            .iter()
+            .filter_map(|c| c.as_ref().err())
+            .find(|e| e.is_newer_version())
+    }
+}
+
+/// One label decoded: its config, the uberblocks of its ring, and the first ring slot that
+/// a newer cairn wrote (checksum verified, version above ours).
+#[derive(Clone, Debug)]
+pub struct DecodedLabel {
+    pub config: Result<LabelConfig, LabelError>,
+    pub uberblocks: Vec<Uberblock>,
+    pub newer_uberblock: Option<LabelError>,
 }
 
 /// Decodes one whole label (256 KiB) read from disk. Uberblock slots are multiples of
 /// 1 KiB whatever the ashift, so the ring is scanned at 1 KiB steps.
-pub fn decode_label(buf: &[u8]) -> (Result<LabelConfig, LabelError>, Vec<Uberblock>) {
+pub fn decode_label(buf: &[u8]) -> DecodedLabel {
+    let mut out = DecodedLabel {
+        config: Err(
+            DecodeError::truncated("label", buf.len(), format!("{} bytes", buf.len())).into(),
+        ),
+        uberblocks: Vec::new(),
+        newer_uberblock: None,
+    };
     if buf.len() < LABEL_SIZE as usize {
-        let short = DecodeError::truncated("label", buf.len(), format!("{} bytes", buf.len()));
-        return (Err(short.into()), Vec::new());
+        return out;
     }
-    let config = decode_config(&buf[CONFIG_OFFSET..CONFIG_OFFSET + CONFIG_SIZE]);
+    out.config = decode_config(&buf[CONFIG_OFFSET..CONFIG_OFFSET + CONFIG_SIZE]);
     let ring = &buf[UBERBLOCK_RING_OFFSET..UBERBLOCK_RING_OFFSET + UBERBLOCK_RING_SIZE];
-    let ubs = ring
-        .chunks_exact(1 << 10)
-        .filter_map(|s| Uberblock::decode(s).ok().flatten())
-        .collect();
-    (config, ubs)
+    for slot in ring.chunks_exact(1 << 10) {
+        match Uberblock::decode(slot) {
+            Ok(Some(ub)) => out.uberblocks.push(ub),
+            Ok(None) => {}
+            Err(e) if e.is_newer_version() => {
+                out.newer_uberblock.get_or_insert(e);
+            }
+            // Damage: the other slots and labels hold the other txgs.
+            Err(_) => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -306,7 +351,13 @@ mod tests {
         let e = Uberblock::decode(&b).unwrap_err();
         assert!(e.is_newer_version(), "{e}");
         assert!(e.to_string().contains("upgrade cairn"), "{e}");
+        // A higher version whose checksum does not verify is damage, not a newer cairn.
+        let mut torn = b;
+        torn[100] ^= 1;
+        assert_eq!(Uberblock::decode(&torn), Err(LabelError::BadChecksum));
         b[8] = 0;
+        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
+        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
         let e = Uberblock::decode(&b).unwrap_err();
         assert!(!e.is_newer_version());
         assert_eq!(e.to_string(), "corrupt uberblock: version 0");

@@ -13,6 +13,7 @@ use crate::leaf::Leaf;
 pub fn read_leaf_labels(leaf: &dyn Leaf) -> LeafLabels {
     let mut configs = Vec::with_capacity(4);
     let mut uberblocks = Vec::new();
+    let mut newer_uberblock = None;
     let mut buf = vec![0u8; LABEL_SIZE as usize];
     for index in 0..4 {
         let offset = label_offset(leaf.size(), index);
@@ -20,13 +21,15 @@ pub fn read_leaf_labels(leaf: &dyn Leaf) -> LeafLabels {
             configs.push(Err(LabelError::BadConfig(format!("read failed: {e}"))));
             continue;
         }
-        let (cfg, ubs) = decode_label(&buf);
-        configs.push(cfg);
-        uberblocks.extend(ubs.into_iter().map(|u| (index, u)));
+        let label = decode_label(&buf);
+        configs.push(label.config);
+        uberblocks.extend(label.uberblocks.into_iter().map(|u| (index, u)));
+        newer_uberblock = newer_uberblock.or(label.newer_uberblock);
     }
     LeafLabels {
         configs,
         uberblocks,
+        newer_uberblock,
     }
 }
 
