@@ -200,6 +200,7 @@ fn exec_request(
         stdout,
         stderr,
         mounted: serving.mounts.mounted(),
+        mounts: serving.mounts.clone(),
     };
     crate::served::with_ctx(ctx, || {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -406,6 +406,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Send(a) => a.pool(),
         Command::Receive(a) => pool(&a.target),
         Command::Clone(a) => pool(&a.snapshot),
+        Command::Rollback(a) => pool(&a.name),
         _ => None,
     }
 }

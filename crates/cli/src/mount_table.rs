@@ -13,6 +13,7 @@ use cairn_objset::{DatasetKind, Store};
 struct ServedMount {
     dataset: String,
     dir: PathBuf,
+    read_only: bool,
     mounted: Option<cairn_fuse::Mounted>,
 }
 
@@ -139,9 +140,7 @@ impl MountTable {
     fn mount_one(&self, ds: &str, dir: PathBuf, ro: bool) -> Result<(), String> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot make mount point {}: {e}", dir.display()))?;
-        let opts = fs_options(&self.store, ds, ro)?;
-        let m = cairn_fuse::mount(self.store.clone(), ds, &dir, opts).map_err(|e| e.to_string())?;
-        eprintln!("cairn: mounted {ds} at {}", dir.display());
+        let m = self.mount_fs(ds, &dir, ro)?;
         let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
         if let Err(e) = crate::mount_cmds::record_mount(ds, &dir) {
             eprintln!("cairn: cannot record the mount of {ds}: {e}");
@@ -149,9 +148,63 @@ impl MountTable {
         self.served().push(ServedMount {
             dataset: ds.to_string(),
             dir,
+            read_only: ro,
             mounted: Some(m),
         });
         Ok(())
+    }
+
+    /// The FUSE mount itself, with the dataset's properties of now.
+    fn mount_fs(
+        &self,
+        ds: &str,
+        dir: &std::path::Path,
+        ro: bool,
+    ) -> Result<cairn_fuse::Mounted, String> {
+        let opts = fs_options(&self.store, ds, ro)?;
+        let m = cairn_fuse::mount(self.store.clone(), ds, dir, opts).map_err(|e| e.to_string())?;
+        eprintln!("cairn: mounted {ds} at {}", dir.display());
+        Ok(m)
+    }
+
+    /// Runs `change` (a rollback) with `dataset` unmounted when this process has it mounted,
+    /// then mounts it again where it was, as `zfs rollback` does to a mounted file system:
+    /// the kernel's caches of names, attributes and pages go with the old mount. A mount in
+    /// use (open files, a working directory) is refused, and nothing changes. The table
+    /// stays locked throughout, so a service that exits with its last mount does not see
+    /// it gone in between.
+    pub fn with_unmounted<T>(
+        &self,
+        dataset: &str,
+        change: impl FnOnce() -> Result<T, String>,
+    ) -> Result<T, String> {
+        let mut served = self.served();
+        let live = |m: &ServedMount| m.mounted.as_ref().is_some_and(|s| !s.is_finished());
+        let Some(m) = served.iter_mut().find(|m| m.dataset == dataset && live(m)) else {
+            drop(served);
+            return change();
+        };
+        unmount_dir(&m.dir).map_err(|e| {
+            format!(
+                "cannot roll back '{dataset}': its mount at {} is in use ({e}); close what uses it, or unmount it (`cairn umount {}`)",
+                m.dir.display(),
+                m.dir.display()
+            )
+        })?;
+        if let Some(session) = m.mounted.take() {
+            if let Err(e) = session.join() {
+                eprintln!("cairn: the session of {dataset} ended with {e}");
+            }
+        }
+        let result = change();
+        match self.mount_fs(dataset, &m.dir, m.read_only) {
+            Ok(again) => m.mounted = Some(again),
+            Err(e) => eprintln!(
+                "cairn: cannot mount {dataset} again at {}: {e}",
+                m.dir.display()
+            ),
+        }
+        result
     }
 
     /// Joins the sessions of mounts that were unmounted and forgets them.
@@ -204,4 +257,25 @@ impl MountTable {
         }
         served.clear();
     }
+}
+
+impl crate::served::ServiceMounts for MountTable {
+    fn with_unmounted(
+        &self,
+        dataset: &str,
+        change: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<(), String> {
+        MountTable::with_unmounted(self, dataset, change)
+    }
+}
+
+/// Unmounts `dir` (not lazily: a mount in use stays, and the error says so).
+fn unmount_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: umount2 with a NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

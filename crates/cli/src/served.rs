@@ -26,6 +26,21 @@ pub struct Ctx {
     pub stderr: File,
     /// (dataset, directory) of the file systems the service has mounted.
     pub mounted: Vec<(String, std::path::PathBuf)>,
+    /// The service's mounts (a rollback unmounts and mounts again around itself).
+    pub mounts: Arc<dyn ServiceMounts>,
+}
+
+/// What a served command may ask of the service's mounts (`crate::mount_table` implements
+/// it; a trait so that this module does not depend on the mount table, which depends on
+/// the commands).
+pub trait ServiceMounts: Send + Sync {
+    /// Runs `change` with `dataset` unmounted when the service has it mounted, then mounts
+    /// it again where it was.
+    fn with_unmounted(
+        &self,
+        dataset: &str,
+        change: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<(), String>;
 }
 
 thread_local! {
@@ -65,6 +80,11 @@ pub fn store_for(pool: &str) -> Result<Option<Arc<Store>>, String> {
             ctx.pool
         )),
     })
+}
+
+/// The mounts of the service this thread runs a command for, if it does.
+pub fn mounts() -> Option<Arc<dyn ServiceMounts>> {
+    CTX.with(|c| c.borrow().as_ref().map(|ctx| ctx.mounts.clone()))
 }
 
 fn write_to(which: fn(&Ctx) -> &File, args: std::fmt::Arguments, stderr: bool) {

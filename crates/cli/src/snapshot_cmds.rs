@@ -345,11 +345,20 @@ pub struct RollbackArgs {
     pub name: String,
 }
 
+/// `cairn rollback [-r] POOL/DS@NAME`. In a service that has the dataset mounted, the mount
+/// goes while the dataset rolls back and comes back after (`MountTable::with_unmounted`).
 pub fn rollback(a: RollbackArgs) -> Result<(), String> {
     let store = open(pool_of(&a.name))?;
-    store
-        .snapshot_rollback(&a.name, a.destroy_newer)
-        .map_err(err)?;
+    let dataset = a.name.split('@').next().unwrap_or_default();
+    let mut roll = || {
+        store
+            .snapshot_rollback(&a.name, a.destroy_newer)
+            .map_err(err)
+    };
+    match crate::served::mounts() {
+        Some(mounts) => mounts.with_unmounted(dataset, &mut roll)?,
+        None => roll()?,
+    }
     finish(store)
 }
 

@@ -583,3 +583,39 @@ fn a_directory_made_by_the_cli_can_be_removed_through_the_mount() {
     fs::write(m.join("after"), b"created").unwrap();
     umount(&s);
 }
+
+/// `cairn rollback` of a mounted dataset (issue 16): the service unmounts it, rolls back
+/// and mounts it again at the same place, so the mount shows the snapshot's files at once;
+/// a mount in use is refused and nothing changes.
+#[test]
+fn rollback_of_a_mounted_dataset_remounts_it() {
+    if !fuse_available() {
+        return;
+    }
+    let s = pool();
+    mount(&s);
+    let m = &s.mnt;
+    fs::write(m.join("kept"), b"before").unwrap();
+    ok(&cairn(&s.home, &["snapshot", "tank/fs@s"]));
+    fs::write(m.join("kept"), b"after, longer").unwrap();
+    fs::write(m.join("new"), b"gone after the rollback").unwrap();
+    // In use: a file open in the mount.
+    let open = fs::File::open(m.join("new")).unwrap();
+    let e = fails(&cairn(&s.home, &["rollback", "tank/fs@s"]));
+    assert!(e.contains("in use") && e.contains("cairn umount"), "{e}");
+    assert_eq!(fs::read(m.join("kept")).unwrap(), b"after, longer");
+    drop(open);
+    ok(&cairn(&s.home, &["rollback", "tank/fs@s"]));
+    assert_eq!(fs::read(m.join("kept")).unwrap(), b"before");
+    assert!(!m.join("new").exists());
+    // Still served by the same mount table: writes go on, and umount works.
+    fs::write(m.join("later"), b"x").unwrap();
+    let mounts = ok(&cairn(&s.home, &["mount"]));
+    assert!(mounts.contains("tank/fs"), "{mounts}");
+    umount(&s);
+    let ls = ok(&cairn(&s.home, &["ls", "tank/fs"]));
+    assert!(
+        ls.contains("kept") && ls.contains("later") && !ls.contains("new"),
+        "{ls}"
+    );
+}
