@@ -306,13 +306,6 @@ impl GetCmdArgs {
     }
 }
 
-/// Whether `cairn set` changes a pool property (which needs the pool to itself).
-pub fn is_pool_set(a: &SetArgs) -> bool {
-    a.assignment
-        .split_once('=')
-        .is_some_and(|(k, _)| is_pool_prop(k, &a.target))
-}
-
 pub fn cat(a: CatArgs) -> Result<(), String> {
     get_file(GetArgs {
         src: a.path,
@@ -651,7 +644,11 @@ pub fn set(a: SetArgs) -> Result<(), String> {
         ));
     }
     if is_pool_prop(k, &a.target) {
-        let mut pool = Pool::open(&crate::home(), &a.target).map_err(err)?;
+        // A served pool changes in its service, in force at once.
+        if let Some(store) = crate::served::store_for(&a.target)? {
+            return store.pool().set_property(k, v).map_err(err);
+        }
+        let pool = Pool::open(&crate::home(), &a.target).map_err(err)?;
         pool.set_property(k, v).map_err(err)?;
         return pool.save_record().map_err(err);
     }

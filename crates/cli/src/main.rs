@@ -381,9 +381,10 @@ fn exit_with(code: i32) -> ! {
 }
 
 /// The pool whose serving process (if one runs) should run `cmd`: the commands that read
-/// or change files, datasets, volumes and dataset properties, and scrubs. The others either
-/// ask the service for what they need themselves (`status`, `list`, `iostat`, `history`,
-/// snapshots) or need the pool to themselves (device management, pool properties, export).
+/// or change files, datasets, volumes, dataset and pool properties, scrubs and rollbacks.
+/// The others either ask the service for what they need themselves (`status`, `list`,
+/// `iostat`, `history`, snapshots) or need the pool to themselves (device management,
+/// export).
 fn served_pool(cmd: &Command) -> Option<String> {
     use data_cmds::{DatasetCmd, VolumeCmd};
     use store_open::pool_of;
@@ -400,7 +401,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         | Command::Volume(VolumeCmd::Create { name, .. }) => pool(name),
         Command::Dataset(DatasetCmd::List { pool: p, .. }) => pool(p),
         Command::Destroy(a) if a.name.contains('/') && !a.name.contains('@') => pool(&a.name),
-        Command::Set(a) if !data_cmds::is_pool_set(a) => pool(&a.target),
+        Command::Set(a) => pool(&a.target),
         Command::Scrub(a) => pool(&a.pool),
         Command::Resilver(a) => pool(&a.pool),
         Command::Send(a) => a.pool(),

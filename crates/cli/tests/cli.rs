@@ -404,6 +404,14 @@ fn readpolicy_is_a_pool_property_set_at_create_and_later() {
     assert!(e.contains("valid values are auto, round-robin"), "{e}");
     // Dataset properties of the root dataset are still set through the pool name.
     ok(&cairn(&home, &["set", "compression=off", "tank"]));
+    let got = ok(&cairn(&home, &["get", "-H", "comment", "tank"]));
+    assert_eq!(got.trim(), "tank\tcomment\t-\tdefault", "{got}");
+    ok(&cairn(&home, &["set", "comment=rack 3, shelf 2", "tank"]));
+    let e = fails(&cairn(
+        &home,
+        &["set", &format!("comment={}", "x".repeat(33)), "tank"],
+    ));
+    assert!(e.contains("at most 32 printable ASCII"), "{e}");
     ok(&cairn(&home, &["export", "tank"]));
     ok(&cairn(
         &home,
@@ -415,6 +423,8 @@ fn readpolicy_is_a_pool_property_set_at_create_and_later() {
     ));
     assert!(got.contains("tank\treadpolicy\tnearest\tlocal"), "{got}");
     assert!(got.contains("tank\tcompression\toff"), "{got}");
+    let got = ok(&cairn(&home, &["get", "-H", "comment", "tank"]));
+    assert_eq!(got.trim(), "tank\tcomment\track 3, shelf 2\tlocal", "{got}");
 }
 
 #[test]

@@ -212,8 +212,16 @@ fn changes_made_through_the_service_are_committed_and_in_the_history() {
         e.contains("in use by PID") && e.contains("cairn serve"),
         "{e}"
     );
-    let e = fails(&cairn(&home, &["set", "readpolicy=md", "tank"]));
-    assert!(e.contains("in use by PID") && e.contains("stop it"), "{e}");
+    // Pool properties change in the service, in force at once and in the labels.
+    ok(&cairn(&home, &["set", "readpolicy=md", "tank"]));
+    ok(&cairn(&home, &["set", "comment=served", "tank"]));
+    let got = ok(&cairn(&home, &["get", "-H", "readpolicy,comment", "tank"]));
+    assert!(
+        got.contains("tank\treadpolicy\tmd\tlocal") && got.contains("tank\tcomment\tserved\tlocal"),
+        "{got}"
+    );
+    let e = fails(&cairn(&home, &["set", "readpolicy=fast", "tank"]));
+    assert!(e.contains("valid values are auto"), "{e}");
     let history = ok(&cairn(&home, &["history", "tank"]));
     // kill -9: everything acknowledged was synced before the command answered.
     let mut served = served;
@@ -233,6 +241,11 @@ fn changes_made_through_the_service_are_committed_and_in_the_history() {
     assert!(
         datasets.contains("tank/vol2") && !datasets.contains("tank/tmp"),
         "{datasets}"
+    );
+    let got = ok(&cairn(&home, &["get", "-H", "readpolicy,comment", "tank"]));
+    assert!(
+        got.contains("\tmd\t") && got.contains("\tserved\t"),
+        "{got}"
     );
     for cmd in [
         "cairn dataset create tank/media",

@@ -74,7 +74,7 @@ fn plan_create_dry_run_create_and_list_agree() {
             &tokens,
             CreateOptions {
                 dry_run: true,
-                ..options
+                ..options.clone()
             },
         )
         .unwrap();

@@ -657,7 +657,7 @@ impl Pool {
                 .collect();
             self.config.vdevs.push(config.clone());
             let top = TopVdev::new(config, children);
-            top.set_read_policy(self.config.props.readpolicy);
+            top.set_read_policy(self.props().readpolicy);
             self.tops.push(top);
         }
         self.config.validate().map_err(PoolError::BadSpec)?;
@@ -773,7 +773,7 @@ impl Pool {
     fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Slot>) {
         self.config.vdevs[t] = config.clone();
         self.tops[t] = TopVdev::from_slots(config, children);
-        self.tops[t].set_read_policy(self.config.props.readpolicy);
+        self.tops[t].set_read_policy(self.props().readpolicy);
     }
 
     /// The newest uberblock, found before leaf GUIDs change (which changes the GUID sum

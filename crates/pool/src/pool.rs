@@ -28,7 +28,7 @@ const _: () = assert!(crate::io::bp::BP_SIZE <= cairn_vdev::label::ROOT_POINTER_
 const INITIAL_TXG: u64 = 4;
 
 /// Options of `cairn create`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CreateOptions {
     /// Sector size exponent; probed from the devices when `None`.
     pub ashift: Option<u32>,
@@ -58,6 +58,9 @@ pub struct Pool {
     pub(crate) resilver: std::sync::Mutex<Option<ResilverCheckpoint>>,
     /// The current or last scrub and the last resilver (persisted with the config).
     pub(crate) scan: std::sync::Mutex<ScanRecords>,
+    /// Pool properties in force (`set` changes them while the pool serves; written with
+    /// the config).
+    props: std::sync::Mutex<cairn_vdev::PoolProps>,
     /// A scrub runs in this process (one at a time per pool: `claim_scrub`).
     scrub_running: std::sync::atomic::AtomicBool,
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
@@ -653,6 +656,7 @@ impl Pool {
                 last_resilver: config.last_resilver.clone(),
             }),
             scrub_running: std::sync::atomic::AtomicBool::new(false),
+            props: std::sync::Mutex::new(config.props.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             config,
             tops,
@@ -949,19 +953,29 @@ impl Pool {
 
     /// Sets pool property `name` (`cairn set PROP=VALUE POOL`): in force for the next
     /// read, and in the labels (config only, no new txg) so it survives export/import.
-    pub fn set_property(&mut self, name: &str, value: &str) -> Result<(), PoolError> {
-        let mut props = self.config.props;
-        props.set(name, value)?;
-        self.config.props = props;
+    /// Also while the pool serves (a `cairn serve` runs it for a client).
+    pub fn set_property(&self, name: &str, value: &str) -> Result<(), PoolError> {
+        let policy = {
+            let mut props = self.props.lock().unwrap_or_else(|p| p.into_inner());
+            let mut changed = props.clone();
+            changed.set(name, value)?;
+            *props = changed;
+            props.readpolicy
+        };
         for top in &self.tops {
-            top.set_read_policy(self.config.props.readpolicy);
+            top.set_read_policy(policy);
         }
         self.write_config_labels(0)
     }
 
+    /// The pool properties in force.
+    pub fn props(&self) -> cairn_vdev::PoolProps {
+        self.props.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The text form of pool property `name`.
     pub fn property(&self, name: &str) -> Result<String, PoolError> {
-        Ok(self.config.props.get(name)?)
+        Ok(self.props().get(name)?)
     }
 
     /// The config with each leaf's current state (offline, faulted, DTL) and the resilver
@@ -993,6 +1007,7 @@ impl Pool {
             }
         }
         config.resilver = self.resilver_checkpoint();
+        config.props = self.props();
         let scan = self.scan_records();
         config.scrub = scan.scrub;
         config.last_resilver = scan.last_resilver;

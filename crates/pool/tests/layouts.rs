@@ -36,6 +36,7 @@ fn exercise(case: usize, layout: &str, disks: usize, ashift: u32) {
         // sequential reader on one side.
         props: cairn_vdev::PoolProps {
             readpolicy: cairn_vdev::readpolicy::Policy::RoundRobin,
+            ..cairn_vdev::PoolProps::default()
         },
         ..CreateOptions::default()
     };

@@ -25,7 +25,10 @@ fn mirror_pool(dir: &std::path::Path, policy: Policy) -> Pool {
     let home = Home::at(dir.join("home"));
     let opts = CreateOptions {
         ashift: Some(12),
-        props: PoolProps { readpolicy: policy },
+        props: PoolProps {
+            readpolicy: policy,
+            ..PoolProps::default()
+        },
         ..CreateOptions::default()
     };
     Pool::create(&home, "tank", &tokens, opts)
@@ -123,7 +126,7 @@ fn round_robin_splits_reads_evenly_whatever_the_speed() {
 #[test]
 fn readpolicy_persists_across_export_and_import_and_bad_values_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut pool = mirror_pool(dir.path(), Policy::Md);
+    let pool = mirror_pool(dir.path(), Policy::Md);
     assert_eq!(pool.property("readpolicy").unwrap(), "md");
     pool.set_property("readpolicy", "least-queue").unwrap();
     assert_eq!(pool.tops()[0].read_policy(), Policy::LeastQueue);

@@ -46,16 +46,23 @@ pub struct PoolConfig {
 
 /// Pool-wide properties kept in the label config, where the pool layer reads them before
 /// any store is open (`cairn create -o PROP=V`, `cairn set PROP=V POOL`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolProps {
     /// Which mirror side serves a read (`crate::readpolicy`).
     #[serde(default)]
     pub readpolicy: crate::readpolicy::Policy,
+    /// The administrator's note on the pool (zpool's `comment`), shown by `get` and kept
+    /// with the pool through export and import.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
 }
+
+/// Longest pool comment, in bytes (as zpool: printable ASCII only).
+pub const MAX_COMMENT: usize = 32;
 
 impl PoolProps {
     /// Every pool property name `set`/`get` know.
-    pub const NAMES: [&'static str; 1] = ["readpolicy"];
+    pub const NAMES: [&'static str; 2] = ["readpolicy", "comment"];
 
     pub fn is_default(&self) -> bool {
         *self == PoolProps::default()
@@ -68,6 +75,14 @@ impl PoolProps {
                 self.readpolicy = value.parse().map_err(PropError::BadReadPolicy)?;
                 Ok(())
             }
+            "comment" => {
+                let printable = value.bytes().all(|b| (0x20..0x7f).contains(&b));
+                if value.len() > MAX_COMMENT || !printable {
+                    return Err(PropError::BadComment(value.to_string()));
+                }
+                self.comment = value.to_string();
+                Ok(())
+            }
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -76,6 +91,8 @@ impl PoolProps {
     pub fn get(&self, name: &str) -> Result<String, PropError> {
         match name {
             "readpolicy" => Ok(self.readpolicy.name().to_string()),
+            "comment" if self.comment.is_empty() => Ok("-".to_string()),
+            "comment" => Ok(self.comment.clone()),
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -84,8 +101,10 @@ impl PoolProps {
 /// A pool property that cannot be set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PropError {
-    #[error("unknown pool property '{0}' (pool properties: readpolicy)")]
+    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment)")]
     Unknown(String),
+    #[error("comment {0:?}: give at most 32 printable ASCII characters (\"\" clears it)")]
+    BadComment(String),
     #[error(transparent)]
     BadReadPolicy(crate::readpolicy::BadPolicy),
 }
