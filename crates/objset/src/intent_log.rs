@@ -541,9 +541,11 @@ impl StoreCore {
             }
             let mut buf = vec![0u8; psize];
             let verify = |b: &[u8]| LogBlock::verifies(b);
+            // The block after the last one written was allocated but never written: read
+            // speculatively, its failure to verify charges no device.
             if self
                 .pool
-                .read_block(at.dva.vdev as usize, at.dva.offset, &mut buf, Some(&verify))
+                .read_block_speculative(at.dva.vdev as usize, at.dva.offset, &mut buf, &verify)
                 .is_err()
             {
                 break;

@@ -763,6 +763,21 @@ impl Pool {
         Ok(self.top(vdev)?.read_block(offset, out, verify)?)
     }
 
+    /// Reads a block that may never have been written (`TopVdev::read_block_speculative`):
+    /// the intent log's chain ends at the first block that does not verify, and that is
+    /// no device's fault.
+    pub fn read_block_speculative(
+        &self,
+        vdev: usize,
+        offset: u64,
+        out: &mut [u8],
+        verify: cairn_vdev::top::Verifier<'_>,
+    ) -> Result<IoReport, PoolError> {
+        Ok(self
+            .top(vdev)?
+            .read_block_speculative(offset, out, verify)?)
+    }
+
     fn top(&self, vdev: usize) -> Result<&TopVdev, PoolError> {
         self.tops.get(vdev).ok_or_else(|| {
             PoolError::BadOption(format!(

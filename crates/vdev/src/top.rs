@@ -509,13 +509,36 @@ impl TopVdev {
         out: &mut [u8],
         verify: Option<Verifier<'_>>,
     ) -> Result<IoReport, VdevError> {
+        self.read_block_as(offset, out, verify, false)
+    }
+
+    /// Reads a block that may never have been written: the intent log's next block, which
+    /// ZFS too reads speculatively. When no copy or combination of columns verifies, the
+    /// block is absent, not damaged, and no checksum error is charged; a block that
+    /// verifies after a repair was written and damaged, and is charged as any read is.
+    pub fn read_block_speculative(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        verify: Verifier<'_>,
+    ) -> Result<IoReport, VdevError> {
+        self.read_block_as(offset, out, Some(verify), true)
+    }
+
+    fn read_block_as(
+        &self,
+        offset: u64,
+        out: &mut [u8],
+        verify: Option<Verifier<'_>>,
+        speculative: bool,
+    ) -> Result<IoReport, VdevError> {
         self.check_address(offset, out.len() as u64)?;
         match self.config.shape {
             VdevShape::Raidz { width, parity } => {
                 let map = raidz_map(offset, out.len() as u64, width, parity, self.ashift());
-                self.read_raidz(&map, offset, out, verify)
+                self.read_raidz(&map, offset, out, verify, speculative)
             }
-            _ => self.read_copies(offset, out, verify),
+            _ => self.read_copies(offset, out, verify, speculative),
         }
     }
 
@@ -601,7 +624,7 @@ impl TopVdev {
         verify: Verifier<'_>,
     ) -> Result<IoReport, VdevError> {
         // Data (with reconstruction and combinatorial repair) as a verified read does it.
-        let mut report = self.read_raidz(map, offset, out, Some(verify))?;
+        let mut report = self.read_raidz(map, offset, out, Some(verify), false)?;
         // Then the parity: regenerate it from the good data and compare with the disks.
         let mut expected: Vec<Vec<u8>> = map
             .parity_columns()
@@ -696,12 +719,12 @@ impl TopVdev {
             VdevShape::Raidz { width, parity } => {
                 let map = raidz_map(offset, psize, width, parity, self.ashift());
                 if !self.read_raidz_one_round(&map, &mut data, verify) {
-                    self.read_raidz(&map, offset, &mut data, Some(verify))?;
+                    self.read_raidz(&map, offset, &mut data, Some(verify), false)?;
                 }
                 self.columns_of(&map, &data, targets)
             }
             _ => {
-                self.read_copies(offset, &mut data, Some(verify))?;
+                self.read_copies(offset, &mut data, Some(verify), false)?;
                 Ok(targets
                     .iter()
                     .map(|&c| (c, LEAF_DATA_START + offset, data.clone()))
@@ -885,11 +908,14 @@ impl TopVdev {
 
     /// Mirror read: the sides in the read policy's order until one returns data that
     /// verifies; the sides that failed or returned wrong data are then rewritten with it.
+    /// `speculative`: sides that did not verify are charged only once one side does
+    /// (`read_block_speculative`).
     fn read_copies(
         &self,
         offset: u64,
         out: &mut [u8],
         verify: Option<Verifier<'_>>,
+        speculative: bool,
     ) -> Result<IoReport, VdevError> {
         let leaf_offset = LEAF_DATA_START + offset;
         let mut report = IoReport::default();
@@ -897,8 +923,12 @@ impl TopVdev {
             .read_first_good_copy(leaf_offset, out, verify, &mut report)
             .is_none()
         {
+            if !speculative {
+                self.charge_checksum_errors(&report);
+            }
             return Err(self.no_good_copy(offset, verify.is_some(), &report));
         }
+        self.charge_checksum_errors(&report);
         // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
         // side the policy chose, as a missing raidz column does.
         for (c, child) in self.children.iter().enumerate() {
@@ -939,13 +969,20 @@ impl TopVdev {
                 continue;
             }
             if verify.is_some_and(|v| !v(out)) {
-                child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 report.checksum_failed_children.push(c);
                 continue;
             }
             return Some(c);
         }
         None
+    }
+
+    /// Charges a checksum error to each side that returned data that did not verify.
+    fn charge_checksum_errors(&self, report: &IoReport) {
+        for &c in &report.checksum_failed_children {
+            let child = &self.children[c];
+            child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The error of a mirror read at `offset` that found no good side: unrecoverable if a
@@ -1042,6 +1079,7 @@ impl TopVdev {
         offset: u64,
         out: &mut [u8],
         verify: Option<Verifier<'_>>,
+        speculative: bool,
     ) -> Result<IoReport, VdevError> {
         let ncols = map.columns.len();
         let p = map.parity;
@@ -1083,8 +1121,9 @@ impl TopVdev {
                 let Some(culprits) = culprits else {
                     // No combination verifies: the damage is beyond parity, and which column
                     // is wrong cannot be told — every child of the row gets a checksum error
-                    // (as ZFS charges them all), so `status` shows where to look.
-                    for col in &map.columns {
+                    // (as ZFS charges them all), so `status` shows where to look. A
+                    // speculative read has found a block that was never written.
+                    for col in map.columns.iter().filter(|_| !speculative) {
                         let child = &self.children[col.child];
                         child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                     }
