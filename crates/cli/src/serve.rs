@@ -453,13 +453,24 @@ fn listen(a: &ServeArgs, server: &NbdServer) -> Result<Vec<cairn_nbd::RunningSer
         running.push(server.spawn_tcp(l));
     }
     for path in &a.sockets {
-        let _ = std::fs::remove_file(path);
-        let l = UnixListener::bind(path)
-            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let l =
+            listen_unix(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
         eprintln!("cairn: serving NBD on unix socket {}", path.display());
         running.push(server.spawn_unix(l));
     }
     Ok(running)
+}
+
+/// A Unix socket listening at `path`. The socket is bound under a temporary name in the
+/// same directory and renamed once it listens: a client that waits for the file to appear
+/// and connects is never refused (between bind and listen it would be).
+fn listen_unix(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let temporary = dir.join(format!(".cairn-nbd-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    let listener = UnixListener::bind(&temporary)?;
+    std::fs::rename(&temporary, path)?;
+    Ok(listener)
 }
 
 /// The service's loop until SIGINT/SIGTERM, `--duration`, or (`--until-unmounted`) the
