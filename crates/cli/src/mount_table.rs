@@ -199,10 +199,13 @@ impl MountTable {
         let result = change();
         match self.mount_fs(dataset, &m.dir, m.read_only) {
             Ok(again) => m.mounted = Some(again),
-            Err(e) => eprintln!(
-                "cairn: cannot mount {dataset} again at {}: {e}",
-                m.dir.display()
-            ),
+            Err(e) => {
+                eprintln!(
+                    "cairn: cannot mount {dataset} again at {}: {e}",
+                    m.dir.display()
+                );
+                crate::mount_cmds::forget_mount(dataset);
+            }
         }
         result
     }
