@@ -411,12 +411,7 @@ pub fn destroy(a: PoolName) -> Result<(), String> {
 }
 
 pub fn labels(a: LabelsArgs) -> Result<(), String> {
-    let opts = LeafOptions {
-        read_only: true,
-        no_lock: true,
-        ..LeafOptions::default()
-    };
-    let leaf = FileLeaf::open(&a.device, opts).map_err(err)?;
+    let leaf = FileLeaf::open(&a.device, LeafOptions::inspect()).map_err(err)?;
     let labels = read_leaf_labels(&leaf);
     if labels.best_config().is_none() && labels.uberblocks.is_empty() {
         let why = labels

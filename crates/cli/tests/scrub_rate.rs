@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Instant;
 
-use support::{cairn, cairn_cmd, fails, files, ok, pseudo_random, MIB};
+use support::{cairn, cairn_cmd, fails, files, ok, paused_then_canceled, pseudo_random, MIB};
 
 #[test]
 fn a_rate_limited_scrub_keeps_its_pace_and_finds_the_same() {
@@ -80,17 +80,8 @@ fn the_scrub_state_is_kept_in_the_pool() {
         }
     }
     assert!(paused.is_some(), "scrub -p never found the running scrub");
-    let out = slow.wait_with_output().unwrap();
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("scrub of 'tank' paused"),
-        "{out:?}"
-    );
-    let status = ok(&cairn(&home, &["status", "tank"]));
-    assert!(status.contains("scan: scrub paused:"), "{status}");
     // Canceled with no process scrubbing: the labels change.
-    ok(&cairn(&home, &["scrub", "-s", "tank"]));
-    let status = ok(&cairn(&home, &["status", "tank"]));
-    assert!(status.contains("scan: scrub canceled"), "{status}");
+    paused_then_canceled(&home, slow);
     let e = fails(&cairn(&home, &["scrub", "-s", "tank"]));
     assert!(e.contains("no scrub in progress"), "{e}");
     // A finished scrub's line goes with the pool to a state directory that never saw it.

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{cairn, cairn_cmd, fails, files, ok, ok_bytes, pseudo_random, MIB};
+use support::{
+    cairn, cairn_cmd, fails, files, ok, ok_bytes, paused_then_canceled, pseudo_random, MIB,
+};
 
 struct Served {
     child: Child,
@@ -634,16 +636,7 @@ fn scrub_pause_and_cancel_run_in_the_service() {
     let e = fails(&cairn(&home, &["scrub", "tank"]));
     assert!(e.contains("is being scrubbed already"), "{e}");
     ok(&cairn(&home, &["scrub", "-p", "tank"]));
-    let out = slow.wait_with_output().unwrap();
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("scrub of 'tank' paused"),
-        "{out:?}"
-    );
-    let status = ok(&cairn(&home, &["status", "tank"]));
-    assert!(status.contains("scan: scrub paused:"), "{status}");
-    ok(&cairn(&home, &["scrub", "-s", "tank"]));
-    let status = ok(&cairn(&home, &["status", "tank"]));
-    assert!(status.contains("scan: scrub canceled"), "{status}");
+    paused_then_canceled(&home, slow);
     served.stop();
     // The service wrote it to the labels.
     let status = ok(&cairn(&home, &["status", "tank"]));

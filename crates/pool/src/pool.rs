@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
+use cairn_vdev::label::LeafLabels;
 use cairn_vdev::label_io::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
 use cairn_vdev::scan::{ResilverRecord, ScanRecords, ScrubState};
 use cairn_vdev::{
@@ -322,27 +323,36 @@ fn no_such_pool(dirs: &[PathBuf]) -> String {
 
 /// Devices in `dirs` whose labels only a newer cairn can read.
 fn newer_labelled_devices(dirs: &[PathBuf]) -> Vec<(PathBuf, String)> {
-    let opts = LeafOptions {
-        read_only: true,
-        no_lock: true,
-        ..LeafOptions::default()
-    };
+    let devices = labelled_devices(dirs).unwrap_or_default();
+    devices
+        .into_iter()
+        .filter_map(|(path, labels)| {
+            let why = labels.written_by_newer_cairn()?.to_string();
+            Some((path, why))
+        })
+        .collect()
+}
+
+/// Every file in `dirs` that opens as a leaf, with its labels (read-only, unlocked), in
+/// path order within each directory.
+fn labelled_devices(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, LeafLabels)>, PoolError> {
     let mut out = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
-        };
-        for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
-            let Ok(leaf) = FileLeaf::open(&path, opts) else {
-                continue;
-            };
-            if let Some(e) = read_leaf_labels(&leaf).written_by_newer_cairn() {
-                out.push((path, e.to_string()));
+        let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        let entries = std::fs::read_dir(dir).map_err(|e| PoolError::ScanDir {
+            dir: dir.display().to_string(),
+            source: e,
+        })?;
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            if let Ok(leaf) = FileLeaf::open(&path, LeafOptions::inspect()) {
+                let labels = read_leaf_labels(&leaf);
+                out.push((path, labels));
             }
         }
     }
-    out.sort();
-    out
+    Ok(out)
 }
 
 impl Pool {
@@ -478,16 +488,11 @@ impl Pool {
     /// last wrote, e.g. the state of the scrub it runs.
     pub fn peek_config(home: &Home, name: &str) -> Result<PoolConfig, PoolError> {
         let record = home.load(name)?;
-        let opts = LeafOptions {
-            read_only: true,
-            no_lock: true,
-            ..LeafOptions::default()
-        };
         record
             .leaves
             .iter()
             .filter_map(|(&guid, path)| {
-                let leaf = open_leaf(path, opts).ok()?;
+                let leaf = open_leaf(path, LeafOptions::inspect()).ok()?;
                 let labels = read_leaf_labels(leaf.as_ref());
                 let cfg = labels.best_config()?;
                 (cfg.pool.guid == record.guid && cfg.leaf_guid == guid).then(|| cfg.pool.clone())
@@ -502,44 +507,25 @@ impl Pool {
     /// Scans `dirs` for devices with cairn labels; returns the pools found.
     pub fn scan(dirs: &[PathBuf], include_destroyed: bool) -> Result<Vec<FoundPool>, PoolError> {
         let mut pools: BTreeMap<u64, FoundPool> = BTreeMap::new();
-        for dir in dirs {
-            let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-            let entries = std::fs::read_dir(dir).map_err(|e| PoolError::ScanDir {
-                dir: dir.display().to_string(),
-                source: e,
-            })?;
-            let mut paths: Vec<PathBuf> =
-                entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-            paths.sort();
-            for path in paths {
-                let opts = LeafOptions {
-                    read_only: true,
-                    no_lock: true,
-                    ..LeafOptions::default()
-                };
-                let Ok(leaf) = FileLeaf::open(&path, opts) else {
-                    continue;
-                };
-                let labels = read_leaf_labels(&leaf);
-                let Some(cfg) = labels.best_config() else {
-                    continue;
-                };
-                if cfg.pool.state == PoolState::Destroyed && !include_destroyed {
-                    continue;
-                }
-                let entry = pools.entry(cfg.pool.guid).or_insert_with(|| FoundPool {
-                    config: cfg.pool.clone(),
-                    found: BTreeMap::new(),
-                    newer: Vec::new(),
-                });
-                if let Some(e) = labels.written_by_newer_cairn() {
-                    entry.newer.push((path.clone(), e.to_string()));
-                }
-                if cfg.pool.txg > entry.config.txg {
-                    entry.config = cfg.pool.clone();
-                }
-                entry.found.insert(cfg.leaf_guid, path.clone());
+        for (path, labels) in labelled_devices(dirs)? {
+            let Some(cfg) = labels.best_config() else {
+                continue;
+            };
+            if cfg.pool.state == PoolState::Destroyed && !include_destroyed {
+                continue;
             }
+            let entry = pools.entry(cfg.pool.guid).or_insert_with(|| FoundPool {
+                config: cfg.pool.clone(),
+                found: BTreeMap::new(),
+                newer: Vec::new(),
+            });
+            if let Some(e) = labels.written_by_newer_cairn() {
+                entry.newer.push((path.clone(), e.to_string()));
+            }
+            if cfg.pool.txg > entry.config.txg {
+                entry.config = cfg.pool.clone();
+            }
+            entry.found.insert(cfg.leaf_guid, path);
         }
         Ok(pools.into_values().collect())
     }

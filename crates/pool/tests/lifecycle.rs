@@ -352,7 +352,7 @@ fn write_newer_uberblock(path: &Path) {
     for i in 0..4 {
         let ring = cairn_geometry::label_offset(size, i) + UBERBLOCK_RING_OFFSET as u64;
         // Slots are whole KiB; take the first slot that holds an uberblock.
-        let mut slot = vec![0u8; UBERBLOCK_SIZE];
+        let mut slot = [0u8; UBERBLOCK_SIZE];
         let at = (0..128u64)
             .map(|s| ring + s * 1024)
             .find(|&at| {
@@ -361,8 +361,7 @@ fn write_newer_uberblock(path: &Path) {
             })
             .expect("an uberblock in the ring");
         slot[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let sum = blake3::hash(&slot[..UBERBLOCK_SIZE - 32]);
-        slot[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        cairn_vdev::label::seal_uberblock(&mut slot);
         f.write_all_at(&slot, at).unwrap();
     }
 }

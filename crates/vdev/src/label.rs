@@ -183,8 +183,7 @@ impl Uberblock {
         b[24..32].copy_from_slice(&self.guid_sum.to_le_bytes());
         b[32..40].copy_from_slice(&self.timestamp.to_le_bytes());
         b[48..48 + ROOT_POINTER_SIZE].copy_from_slice(&self.root);
-        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
-        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        seal_uberblock(&mut b);
         b
     }
 
@@ -226,6 +225,13 @@ impl Uberblock {
             root,
         }))
     }
+}
+
+/// Writes the checksum trailer of an encoded uberblock (blake3 of bytes 0..304 at 304;
+/// every version keeps it there).
+pub fn seal_uberblock(b: &mut [u8; UBERBLOCK_SIZE]) {
+    let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
+    b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
 }
 
 /// Everything found in the four labels of one leaf.
@@ -346,8 +352,7 @@ mod tests {
         };
         let mut b = ub.encode();
         b[8] = UBERBLOCK_VERSION as u8 + 1;
-        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
-        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        seal_uberblock(&mut b);
         let e = Uberblock::decode(&b).unwrap_err();
         assert!(e.is_newer_version(), "{e}");
         assert!(e.to_string().contains("upgrade cairn"), "{e}");
@@ -356,8 +361,7 @@ mod tests {
         torn[100] ^= 1;
         assert_eq!(Uberblock::decode(&torn), Err(LabelError::BadChecksum));
         b[8] = 0;
-        let sum = blake3::hash(&b[..UBERBLOCK_SIZE - 32]);
-        b[UBERBLOCK_SIZE - 32..].copy_from_slice(sum.as_bytes());
+        seal_uberblock(&mut b);
         let e = Uberblock::decode(&b).unwrap_err();
         assert!(!e.is_newer_version());
         assert_eq!(e.to_string(), "corrupt uberblock: version 0");

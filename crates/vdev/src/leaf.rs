@@ -66,6 +66,18 @@ pub struct LeafOptions {
     pub no_lock: bool,
 }
 
+impl LeafOptions {
+    /// Read-only and unlocked: for looking at labels of devices another process may hold
+    /// (`cairn labels`, import scans, reading a held pool's config).
+    pub fn inspect() -> LeafOptions {
+        LeafOptions {
+            read_only: true,
+            no_lock: true,
+            ..LeafOptions::default()
+        }
+    }
+}
+
 /// Sector size assumed for regular files: modern disks and file systems are 4 KiB.
 pub const FILE_SECTOR_SIZE: u32 = 4096;
 

@@ -95,3 +95,19 @@ pub fn raidz1_with_data(
     ));
     (home, d, data)
 }
+
+/// Waits for the `cairn scrub` client `scrub`, paused from elsewhere, to say so; checks
+/// `status` shows the pause, cancels the paused scrub with `scrub -s` and checks `status`
+/// shows that.
+pub fn paused_then_canceled(home: &Path, scrub: std::process::Child) {
+    let out = scrub.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("scrub of 'tank' paused"),
+        "{out:?}"
+    );
+    let status = ok(&cairn(home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub paused:"), "{status}");
+    ok(&cairn(home, &["scrub", "-s", "tank"]));
+    let status = ok(&cairn(home, &["status", "tank"]));
+    assert!(status.contains("scan: scrub canceled"), "{status}");
+}
