@@ -134,7 +134,38 @@ fn device_op(
     Ok(())
 }
 
+/// `device_op` run by the service that holds the pool (`crate::served`): `op` changes the
+/// pool in use, and a leaf that needs data is resilvered by the service's own background
+/// resilver, which this waits for and reports as a foreground resilver does.
+fn in_use_op(
+    name: &str,
+    flags: &ResilverFlags,
+    op: impl FnOnce(&Pool) -> Result<DeviceOutcome, cairn_pool::PoolError>,
+) -> Result<(), String> {
+    if flags.rate.is_some() {
+        return Err(rate_refused(name));
+    }
+    let store = crate::store_open::open(name)?;
+    if op(store.pool()).map_err(err)? == DeviceOutcome::NeedsResilver {
+        wait_for_service_resilver(&store, flags);
+    }
+    Ok(())
+}
+
+fn rate_refused(pool: &str) -> String {
+    format!(
+        "--rate: the service holding '{pool}' resilvers at the rate it was started with (the resilver_rate tunable); restart it with `--tunable resilver_rate=R`, or run the command with the pool not served"
+    )
+}
+
 pub fn offline(a: OfflineArgs) -> Result<(), String> {
+    if crate::served::active() {
+        let store = crate::store_open::open(&a.pool)?;
+        for d in &a.devices {
+            store.pool().offline_in_use(d, a.temporary).map_err(err)?;
+        }
+        return Ok(());
+    }
     let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     for d in &a.devices {
@@ -144,6 +175,17 @@ pub fn offline(a: OfflineArgs) -> Result<(), String> {
 }
 
 pub fn online(a: OnlineArgs) -> Result<(), String> {
+    if crate::served::active() {
+        return in_use_op(&a.pool, &a.flags, |pool| {
+            let mut outcome = DeviceOutcome::Done;
+            for d in &a.devices {
+                if pool.online_in_use(d)? == DeviceOutcome::NeedsResilver {
+                    outcome = DeviceOutcome::NeedsResilver;
+                }
+            }
+            Ok(outcome)
+        });
+    }
     device_op(&a.pool, &a.flags, |pool| {
         let mut outcome = DeviceOutcome::Done;
         for d in &a.devices {
@@ -195,6 +237,11 @@ pub fn remove(a: RemoveArgs) -> Result<(), String> {
 }
 
 pub fn clear(a: ClearArgs) -> Result<(), String> {
+    if crate::served::active() {
+        return in_use_op(&a.pool, &a.flags, |pool| {
+            pool.clear_in_use(a.device.as_deref())
+        });
+    }
     device_op(&a.pool, &a.flags, |pool| {
         pool.clear_device(a.device.as_deref())
     })
@@ -223,15 +270,20 @@ fn resilver_served(a: &ResilverArgs) -> Result<(), String> {
         return Ok(());
     }
     if a.flags.rate.is_some() {
-        return Err(format!(
-            "--rate: the service holding '{}' resilvers at the rate it was started with (the resilver_rate tunable); restart it with `--tunable resilver_rate=R`, or run `cairn resilver --rate R` with the pool not served",
-            a.pool
-        ));
+        return Err(rate_refused(&a.pool));
     }
+    wait_for_service_resilver(&store, &a.flags);
+    Ok(())
+}
+
+/// Waits until the service's background resilver has made every leaf whole (progress under
+/// `-w`) and prints its result as an in-process resilver does.
+fn wait_for_service_resilver(store: &Store, flags: &ResilverFlags) {
+    let pool = store.pool().name().to_string();
     let asked = unix_now();
     let mut shown = std::time::Instant::now();
     while store.pool().needs_resilver() {
-        if a.flags.wait && shown.elapsed() >= Duration::from_secs(1) {
+        if flags.wait && shown.elapsed() >= Duration::from_secs(1) {
             shown = std::time::Instant::now();
             if let Some(line) = resilver_scan_line(store.pool()) {
                 errln!("resilver: {}", line.trim());
@@ -255,12 +307,11 @@ fn resilver_served(a: &ResilverArgs) -> Result<(), String> {
                 format_zfs_size(rate),
                 r.errors
             );
-            return Ok(());
+            return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    outln!("pool '{}' needs no resilver", a.pool);
-    Ok(())
+    outln!("pool '{pool}' needs no resilver");
 }
 
 /// The `resilver_rate` tunable (bytes per second), for resilvers nobody started by hand.

@@ -209,7 +209,7 @@ fn changes_made_through_the_service_are_committed_and_in_the_history() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // What cannot be served says who holds the pool and what to do.
-    let e = fails(&cairn(&home, &["offline", "tank", "x"]));
+    let e = fails(&cairn(&home, &["detach", "tank", "x"]));
     assert!(
         e.contains("in use by PID") && e.contains("cairn serve"),
         "{e}"
@@ -641,4 +641,88 @@ fn scrub_pause_and_cancel_run_in_the_service() {
     // The service wrote it to the labels.
     let status = ok(&cairn(&home, &["status", "tank"]));
     assert!(status.contains("scan: scrub canceled"), "{status}");
+}
+
+/// offline, online and clear run in the service while clients write through it: a leaf
+/// taken offline misses the writes, comes back stale, and the service's resilver gives it
+/// every block it missed, including the writes that raced with `online` (checked by
+/// reading everything with another leaf offline, then a scrub).
+#[test]
+fn offline_online_and_clear_run_in_the_service_while_clients_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let served = serve(&home, "tank");
+    ok(&cairn(&home, &["offline", "tank", &d[1]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("DEGRADED") && st.contains("OFFLINE"), "{st}");
+    let e = fails(&cairn(&home, &["offline", "tank", &d[2]]));
+    assert!(e.contains("no valid replicas"), "{e}");
+    // Writers keep writing through the service before, during and after `online`.
+    let put = |i: usize| {
+        let src = dir.path().join(format!("src{i}"));
+        std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
+        ok(&cairn(
+            &home,
+            &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
+        ));
+    };
+    for i in 0..4 {
+        put(i);
+    }
+    let writer = std::thread::scope(|s| {
+        let w = s.spawn(|| (4..16).for_each(put));
+        std::thread::sleep(Duration::from_millis(300));
+        let back = ok(&cairn(&home, &["online", "tank", &d[1]]));
+        w.join().unwrap();
+        back
+    });
+    assert!(
+        writer.starts_with("resilvered ") && writer.contains("with 0 errors"),
+        "{writer}"
+    );
+    // Writes the service took after the resilver began still reach d1 (or its DTL): wait
+    // for any resilver they need, then read everything without d0.
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["offline", "tank", &d[0]]));
+    for i in 0..16 {
+        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
+        assert_eq!(
+            got.stdout,
+            pseudo_random(MIB as usize + i * 4096, i as u64),
+            "f{i} without d0"
+        );
+    }
+    ok(&cairn(&home, &["online", "tank", &d[0]]));
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["clear", "tank"]));
+    let st = ok(&cairn(&home, &["status", "-x", "tank"]));
+    assert!(st.contains("healthy"), "{st}");
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    assert!(
+        history.contains(&format!("cairn offline tank {}", d[1])),
+        "{history}"
+    );
+    // A temporary offline lasts until the next import.
+    ok(&cairn(&home, &["offline", "-t", "tank", &d[2]]));
+    served.stop();
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("OFFLINE"), "{st}");
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    ok(&cairn(&home, &["resilver", "tank"]));
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
+    let st = ok(&cairn(&home, &["status", "-x"]));
+    assert_eq!(st, "all pools are healthy\n");
 }

@@ -20,7 +20,7 @@ use crate::spec::{check_replication, TopKind, TopSpec};
 
 /// Which side of a `spare-N` group a device is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SpareSide {
+pub(crate) enum SpareSide {
     /// The hot spare standing in.
     Spare,
     /// The failed leaf it stands in for.
@@ -62,7 +62,11 @@ impl Pool {
         })
     }
 
-    fn device_error(op: &'static str, device: &str, why: impl Into<String>) -> PoolError {
+    pub(crate) fn device_error(
+        op: &'static str,
+        device: &str,
+        why: impl Into<String>,
+    ) -> PoolError {
         PoolError::Device {
             op,
             device: device.to_string(),
@@ -71,7 +75,7 @@ impl Pool {
     }
 
     /// Whether the top-level vdev can still serve every block without child `c`.
-    fn can_lose(&self, t: usize, c: usize) -> bool {
+    pub(crate) fn can_lose(&self, t: usize, c: usize) -> bool {
         let top = &self.tops[t];
         let others_unreadable = top
             .children
@@ -102,10 +106,9 @@ impl Pool {
                 "no valid replicas: the other devices of its vdev cannot hold the data alone",
             ));
         }
-        self.tops[t].children[c]
-            .offline
-            .store(true, Ordering::Relaxed);
-        self.config.vdevs[t].leaves[c].offline_temporary = temporary;
+        let child = &self.tops[t].children[c];
+        child.offline.store(true, Ordering::Relaxed);
+        child.offline_temporary.store(temporary, Ordering::Relaxed);
         self.commit_config()?;
         Ok(DeviceOutcome::Done)
     }
@@ -127,9 +130,9 @@ impl Pool {
         }
         let child = &self.tops[t].children[c];
         child.offline.store(false, Ordering::Relaxed);
+        child.offline_temporary.store(false, Ordering::Relaxed);
+        child.spare_declined.store(false, Ordering::Relaxed);
         child.clear_fault();
-        self.config.vdevs[t].leaves[c].offline_temporary = false;
-        self.config.vdevs[t].leaves[c].spare_declined = false;
         let stale = !child.dtl_ranges().is_empty();
         child.stale.store(stale, Ordering::Relaxed);
         self.commit_config()?;
@@ -165,13 +168,7 @@ impl Pool {
         for (t, c) in picked {
             let child = &self.tops[t].children[c];
             child.clear_fault();
-            for counter in [
-                &child.stats.read_errors,
-                &child.stats.write_errors,
-                &child.stats.checksum_errors,
-            ] {
-                counter.store(0, Ordering::Relaxed);
-            }
+            child.stats.reset();
             if !child.dtl_ranges().is_empty() && child.is_usable() {
                 child.stale.store(true, Ordering::Relaxed);
                 outcome = DeviceOutcome::NeedsResilver;
@@ -534,7 +531,7 @@ impl Pool {
     }
 
     /// The `spare-N` group holding `device`: (vdev, slot, which side `device` is).
-    fn find_in_spare_group(&self, device: &str) -> Option<(usize, usize, SpareSide)> {
+    pub(crate) fn find_in_spare_group(&self, device: &str) -> Option<(usize, usize, SpareSide)> {
         let named = |child: &Child| {
             child.path == device
                 || child.guid.to_string() == device
@@ -581,6 +578,7 @@ impl Pool {
                     .take()
                     .expect("a spare in use names the leaf it stands in for");
                 failed_config.spare_declined = true;
+                failed.spare_declined.store(true, Ordering::Relaxed);
                 tconfig.leaves[c] = failed_config;
                 self.spare_leaves[s] = spare.leaf.clone();
                 kids.insert(c, failed.into());

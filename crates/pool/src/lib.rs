@@ -3,6 +3,7 @@
 
 pub mod block_io;
 pub mod devices;
+pub mod devices_in_use;
 pub mod error;
 pub mod events;
 pub mod health;

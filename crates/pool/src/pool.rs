@@ -1003,6 +1003,8 @@ impl Pool {
                     }
                 }
                 lc.offline = child.offline.load(Ordering::Relaxed);
+                lc.offline_temporary = child.offline_temporary.load(Ordering::Relaxed);
+                lc.spare_declined = child.spare_declined.load(Ordering::Relaxed);
                 lc.faulted = child.faulted.load(Ordering::Relaxed);
                 lc.dtl = child.dtl_ranges();
             }
@@ -1435,6 +1437,12 @@ pub(crate) fn build_tops(
 fn replaced_child(lc: &LeafConfig) -> Child {
     let child = Child::new(lc.guid, lc.path.clone(), None);
     child.offline.store(lc.offline, Ordering::Relaxed);
+    child
+        .offline_temporary
+        .store(lc.offline_temporary, Ordering::Relaxed);
+    child
+        .spare_declined
+        .store(lc.spare_declined, Ordering::Relaxed);
     child.faulted.store(lc.faulted, Ordering::Relaxed);
     child.set_dtl(lc.dtl.clone());
     child
@@ -1453,6 +1461,12 @@ fn open_child(lc: &LeafConfig, open: &impl Fn(u64) -> Result<Arc<dyn Leaf>, Stri
     let mut child = Child::new(lc.guid, path, leaf);
     child.unavailable_reason = why;
     child.offline.store(lc.offline, Ordering::Relaxed);
+    child
+        .offline_temporary
+        .store(lc.offline_temporary, Ordering::Relaxed);
+    child
+        .spare_declined
+        .store(lc.spare_declined, Ordering::Relaxed);
     child.faulted.store(lc.faulted, Ordering::Relaxed);
     // A leaf that missed txgs is not trusted for reads until resilvered.
     child.stale.store(!lc.dtl.is_empty(), Ordering::Relaxed);

@@ -64,6 +64,12 @@ impl LeafStats {
             self.checksum_errors.load(Ordering::Relaxed),
         )
     }
+    /// Zeroes the error counters (`cairn clear`).
+    pub fn reset(&self) {
+        for counter in [&self.read_errors, &self.write_errors, &self.checksum_errors] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// I/O errors (EIO, not checksum mismatches) after which a leaf is FAULTED.
@@ -79,6 +85,11 @@ pub struct Child {
     /// Why the device is not available, for `status`.
     pub unavailable_reason: Option<String>,
     pub offline: AtomicBool,
+    /// The offline lasts until the next import (`offline -t`).
+    pub offline_temporary: AtomicBool,
+    /// The administrator gave this leaf its slot back from a hot spare: no spare takes
+    /// its place again until it is onlined or replaced.
+    pub spare_declined: AtomicBool,
     /// Set when the device vanished under I/O (ENXIO/ENODEV): zpool's REMOVED.
     pub removed: AtomicBool,
     /// Set after `FAULT_AFTER_ERRORS` I/O errors: no more I/O goes to the device.
@@ -110,6 +121,8 @@ impl Child {
             leaf: leaf.map(crate::metered::MeteredLeaf::wrap),
             unavailable_reason: None,
             offline: AtomicBool::new(false),
+            offline_temporary: AtomicBool::new(false),
+            spare_declined: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             faulted: AtomicBool::new(false),
             stale: AtomicBool::new(false),
