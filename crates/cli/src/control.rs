@@ -125,3 +125,45 @@ pub fn exec(home: &Home, pool: &str, argv: &[String]) -> Option<i32> {
         }
     }
 }
+
+/// Asks the process serving `pool` (if one does) to end so that this process can export or
+/// destroy the pool, and waits until it has let the pool go. `Ok` also when no process
+/// serves it.
+pub fn release(home: &Home, pool: &str, force: bool) -> Result<(), String> {
+    let request = if force { "release -f" } else { "release" };
+    let Some(answer) = ask(home, pool, request) else {
+        return Ok(());
+    };
+    let answer = answer.trim();
+    let Some(pid) = answer
+        .strip_prefix("released ")
+        .and_then(|p| p.parse::<i32>().ok())
+    else {
+        return Err(answer.strip_prefix("error: ").unwrap_or(answer).to_string());
+    };
+    let start = std::time::Instant::now();
+    while !has_exited(pid) {
+        if start.elapsed() > RELEASE_WAIT {
+            return Err(format!(
+                "the process serving '{pool}' (PID {pid}) is still syncing after {} s; retry when it has ended",
+                RELEASE_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// How long `release` waits for the service to sync and close the pool.
+const RELEASE_WAIT: Duration = Duration::from_secs(300);
+
+/// Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet).
+fn has_exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
+    }
+}

@@ -20,6 +20,10 @@ pub struct Serving {
     /// It exits when its last mount is gone (started by `cairn mount`).
     pub until_unmounted: bool,
     pub mounts: Arc<crate::mount_table::MountTable>,
+    /// NBD clients connected now (an export or destroy of the pool waits for none).
+    pub nbd_clients: Box<dyn Fn() -> usize + Send + Sync>,
+    /// Set to end the service (`release`).
+    pub stop: &'static AtomicBool,
 }
 
 fn answer(store: &Store, serving: &Serving, request: &str) -> String {
@@ -38,6 +42,8 @@ fn answer(store: &Store, serving: &Serving, request: &str) -> String {
             format!("until-unmounted {}\n", std::process::id())
         }
         "mode" => "service\n".into(),
+        "release" => release(&pool, serving, false),
+        "release -f" => release(&pool, serving, true),
         r if r.starts_with("mount ") => match serving.mounts.mount_spec(&r[6..]) {
             Ok(done) => format!("{done} (served by PID {})\n", std::process::id()),
             Err(e) => format!("error: {e}\n"),
@@ -67,6 +73,24 @@ fn answer(store: &Store, serving: &Serving, request: &str) -> String {
         }
         other => format!("error: unknown request '{other}'\n"),
     }
+}
+
+/// Ends the service so that `cairn export` or `destroy` can take the pool: refused while
+/// NBD clients are connected or a mount is in use, unless forced (as `zpool export -f`,
+/// which unmounts what is busy). Answers `released PID`; the service then unmounts, syncs,
+/// closes the pool and exits.
+fn release(pool: &str, serving: &Serving, force: bool) -> String {
+    let clients = (serving.nbd_clients)();
+    if clients > 0 && !force {
+        return format!(
+            "error: pool '{pool}' is busy: {clients} NBD client(s) are connected to its volumes; disconnect them, or use -f to drop them\n"
+        );
+    }
+    if let Err(e) = serving.mounts.unmount_all(force) {
+        return format!("error: {e}\n");
+    }
+    serving.stop.store(true, Ordering::SeqCst);
+    format!("released {}\n", std::process::id())
 }
 
 /// Serves control requests until `stop`; removes the socket afterwards.

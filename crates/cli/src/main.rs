@@ -245,7 +245,8 @@ struct ImportArgs {
 
 #[derive(Args, Debug)]
 struct PoolName {
-    /// Accepted for zpool compatibility (export/destroy always proceed).
+    /// When a `cairn serve` holds the pool: drop its NBD clients and unmount its file
+    /// systems even if in use.
     #[arg(short = 'f')]
     force: bool,
     pool: String,
@@ -253,7 +254,8 @@ struct PoolName {
 
 #[derive(Args, Debug)]
 struct DestroyArgs {
-    /// Accepted for zpool compatibility (a pool destroy always proceeds).
+    /// A pool that a `cairn serve` holds: drop its NBD clients and unmount its file
+    /// systems even if in use.
     #[arg(short = 'f')]
     force: bool,
     /// Datasets: with their children; snapshots: the same names in every descendant.
@@ -353,6 +355,13 @@ fn main() {
             exit_with(code);
         }
     }
+    if let Some((pool, force)) = released_pool(&cli.command) {
+        // `export` and `destroy` of a served pool: the service lets it go first.
+        if let Err(msg) = control::release(&home(), &pool, force) {
+            eprintln!("cairn: cannot {} '{pool}': {msg}", cli.command.verb());
+            std::process::exit(1);
+        }
+    }
     let changed = changed_pool(&cli.command);
     let command_line = history_cmd::command_line();
     if let Some((pool, Record::Before)) = &changed {
@@ -412,6 +421,27 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Clone(a) => pool(&a.snapshot),
         Command::Rollback(a) => pool(&a.name),
         _ => None,
+    }
+}
+
+/// The pool an `export` or `destroy` takes from the process serving it (and whether
+/// forced: NBD clients are dropped and busy mounts detached).
+fn released_pool(cmd: &Command) -> Option<(String, bool)> {
+    match cmd {
+        Command::Export(a) => Some((a.pool.clone(), a.force)),
+        Command::Destroy(a) if !a.name.contains(['/', '@']) => Some((a.name.clone(), a.force)),
+        _ => None,
+    }
+}
+
+impl Command {
+    /// The command's name, for messages.
+    fn verb(&self) -> &'static str {
+        match self {
+            Command::Export(_) => "export",
+            Command::Destroy(_) => "destroy",
+            _ => "run this command on",
+        }
     }
 }
 

@@ -242,6 +242,28 @@ impl MountTable {
             .all(|m| m.mounted.as_ref().is_none_or(|s| s.is_finished()))
     }
 
+    /// Unmounts every mount (last mounted first) for an export of the pool; a mount in use
+    /// stops it with an error (those before it stay unmounted, as with `zpool export`),
+    /// unless `force`, which detaches busy mounts lazily. The sessions end by themselves.
+    pub fn unmount_all(&self, force: bool) -> Result<(), String> {
+        let served = self.served();
+        let live = |m: &&ServedMount| m.mounted.as_ref().is_some_and(|s| !s.is_finished());
+        for m in served.iter().rev().filter(live) {
+            let done = if force {
+                unmount_dir_lazily(&m.dir)
+            } else {
+                unmount_dir(&m.dir)
+            };
+            done.map_err(|e| {
+                format!(
+                    "cannot unmount '{}': {e}; close what uses it (or use -f)",
+                    m.dir.display()
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     /// Unmounts what is still mounted (last mounted first) and waits for every session.
     pub fn stop_all(&self) {
         let mut served = self.served();
@@ -274,10 +296,19 @@ impl crate::served::ServiceMounts for MountTable {
 
 /// Unmounts `dir` (not lazily: a mount in use stays, and the error says so).
 fn unmount_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    umount2(dir, 0)
+}
+
+/// Detaches `dir` now; the kernel lets go of the file system once nothing uses it.
+fn unmount_dir_lazily(dir: &std::path::Path) -> std::io::Result<()> {
+    umount2(dir, libc::MNT_DETACH)
+}
+
+fn umount2(dir: &std::path::Path, flags: libc::c_int) -> std::io::Result<()> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // SAFETY: umount2 with a NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())

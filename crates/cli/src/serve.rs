@@ -402,10 +402,7 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
     let control = crate::control_server::spawn(
         home.clone(),
         store.clone(),
-        crate::control_server::Serving {
-            until_unmounted: a.until_unmounted,
-            mounts: mounts.clone(),
-        },
+        serving(&a, &mounts, &server),
         &STOP,
     )
     .map_err(|e| format!("cannot open the control socket: {e}"))?;
@@ -436,6 +433,21 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
     match sync_error {
         Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
         None => Ok(()),
+    }
+}
+
+/// What the control socket offers besides the store.
+fn serving(
+    a: &ServeArgs,
+    mounts: &Arc<crate::mount_table::MountTable>,
+    server: &NbdServer,
+) -> crate::control_server::Serving {
+    let server = server.clone();
+    crate::control_server::Serving {
+        until_unmounted: a.until_unmounted,
+        mounts: mounts.clone(),
+        nbd_clients: Box::new(move || server.stats().connections),
+        stop: &STOP,
     }
 }
 

@@ -726,3 +726,80 @@ fn offline_online_and_clear_run_in_the_service_while_clients_write() {
     let st = ok(&cairn(&home, &["status", "-x"]));
     assert_eq!(st, "all pools are healthy\n");
 }
+
+/// `export` and `destroy` of a served pool: the service lets the pool go (unmounting its
+/// file systems) and the command runs in-process; refused while an NBD client is connected
+/// or a mount is in use, unless `-f`.
+#[test]
+fn export_and_destroy_take_the_pool_from_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    ok(&cairn(&home, &["dataset", "create", "tank/fs"]));
+    let nbd = dir.path().join("nbd.sock");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mount = format!("tank/fs={}", mnt.display());
+    let start_service = |with_mount: bool| {
+        let mut cmd = cairn_cmd(&home);
+        cmd.args(["serve", "--nbd-socket", nbd.to_str().unwrap()]);
+        if with_mount {
+            cmd.args(["--mount", &mount]);
+        }
+        let child = cmd
+            .arg("tank")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while UnixStream::connect(home.join("run/tank.sock")).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "serve did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let fuse = std::path::Path::new("/dev/fuse").exists();
+    let mut service = start_service(fuse);
+    // An NBD client connected: refused, and the service goes on.
+    let client = UnixStream::connect(&nbd).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let e = fails(&cairn(&home, &["export", "tank"]));
+    assert!(e.contains("busy") && e.contains("NBD client"), "{e}");
+    drop(client);
+    if fuse {
+        // A mount in use: refused.
+        let open = std::fs::File::create(mnt.join("held")).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let e = fails(&cairn(&home, &["export", "tank"]));
+        assert!(e.contains("cannot unmount"), "{e}");
+        drop(open);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ok(&cairn(&home, &["ls", "tank/docs"]));
+    ok(&cairn(&home, &["export", "tank"]));
+    assert!(service.wait().unwrap().success(), "the service failed");
+    let e = fails(&cairn(&home, &["status", "tank"]));
+    assert!(e.contains("no such pool"), "{e}");
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    assert!(history.contains("cairn export tank"), "{history}");
+    assert_eq!(
+        cairn(&home, &["cat", "tank/docs/big"]).stdout,
+        pseudo_random(3 * MIB as usize, 7)
+    );
+    // -f drops a connected client.
+    let mut service = start_service(false);
+    let client = UnixStream::connect(&nbd).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    ok(&cairn(&home, &["destroy", "-f", "tank"]));
+    assert!(service.wait().unwrap().success(), "the service failed");
+    drop(client);
+    let e = fails(&cairn(&home, &["status", "tank"]));
+    assert!(e.contains("no such pool"), "{e}");
+}
