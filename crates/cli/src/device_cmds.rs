@@ -198,6 +198,11 @@ pub fn online(a: OnlineArgs) -> Result<(), String> {
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<(), String> {
+    if crate::served::active() {
+        return in_use_op(&a.pool, &a.flags, |pool| {
+            pool.replace_in_use(&a.old, a.new.as_deref(), a.force)
+        });
+    }
     device_op(&a.pool, &a.flags, |pool| {
         pool.replace(&a.old, a.new.as_deref(), a.force)
     })

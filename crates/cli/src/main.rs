@@ -416,6 +416,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Offline(a) => pool(&a.pool),
         Command::Online(a) => pool(&a.pool),
         Command::Clear(a) => pool(&a.pool),
+        Command::Replace(a) => pool(&a.pool),
         Command::Send(a) => a.pool(),
         Command::Receive(a) => pool(&a.target),
         Command::Clone(a) => pool(&a.snapshot),

@@ -386,11 +386,17 @@ fn the_systemd_unit_serves_every_imported_pool() {
     }
     ok(&cairn(&home, &["mkdir", "second/served"]));
     assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
-    let e = fails(&cairn(&home, &["export", "second"]));
-    assert!(e.contains("in use by PID"), "{e}");
+    // Exporting one pool ends its process only; the other pool stays served.
+    ok(&cairn(&home, &["export", "second"]));
+    assert!(ok(&cairn(&home, &["ls", "tank/docs"])).contains("big"));
+    assert!(UnixStream::connect(home.join("run/tank.sock")).is_ok());
     // SAFETY: sending SIGTERM to our own child process.
     unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
     assert!(service.wait().unwrap().success());
+    ok(&cairn(
+        &home,
+        &["import", "-d", other.to_str().unwrap(), "second"],
+    ));
     assert!(ok(&cairn(&home, &["ls", "second"])).contains("served/"));
     let e = fails(&cairn(&home, &["serve", "--all", "--nbd", "127.0.0.1:0"]));
     assert!(e.contains("one process per pool"), "{e}");
@@ -802,4 +808,86 @@ fn export_and_destroy_take_the_pool_from_the_service() {
     drop(client);
     let e = fails(&cairn(&home, &["status", "tank"]));
     assert!(e.contains("no such pool"), "{e}");
+}
+
+/// `replace` runs in the service while clients write: the new device serves the slot at
+/// once (stale), the service resilvers it, and the old device is let go with its labels
+/// cleared. Then everything reads back with another leaf offline, after a re-import too.
+#[test]
+fn replace_runs_in_the_service_while_clients_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 4, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let put = |i: usize| {
+        let src = dir.path().join(format!("src{i}"));
+        std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
+        ok(&cairn(
+            &home,
+            &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
+        ));
+    };
+    (0..4).for_each(put);
+    let served = serve(&home, "tank");
+    let replaced = std::thread::scope(|s| {
+        let w = s.spawn(|| (4..12).for_each(put));
+        std::thread::sleep(Duration::from_millis(200));
+        let out = ok(&cairn(&home, &["replace", "tank", &d[1], &d[3]]));
+        w.join().unwrap();
+        out
+    });
+    assert!(
+        replaced.starts_with("resilvered ") && replaced.contains("with 0 errors"),
+        "{replaced}"
+    );
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains(&d[3]) && !st.contains(&format!("{}\n", d[1])),
+        "{st}"
+    );
+    // The old device is free for reuse: no pool label is left on it.
+    let e = fails(&cairn(&home, &["labels", &d[1]]));
+    assert!(e.contains("no valid cairn label"), "{e}");
+    // A device of the pool is refused with advice.
+    let e = fails(&cairn(&home, &["replace", "tank", &d[0], &d[2]]));
+    assert!(e.contains("already part of this pool"), "{e}");
+    // The same device again: resilvered in place with everything.
+    let again = ok(&cairn(&home, &["replace", "tank", &d[2]]));
+    assert!(again.starts_with("resilvered "), "{again}");
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["offline", "tank", &d[0]]));
+    for i in 0..12 {
+        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
+        assert_eq!(
+            got.stdout,
+            pseudo_random(MIB as usize + i * 4096, i as u64),
+            "f{i}"
+        );
+    }
+    ok(&cairn(&home, &["online", "tank", &d[0]]));
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains(&d[3]) && st.contains("ONLINE"), "{st}");
+    ok(&cairn(&home, &["resilver", "tank"]));
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
+    for i in 0..12 {
+        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
+        assert_eq!(
+            got.stdout,
+            pseudo_random(MIB as usize + i * 4096, i as u64),
+            "f{i}"
+        );
+    }
 }

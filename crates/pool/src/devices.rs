@@ -749,7 +749,7 @@ impl Pool {
     }
 
     /// Refuses a device smaller than the leaf it stands in for.
-    fn check_fits(
+    pub(crate) fn check_fits(
         &self,
         op: &'static str,
         t: usize,

@@ -1,9 +1,17 @@
-//! `offline`, `online` and `clear` on a pool in use: the service that holds the pool runs
-//! them for a client (`cairn serve`), while readers, writers, txg syncs and resilvers go on.
+//! `offline`, `online`, `clear` and `replace` on a pool in use: the service that holds the
+//! pool runs them for a client (`cairn serve`), while readers, writers, txg syncs and
+//! resilvers go on.
 //!
-//! These three change no vdev's shape: they flip a leaf's state flags (atomics every I/O
-//! reads) and write the config to the labels. `replace`, `attach`, `detach`, `add` and
-//! `remove` rebuild top-level vdevs and stay with the `&mut Pool` operations of `devices`.
+//! These change no vdev's shape: they flip a leaf's state flags (atomics every I/O reads),
+//! or put a new device in a leaf's slot (`Slot::take_replacement`), and write the config to
+//! the labels. `attach`, `detach`, `add` and `remove` rebuild top-level vdevs and stay with
+//! the `&mut Pool` operations of `devices`.
+//!
+//! A device replaced in use keeps the leaf's GUID. The GUID sum in the uberblocks then
+//! stays the same, so the uberblocks written before the new config reached the labels
+//! still belong to the pool (a new GUID would orphan them until the next txg: a crash in
+//! between would leave no uberblock to import). The old device's labels are cleared, so
+//! an import never finds two devices for the leaf.
 //!
 //! Invariants, for a leaf that comes back (online, or clear of a fault) while txgs run:
 //! - It is marked stale before it takes I/O again, so no read trusts it until the resilver
@@ -20,11 +28,13 @@
 
 use std::sync::atomic::Ordering;
 
-use cairn_vdev::Child;
+use cairn_vdev::label_io::clear_leaf_labels;
+use cairn_vdev::{Child, LeafOptions, VdevError, DTL_EVERYTHING};
 
 use crate::devices::DeviceOutcome;
 use crate::error::PoolError;
-use crate::pool::Pool;
+use crate::leaves::open_leaf;
+use crate::pool::{refuse_if_in_use, Pool};
 
 impl Pool {
     /// `cairn offline [-t] POOL DEVICE` while the pool is in use.
@@ -100,12 +110,68 @@ impl Pool {
         Ok(outcome)
     }
 
+    /// `cairn replace POOL OLD [NEW]` while the pool is in use: NEW (or a new device at
+    /// OLD's path) serves OLD's slot from now on, stale with everything to copy; the
+    /// service's resilver fills it. The same device again (its path still opens the file
+    /// or disk the pool holds) is resilvered in place with everything.
+    pub fn replace_in_use(
+        &self,
+        old: &str,
+        new: Option<&str>,
+        force: bool,
+    ) -> Result<DeviceOutcome, PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (t, c) = self.find_plain_leaf("replace", old)?;
+        let slot = &self.tops[t].children[c];
+        let spec = new.unwrap_or(&slot.path).to_string();
+        if spec != slot.path && self.find_leaf(&spec).is_ok() {
+            return Err(Self::device_error(
+                "replace",
+                &spec,
+                "it is already part of this pool",
+            ));
+        }
+        let leaf = match open_leaf(&spec, LeafOptions::default()) {
+            Ok(leaf) => leaf,
+            Err(VdevError::Locked { .. }) if spec == slot.path && slot.leaf.is_some() => {
+                // The very device the slot holds: copy everything to it again.
+                self.bring_back(slot);
+                slot.set_dtl(vec![DTL_EVERYTHING]);
+                self.publish_config()?;
+                return Ok(DeviceOutcome::NeedsResilver);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
+        self.check_fits("replace", t, c, leaf.as_ref())?;
+        let device = Child::new(slot.guid, leaf.path().to_string(), Some(leaf));
+        device.stale.store(true, Ordering::SeqCst);
+        device.set_dtl(vec![DTL_EVERYTHING]);
+        let old_leaf = slot.leaf.clone();
+        if slot.take_replacement(device).is_err() {
+            return Err(Self::device_error(
+                "replace",
+                old,
+                format!(
+                    "it was replaced once since the service opened the pool; restart the service (or stop it and run `cairn replace {} {old} …`)",
+                    self.name()
+                ),
+            ));
+        }
+        self.publish_config()?;
+        if let Some(old_leaf) = old_leaf {
+            // It takes no more I/O; cleared, no import mistakes it for the leaf.
+            let _ = clear_leaf_labels(old_leaf.as_ref());
+        }
+        Ok(DeviceOutcome::NeedsResilver)
+    }
+
     /// A leaf of a plain slot (no hot spare in it): the in-use operations leave `spare-N`
     /// groups to the `&mut` ones, which settle spares first.
     fn find_plain_leaf(&self, op: &'static str, device: &str) -> Result<(usize, usize), PoolError> {
         let (t, c) = self.find_leaf(device)?;
-        let in_spare_group = self.tops[t].children[c].spare().is_some()
-            || self.find_in_spare_group(device).is_some();
+        let slot = &self.tops[t].children[c];
+        let in_spare_group = slot.spare().is_some() || self.find_in_spare_group(device).is_some();
         if in_spare_group {
             return Err(Self::device_error(
                 op,

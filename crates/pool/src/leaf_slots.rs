@@ -34,8 +34,19 @@ pub struct StaleLeaf {
     pub slot: LeafSlot,
     /// The device in the slot (a hot spare taking over changes it).
     pub guid: u64,
+    /// Which open device that is (a device replaced in use keeps the leaf's GUID).
+    pub device: usize,
     /// Its DTL at the start of the resilver.
     pub dtl: Dtl,
+}
+
+/// The identity of the device open in a slot: its handle's address (a pool keeps every
+/// handle it opened until it closes, so no other device gets the same one meanwhile).
+fn device_id(child: &Child) -> usize {
+    child
+        .leaf
+        .as_ref()
+        .map_or(0, |l| Arc::as_ptr(l) as *const () as usize)
 }
 
 impl Pool {
@@ -110,6 +121,7 @@ impl Pool {
                 out.push(StaleLeaf {
                     slot,
                     guid: child.guid,
+                    device: device_id(child),
                     dtl,
                 });
             }
@@ -119,11 +131,11 @@ impl Pool {
 
     /// A resilver of `leaf` finished: the DTL ranges it had at the start are dropped (txgs
     /// missed meanwhile stay, and keep it stale). A slot whose device changed meanwhile (a
-    /// hot spare took over), or that is no longer usable, is left as it is: the spare needs
-    /// a resilver of its own.
+    /// hot spare took over, or a replace put a new device in), or that is no longer
+    /// usable, is left as it is: the new device needs a resilver of its own.
     pub fn finish_leaf_resilver(&self, leaf: &StaleLeaf) {
         let child = self.child(leaf.slot);
-        if !child.is_usable() || child.guid != leaf.guid {
+        if !child.is_usable() || child.guid != leaf.guid || device_id(child) != leaf.device {
             return;
         }
         let left: Dtl = child

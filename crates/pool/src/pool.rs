@@ -1002,6 +1002,10 @@ impl Pool {
                         }
                     }
                 }
+                if let Some(device) = child.replacement() {
+                    // Replaced while in use: the new device keeps the leaf's GUID.
+                    lc.path = device.path.clone();
+                }
                 lc.offline = child.offline.load(Ordering::Relaxed);
                 lc.offline_temporary = child.offline_temporary.load(Ordering::Relaxed);
                 lc.spare_declined = child.spare_declined.load(Ordering::Relaxed);

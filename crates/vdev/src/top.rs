@@ -261,14 +261,18 @@ impl Child {
 ///       d1
 ///       s0
 /// ```
-/// A slot dereferences to the device that serves it: the spare once one took over, else
-/// the leaf. A spare can be put in through a shared reference (`take_spare`), so a running
-/// pool swaps one in while readers and writers hold the vdev; a reader sees either device,
-/// and both are safe (the failed one takes no I/O, the spare is stale until resilvered).
+/// A slot dereferences to the device that serves it: the spare once one took over, or the
+/// device `cairn replace` put in while the pool was in use, else the leaf. Both are put in
+/// through a shared reference (`take_spare`, `take_replacement`), so a running pool swaps
+/// one in while readers and writers hold the vdev; a reader sees either device, and both
+/// are safe (the old one takes no more I/O, the new one is stale until resilvered). A slot
+/// takes one of them at most: a spare does not go into a slot with a replacement, nor a
+/// replacement into one with a spare (the pool puts both in under one lock).
 #[derive(Debug)]
 pub struct Slot {
     leaf: Child,
     spare: OnceLock<Child>,
+    replacement: OnceLock<Child>,
 }
 
 impl Slot {
@@ -277,6 +281,7 @@ impl Slot {
         Slot {
             leaf,
             spare: OnceLock::new(),
+            replacement: OnceLock::new(),
         }
     }
 
@@ -285,6 +290,7 @@ impl Slot {
         Slot {
             leaf,
             spare: OnceLock::from(spare),
+            replacement: OnceLock::new(),
         }
     }
 
@@ -298,15 +304,33 @@ impl Slot {
         self.spare.get().map(|_| &self.leaf)
     }
 
-    /// The slot's own leaf and the spare standing in for it, if any.
+    /// The device a replace put in while the pool was in use, if any.
+    pub fn replacement(&self) -> Option<&Child> {
+        self.replacement.get()
+    }
+
+    /// The device serving the slot and the spare standing in for its leaf, if any (a
+    /// replaced leaf is dropped: its replacement serves the slot).
     pub fn into_parts(self) -> (Child, Option<Child>) {
-        (self.leaf, self.spare.into_inner())
+        match self.replacement.into_inner() {
+            Some(replacement) => (replacement, None),
+            None => (self.leaf, self.spare.into_inner()),
+        }
     }
 
     /// Puts `spare` in to serve the slot from now on; false (and `spare` is dropped) when a
-    /// spare is already in (a slot holds at most one).
+    /// spare or a replacement is already in.
     pub fn take_spare(&self, spare: Child) -> bool {
-        self.spare.set(spare).is_ok()
+        self.replacement.get().is_none() && self.spare.set(spare).is_ok()
+    }
+
+    /// Puts `device` in to serve the slot from now on in place of its leaf (`cairn replace`
+    /// on a pool in use); gives it back when a spare or a replacement is already in.
+    pub fn take_replacement(&self, device: Child) -> Result<(), Child> {
+        if self.spare.get().is_some() {
+            return Err(device);
+        }
+        self.replacement.set(device)
     }
 }
 
@@ -319,12 +343,18 @@ impl From<Child> for Slot {
 impl Deref for Slot {
     type Target = Child;
     fn deref(&self) -> &Child {
-        self.spare.get().unwrap_or(&self.leaf)
+        self.replacement
+            .get()
+            .or(self.spare.get())
+            .unwrap_or(&self.leaf)
     }
 }
 
 impl DerefMut for Slot {
     fn deref_mut(&mut self) -> &mut Child {
+        if let Some(replacement) = self.replacement.get_mut() {
+            return replacement;
+        }
         match self.spare.get_mut() {
             Some(spare) => spare,
             None => &mut self.leaf,
