@@ -209,12 +209,15 @@ struct Healer {
     rate: Option<u64>,
     running: Option<ResilverRun>,
     retry_at: Instant,
+    /// Paths autoreplace tried and could not use.
+    autoreplace_failed: std::collections::BTreeSet<String>,
 }
 
 impl Healer {
     const RETRY: Duration = Duration::from_secs(30);
 
     fn tick(&mut self, store: &Arc<Store>) {
+        self.autoreplace(store);
         match store.take_over_failed_leaves() {
             Ok(true) => eprintln!("cairn serve: a hot spare took the place of a failed device"),
             Ok(false) => {}
@@ -244,6 +247,29 @@ impl Healer {
                     }
                 })
             }));
+        }
+    }
+
+    /// `autoreplace=on`: a blank device at a failed leaf's path takes its place (once per
+    /// path: one that cannot is reported and left alone until the service restarts).
+    fn autoreplace(&mut self, store: &Store) {
+        for path in store.pool().autoreplace_candidates() {
+            if !self.autoreplace_failed.insert(path.clone()) {
+                continue;
+            }
+            match store.pool().replace_in_use(&path, None, false) {
+                Ok(_) => {
+                    self.autoreplace_failed.remove(&path);
+                    eprintln!(
+                        "cairn serve: autoreplace: a new device at {path} took its leaf's place"
+                    );
+                    crate::history_cmd::record_served(
+                        store,
+                        &format!("cairn replace {} {path} (autoreplace)", store.pool().name()),
+                    );
+                }
+                Err(e) => eprintln!("cairn serve: autoreplace of {path}: {e}"),
+            }
         }
     }
 
@@ -415,6 +441,7 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         rate: crate::device_cmds::env_rate()?,
         running: None,
         retry_at: Instant::now(),
+        autoreplace_failed: Default::default(),
     };
     let sync_error = run_until_stopped(&a, &store, &mounts, &mut healer);
     for r in running {

@@ -891,3 +891,74 @@ fn replace_runs_in_the_service_while_clients_write() {
         );
     }
 }
+
+/// `autoreplace=on`: a blank device at a missing leaf's path is put in its place by the
+/// service and resilvered; with it off, nothing happens.
+#[test]
+fn autoreplace_puts_a_new_device_in_a_missing_leafs_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    let src = dir.path().join("data");
+    std::fs::write(&src, pseudo_random(8 * MIB as usize, 9)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/data"]));
+    ok(&cairn(&home, &["export", "tank"]));
+    // d1 dies; a new blank disk goes in its bay.
+    std::fs::remove_file(&d[1]).unwrap();
+    std::fs::File::create(&d[1])
+        .unwrap()
+        .set_len(128 * MIB)
+        .unwrap();
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    assert!(ok(&cairn(&home, &["status", "tank"])).contains("DEGRADED"));
+    let served = serve(&home, "tank");
+    std::thread::sleep(Duration::from_millis(2500));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("DEGRADED"),
+        "replaced with autoreplace off: {st}"
+    );
+    ok(&cairn(&home, &["set", "autoreplace=on", "tank"]));
+    assert_eq!(
+        ok(&cairn(&home, &["get", "-H", "autoreplace", "tank"])),
+        "tank\tautoreplace\ton\tlocal\n"
+    );
+    let start = Instant::now();
+    loop {
+        let history = ok(&cairn(&home, &["history", "tank"]));
+        if history.contains("(autoreplace)") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not replaced: {history}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["offline", "tank", &d[0]]));
+    assert_eq!(
+        cairn(&home, &["cat", "tank/data"]).stdout,
+        pseudo_random(8 * MIB as usize, 9)
+    );
+    ok(&cairn(&home, &["online", "tank", &d[0]]));
+    let e = fails(&cairn(&home, &["set", "autoreplace=yes", "tank"]));
+    assert!(e.contains("give on or off"), "{e}");
+    served.stop();
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
+    assert_eq!(
+        ok(&cairn(&home, &["status", "-x"])),
+        "all pools are healthy\n"
+    );
+}

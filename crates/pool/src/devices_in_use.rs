@@ -28,8 +28,8 @@
 
 use std::sync::atomic::Ordering;
 
-use cairn_vdev::label_io::clear_leaf_labels;
-use cairn_vdev::{Child, LeafOptions, VdevError, DTL_EVERYTHING};
+use cairn_vdev::label_io::{clear_leaf_labels, read_leaf_labels};
+use cairn_vdev::{Child, LeafOptions, Slot, VdevError, DTL_EVERYTHING};
 
 use crate::devices::DeviceOutcome;
 use crate::error::PoolError;
@@ -166,6 +166,28 @@ impl Pool {
         Ok(DeviceOutcome::NeedsResilver)
     }
 
+    /// `autoreplace=on`: the paths of leaves that are missing, faulted or removed where a
+    /// blank device (no cairn label: a new disk, a new file) now opens. The service puts
+    /// each in its leaf's place (`replace_in_use` with no new device) every second.
+    pub fn autoreplace_candidates(&self) -> Vec<String> {
+        if !self.props().autoreplace {
+            return Vec::new();
+        }
+        let failed = |slot: &Slot| {
+            slot.leaf.is_none()
+                || slot.faulted.load(Ordering::Relaxed)
+                || slot.removed.load(Ordering::Relaxed)
+        };
+        self.tops
+            .iter()
+            .flat_map(|top| top.children.iter())
+            .filter(|slot| failed(slot) && !slot.offline.load(Ordering::Relaxed))
+            .filter(|slot| slot.spare().is_none() && slot.replacement().is_none())
+            .filter(|slot| is_blank(&slot.path))
+            .map(|slot| slot.path.clone())
+            .collect()
+    }
+
     /// A leaf of a plain slot (no hot spare in it): the in-use operations leave `spare-N`
     /// groups to the `&mut` ones, which settle spares first.
     fn find_plain_leaf(&self, op: &'static str, device: &str) -> Result<(usize, usize), PoolError> {
@@ -203,6 +225,15 @@ impl Pool {
         self.write_config_labels(0)?;
         self.save_record()
     }
+}
+
+/// Whether the device at `path` opens and holds no cairn label (a new disk, a new file).
+fn is_blank(path: &str) -> bool {
+    let Ok(leaf) = open_leaf(path, LeafOptions::inspect()) else {
+        return false;
+    };
+    let labels = read_leaf_labels(leaf.as_ref());
+    labels.best_config().is_none() && labels.uberblocks.is_empty()
 }
 
 fn outcome_of(child: &Child) -> DeviceOutcome {

@@ -55,6 +55,26 @@ pub struct PoolProps {
     /// with the pool through export and import.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub comment: String,
+    /// A blank device that appears at the path of a leaf that is missing, faulted or
+    /// removed is put in its place and resilvered (zpool's `autoreplace`; the service
+    /// that holds the pool looks every second).
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub autoreplace: bool,
+}
+
+fn is_off(flag: &bool) -> bool {
+    !*flag
+}
+
+fn on_off(name: &str, value: &str) -> Result<bool, PropError> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(PropError::NotOnOff {
+            name: name.to_string(),
+            value: value.to_string(),
+        }),
+    }
 }
 
 /// Longest pool comment, in bytes (as zpool: printable ASCII only).
@@ -62,7 +82,7 @@ pub const MAX_COMMENT: usize = 32;
 
 impl PoolProps {
     /// Every pool property name `set`/`get` know.
-    pub const NAMES: [&'static str; 2] = ["readpolicy", "comment"];
+    pub const NAMES: [&'static str; 3] = ["readpolicy", "comment", "autoreplace"];
 
     pub fn is_default(&self) -> bool {
         *self == PoolProps::default()
@@ -83,6 +103,10 @@ impl PoolProps {
                 self.comment = value.to_string();
                 Ok(())
             }
+            "autoreplace" => {
+                self.autoreplace = on_off(name, value)?;
+                Ok(())
+            }
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -93,6 +117,7 @@ impl PoolProps {
             "readpolicy" => Ok(self.readpolicy.name().to_string()),
             "comment" if self.comment.is_empty() => Ok("-".to_string()),
             "comment" => Ok(self.comment.clone()),
+            "autoreplace" => Ok(if self.autoreplace { "on" } else { "off" }.to_string()),
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -101,8 +126,10 @@ impl PoolProps {
 /// A pool property that cannot be set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PropError {
-    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment)")]
+    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment, autoreplace)")]
     Unknown(String),
+    #[error("{name}={value}: give on or off")]
+    NotOnOff { name: String, value: String },
     #[error("comment {0:?}: give at most 32 printable ASCII characters (\"\" clears it)")]
     BadComment(String),
     #[error(transparent)]
