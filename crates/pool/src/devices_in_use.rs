@@ -148,7 +148,7 @@ impl Pool {
         device.stale.store(true, Ordering::SeqCst);
         device.set_dtl(vec![DTL_EVERYTHING]);
         let old_leaf = slot.leaf.clone();
-        if slot.take_replacement(device).is_err() {
+        if !slot.take_replacement(device) {
             return Err(Self::device_error(
                 "replace",
                 old,

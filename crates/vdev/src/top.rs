@@ -325,12 +325,10 @@ impl Slot {
     }
 
     /// Puts `device` in to serve the slot from now on in place of its leaf (`cairn replace`
-    /// on a pool in use); gives it back when a spare or a replacement is already in.
-    pub fn take_replacement(&self, device: Child) -> Result<(), Child> {
-        if self.spare.get().is_some() {
-            return Err(device);
-        }
-        self.replacement.set(device)
+    /// on a pool in use); false (and `device` is dropped) when a spare or a replacement is
+    /// already in.
+    pub fn take_replacement(&self, device: Child) -> bool {
+        self.spare.get().is_none() && self.replacement.set(device).is_ok()
     }
 }
 
