@@ -3,8 +3,9 @@
 # volume served by `cairn serve`, over a raidz1 of three file leaves that each take a few
 # ms per I/O, one I/O at a time (`fault:FILE?delay_ms=N&serial=1`: busy disks, so the
 # disks are the bottleneck), measured
-#   (1) with no scrub, (2) with an unlimited scrub running, (3) with `scrub --rate RATE`.
-# Prints the p50/p99 completion latency and IOPS of each run.
+#   (1) with no scrub, (2) with an unlimited scrub running, (3) with `scrub --rate RATE`,
+#   (4) with `scrub --latency-budget BUDGET`.
+# Prints the p50/p99 completion latency and IOPS of each run, and the scrub's own speed.
 #
 # usage: scripts/bench-scrub-p99.sh
 # environment:
@@ -12,6 +13,7 @@
 #   BENCH_RUNTIME    seconds per fio run (default 15)
 #   BENCH_DELAY_MS   latency each leaf adds to every I/O (default 2)
 #   BENCH_RATE       the rate of run (3) (default 8M)
+#   BENCH_BUDGET     the latency budget of run (4) (default 5ms)
 #   BENCH_DATA_MB    MiB of file data the scrub reads (default 192)
 #
 # Needs fio (Debian: fio) with its nbd engine, and python3.
@@ -20,6 +22,7 @@ set -euo pipefail
 RUNTIME="${BENCH_RUNTIME:-15}"
 DELAY="${BENCH_DELAY_MS:-2}"
 RATE="${BENCH_RATE:-8M}"
+BUDGET="${BENCH_BUDGET:-5ms}"
 DATA_MB="${BENCH_DATA_MB:-192}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CAIRN="${CAIRN:-}"
@@ -69,6 +72,8 @@ scrub_loop() {
 }
 
 stop_scrub() {
+    # The scrub's speed as `status` reports it, before it is stopped.
+    "$CAIRN" status tank | sed -n 's/.* at \([^ ]*\/s\).*/\1/p' | head -1 > "$WORK/$1.speed"
     kill "$SCRUBBER_PID" 2>/dev/null || true
     wait "$SCRUBBER_PID" 2>/dev/null || true
     SCRUBBER_PID=""
@@ -80,19 +85,32 @@ run_fio idle
 scrub_loop "" & SCRUBBER_PID=$!
 sleep 1
 run_fio scrub
-stop_scrub
+stop_scrub scrub
 scrub_loop "--rate $RATE" & SCRUBBER_PID=$!
 sleep 1
 run_fio rated
-stop_scrub
+stop_scrub rated
+scrub_loop "--latency-budget $BUDGET" & SCRUBBER_PID=$!
+sleep 1
+run_fio budget
+stop_scrub budget
 
-python3 - "$WORK" "$RATE" "$DELAY" <<'EOF'
-import json, sys
-work, rate, delay = sys.argv[1:4]
+python3 - "$WORK" "$RATE" "$DELAY" "$BUDGET" <<'EOF'
+import json, os, sys
+work, rate, delay, budget = sys.argv[1:5]
 print(f"fio 4k random read, iodepth 1, raidz1 of 3 leaves taking {delay} ms per I/O, one at a time")
-print(f"{'run':<22} {'IOPS':>8} {'p50 ms':>8} {'p99 ms':>8}")
-for name, label in [("idle", "no scrub"), ("scrub", "scrub (unlimited)"), ("rated", f"scrub --rate {rate}")]:
+print(f"{'run':<28} {'IOPS':>8} {'p50 ms':>8} {'p99 ms':>8} {'scrub speed':>12}")
+rows = {}
+for name, label in [("idle", "no scrub"), ("scrub", "scrub (unlimited)"),
+                    ("rated", f"scrub --rate {rate}"), ("budget", f"scrub --latency-budget {budget}")]:
     job = json.load(open(f"{work}/{name}.json"))["jobs"][0]["read"]
     pct = job["clat_ns"]["percentile"]
-    print(f"{label:<22} {job['iops']:>8.0f} {pct['50.000000']/1e6:>8.2f} {pct['99.000000']/1e6:>8.2f}")
+    speed_file = f"{work}/{name}.speed"
+    speed = open(speed_file).read().strip() if os.path.exists(speed_file) else ""
+    speed = speed or "-"
+    rows[name] = {"iops": job["iops"], "p50_ms": pct["50.000000"] / 1e6,
+                  "p99_ms": pct["99.000000"] / 1e6, "scrub_speed": speed}
+    r = rows[name]
+    print(f"{label:<28} {r['iops']:>8.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {speed:>12}")
+print(json.dumps({"delay_ms": float(delay), "rate": rate, "budget": budget, "runs": rows}))
 EOF

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use cairn_geometry::format_zfs_size;
-use cairn_objset::scan_state::{pause_or_cancel, ScanPhase, ScrubRequest, ScrubRequests};
+use cairn_objset::scan_state::{
+    pause_or_cancel, ScanPhase, ScrubPacing, ScrubRequest, ScrubRequests,
+};
 use cairn_objset::scrub::{ScrubEnd, ScrubProgress};
 use cairn_pool::{Home, Pool};
 use clap::Args;
@@ -74,6 +76,11 @@ pub struct ScrubArgs {
     /// tunable, unlimited when 0), so that the pool's other users keep their share.
     #[arg(long, value_name = "BYTES/S")]
     rate: Option<String>,
+    /// Keep the p99 latency of foreground reads (NBD, FUSE, get/cat) under this, e.g.
+    /// 5ms: the scrub pauses between small slices while they are slower, and runs at full
+    /// speed while nobody reads (default: the `scrub_latency_budget` tunable).
+    #[arg(long, value_name = "DURATION")]
+    latency_budget: Option<String>,
     pub(crate) pool: String,
 }
 
@@ -98,6 +105,16 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
                 })?,
         ),
     };
+    let latency_budget = match &a.latency_budget {
+        None => crate::tunables::get().scrub_latency_budget(),
+        Some(text) => Some(crate::tunables::parse_duration(text).ok_or_else(|| {
+            format!("bad latency budget '{text}': give a duration such as 5ms, 500us or 0.2s")
+        })?),
+    };
+    let pacing = ScrubPacing {
+        rate,
+        latency_budget,
+    };
     let store = open(&a.pool)?;
     let bar =
         (a.wait && crate::served::stderr_is_terminal()).then(|| progress_bar(store.space().alloc));
@@ -113,7 +130,7 @@ pub fn scrub(a: ScrubArgs) -> Result<(), String> {
         }
     };
     let (state, end) = store
-        .run_scrub(&requests, Duration::from_millis(500), rate, &mut show)
+        .run_scrub(&requests, Duration::from_millis(500), pacing, &mut show)
         .map_err(err)?;
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -235,6 +235,7 @@ impl Healer {
             let opts = ResilverOptions {
                 rate: self.rate,
                 checkpoint_every: Duration::from_secs(1),
+                latency_budget: crate::tunables::get().resilver_latency_budget(),
                 ..ResilverOptions::default()
             };
             self.running = Some(std::thread::spawn(move || {

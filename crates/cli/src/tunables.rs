@@ -17,6 +17,8 @@
 //!    parity_kernel        cairn_parity::set_default_kernel (auto = best for this CPU)
 //!    resilver_rate        resilvers nobody started by hand (0 = unlimited)
 //!    scrub_rate           bytes/s a scrub examines unless `scrub --rate` says (0 = unlimited)
+//!    scrub_latency_budget foreground read p99 a scrub keeps to (0 = none)
+//!    resilver_latency_budget  the same for resilvers nobody started by hand
 //! ```
 //!
 //! `cairn tunables [--json]` prints every value in force and where it came from.
@@ -42,6 +44,9 @@ enum Kind {
     Count { min: u64, max: u64 },
     /// A parity kernel name or `auto`.
     Kernel,
+    /// A duration (`5ms`, `500us`, `0.2s`; a bare number is milliseconds; 0 = none),
+    /// kept in microseconds.
+    Duration,
 }
 
 /// One tunable: its name (also `CAIRN_<NAME>` upper-cased), kind, default and meaning.
@@ -99,6 +104,18 @@ const SPECS: &[Spec] = &[
         kind: Kind::Size { min: 0 },
         default: || "0".to_string(),
         doc: "bytes/s of resilvers nobody started by hand (0 = unlimited)",
+    },
+    Spec {
+        name: "scrub_latency_budget",
+        kind: Kind::Duration,
+        default: || "0".to_string(),
+        doc: "p99 of foreground reads a scrub keeps to, e.g. 5ms, unless `scrub --latency-budget` says (0 = none)",
+    },
+    Spec {
+        name: "resilver_latency_budget",
+        kind: Kind::Duration,
+        default: || "0".to_string(),
+        doc: "p99 of foreground reads resilvers nobody started by hand keep to (0 = none)",
     },
     Spec {
         name: "scrub_rate",
@@ -225,6 +242,18 @@ impl Tunables {
         Some(self.number("scrub_rate")).filter(|&r| r > 0)
     }
 
+    pub fn scrub_latency_budget(&self) -> Option<std::time::Duration> {
+        Some(self.number("scrub_latency_budget"))
+            .filter(|&us| us > 0)
+            .map(std::time::Duration::from_micros)
+    }
+
+    pub fn resilver_latency_budget(&self) -> Option<std::time::Duration> {
+        Some(self.number("resilver_latency_budget"))
+            .filter(|&us| us > 0)
+            .map(std::time::Duration::from_micros)
+    }
+
     /// Hands each layer its part (before any pool is opened).
     pub fn apply(&self) -> Result<(), String> {
         StoreConfig::set_default(self.store_config());
@@ -258,6 +287,24 @@ impl Tunables {
     }
 }
 
+/// `5ms`, `500us`, `0.2s` (a bare number is milliseconds), above 0 and at most an hour.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic() || c == 'µ') {
+        Some(i) => t.split_at(i),
+        None => (t, "ms"),
+    };
+    let n: f64 = number.trim().parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        "us" | "µs" => n / 1e6,
+        _ => return None,
+    };
+    (secs.is_finite() && secs > 0.0 && secs <= 3600.0)
+        .then(|| std::time::Duration::from_secs_f64(secs))
+}
+
 fn human(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M")] {
         if n >= 1 << shift && n.is_multiple_of(1 << shift) {
@@ -284,6 +331,10 @@ fn parse_value(spec: &Spec, text: &str) -> Result<Option<u64>, String> {
             }
             Ok(Some(n))
         }
+        Kind::Duration if text.trim() == "0" => Ok(Some(0)),
+        Kind::Duration => parse_duration(text)
+            .map(|d| Some(d.as_micros() as u64))
+            .ok_or_else(|| "not a duration: give e.g. 5ms, 500us, 0.2s (0 = none)".to_string()),
         Kind::Kernel => {
             let known = text == "auto" || cairn_parity::Kernel::from_name(text).is_some();
             if !known {
@@ -445,5 +496,24 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&t.render(true)).unwrap();
         assert_eq!(json["tunables"].as_array().unwrap().len(), SPECS.len());
         assert_eq!(t.resilver_rate(), Some(100 << 20));
+    }
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("5ms"), Some(Duration::from_millis(5)));
+        assert_eq!(parse_duration("5"), Some(Duration::from_millis(5)));
+        assert_eq!(parse_duration("500us"), Some(Duration::from_micros(500)));
+        assert_eq!(parse_duration("0.2s"), Some(Duration::from_millis(200)));
+        for bad in ["", "fast", "5 parsecs", "-1ms", "0", "1e9s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        let spec = SPECS
+            .iter()
+            .find(|s| s.name == "scrub_latency_budget")
+            .unwrap();
+        assert_eq!(parse_value(spec, "5ms"), Ok(Some(5000)));
+        assert_eq!(parse_value(spec, "0"), Ok(Some(0)));
+        assert!(parse_value(spec, "soon").is_err());
     }
 }

@@ -962,3 +962,52 @@ fn autoreplace_puts_a_new_device_in_a_missing_leafs_place() {
         "all pools are healthy\n"
     );
 }
+
+/// `scrub --latency-budget`: a scrub yields to foreground reads that are slower than the
+/// budget (here 1 µs, which every read exceeds: the scrub pauses ever longer between its
+/// slices), and runs at full speed while nobody reads. Leaves that take 1 ms per I/O make
+/// the scrub long enough for the pacer to act.
+#[test]
+fn a_scrub_with_a_latency_budget_yields_to_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    let slow: Vec<String> = d.iter().map(|p| format!("fault:{p}?delay_ms=1")).collect();
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &slow[0], &slow[1], &slow[2]],
+    ));
+    let src = dir.path().join("data");
+    std::fs::write(&src, pseudo_random(16 * MIB as usize, 5)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/data"]));
+    let served = serve(&home, "tank");
+    let timed = |args: &[&str]| {
+        let start = Instant::now();
+        let out = ok(&cairn(&home, args));
+        assert!(out.contains(" 0 errors"), "{out}");
+        start.elapsed().as_secs_f64()
+    };
+    let alone = timed(&["scrub", "--latency-budget", "1us", "tank"]);
+    let reading = std::sync::atomic::AtomicBool::new(true);
+    let yielded = std::thread::scope(|s| {
+        s.spawn(|| {
+            while reading.load(std::sync::atomic::Ordering::Relaxed) {
+                ok_bytes(&cairn(&home, &["cat", "tank/data"]));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let t = timed(&["scrub", "--latency-budget", "1us", "tank"]);
+        reading.store(false, std::sync::atomic::Ordering::Relaxed);
+        t
+    });
+    assert!(
+        yielded >= 2.0 && alone * 2.0 < yielded,
+        "with readers {yielded:.2} s, without {alone:.2} s"
+    );
+    let e = fails(&cairn(
+        &home,
+        &["scrub", "--latency-budget", "soon", "tank"],
+    ));
+    assert!(e.contains("bad latency budget 'soon'"), "{e}");
+    served.stop();
+}

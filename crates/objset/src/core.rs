@@ -95,6 +95,8 @@ pub struct StoreCore {
     pub(crate) stop: AtomicBool,
     /// Intents waiting to be logged, and the log's committer (`crate::intent_log`).
     pub(crate) intent: crate::intent_state::IntentLog,
+    /// How long foreground reads took lately (a scrub's latency budget).
+    pub(crate) read_latency: crate::read_latency::ReadLatency,
 }
 
 pub fn now_ns() -> u64 {
@@ -122,6 +124,7 @@ impl StoreCore {
             presync_cv: Condvar::new(),
             stop: AtomicBool::new(false),
             intent: Default::default(),
+            read_latency: Default::default(),
         }
     }
 

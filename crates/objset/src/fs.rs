@@ -684,6 +684,7 @@ impl StoreCore {
     /// Blocks are fetched from disk without the store lock (reads run in parallel and
     /// beside writes); the read gate keeps them from being reused meanwhile.
     pub fn read(&self, r: &Resolved, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
+        let began = std::time::Instant::now();
         let (plan, gate) = {
             let mut st = self.lock();
             self.object_mut(&mut st, r.object)?;
@@ -696,6 +697,7 @@ impl StoreCore {
         };
         let fetched = plan.fetch(self.pool(), buf);
         drop(gate);
+        self.read_latency.record(began.elapsed());
         match fetched {
             Ok(()) => Ok(plan.len),
             Err(StoreError::Pool(e)) => {

@@ -29,6 +29,7 @@ pub mod posix;
 pub mod property_values;
 pub mod props;
 pub mod quota;
+pub mod read_latency;
 pub mod receive;
 pub mod resilver;
 pub mod root;

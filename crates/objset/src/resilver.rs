@@ -39,7 +39,15 @@ pub struct ResilverOptions {
     /// Bytes of blocks gathered (under the store lock) before they are copied: larger
     /// batches keep the leaves busier, smaller ones hold the lock for less time.
     pub batch_bytes: u64,
+    /// The p99 of foreground reads to keep to: the resilver copies batches of at most
+    /// `BUDGETED_BATCH` and pauses between them while reads are slower
+    /// (`crate::read_latency::ScrubPacer`).
+    pub latency_budget: Option<Duration>,
 }
+
+/// The batch of a resilver with a latency budget: the store lock is held for about one
+/// such copy at a time.
+const BUDGETED_BATCH: u64 = 1 << 20;
 
 impl Default for ResilverOptions {
     fn default() -> Self {
@@ -47,6 +55,7 @@ impl Default for ResilverOptions {
             rate: None,
             checkpoint_every: Duration::from_secs(5),
             batch_bytes: 64 << 20,
+            latency_budget: None,
         }
     }
 }
@@ -315,13 +324,20 @@ impl StoreCore {
     ) -> Result<ScrubControl, StoreError> {
         let mut last_report = Instant::now();
         let mut batch = Batch::default();
+        let mut pacer = opts
+            .latency_budget
+            .map(crate::read_latency::ScrubPacer::new);
+        let batch_bytes = match pacer {
+            Some(_) => opts.batch_bytes.min(BUDGETED_BATCH),
+            None => opts.batch_bytes,
+        };
         let last = self.lock().next_object;
         while p.next_object < last {
             {
                 let mut st = self.lock();
                 // Gather slices of objects until the batch is full, then copy it under the
                 // same lock; the resume point is (object, block id).
-                while p.next_object < last && batch.bytes < opts.batch_bytes {
+                while p.next_object < last && batch.bytes < batch_bytes {
                     let id = p.next_object;
                     match self.gather_slice(&mut st, targets, id, &mut batch, p)? {
                         Some(next) => p.next_block = next,
@@ -335,6 +351,9 @@ impl StoreCore {
             }
             p.elapsed_secs = start.elapsed().as_secs_f64();
             throttle(opts.rate, p.repaired_bytes, start);
+            if let Some(pacer) = &mut pacer {
+                std::thread::sleep(pacer.pause_for(&self.read_latency));
+            }
             if last_report.elapsed() >= opts.checkpoint_every {
                 last_report = Instant::now();
                 self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;

@@ -29,6 +29,7 @@ use cairn_pool::{Home, Pool};
 pub use cairn_vdev::scan::{ResilverRecord, ScanPhase, ScanRecords, ScrubState};
 
 use crate::error::StoreError;
+use crate::read_latency::ScrubPacer;
 use crate::scrub::{ScrubControl, ScrubEnd, ScrubProgress};
 use crate::store::Store;
 
@@ -153,6 +154,31 @@ impl ScrubRequests {
 }
 
 /// Blocks a rate-limited scrub reads per hold of the store lock.
+/// What holds a scrub back so the pool's other users keep their share: a rate (bytes
+/// examined per second), and a latency budget (the p99 of foreground reads the scrub keeps
+/// to by pausing between slices: `crate::read_latency`). Both may apply; neither is the
+/// default (full speed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScrubPacing {
+    pub rate: Option<u64>,
+    pub latency_budget: Option<Duration>,
+}
+
+impl ScrubPacing {
+    /// Unpaced, but at most `rate` bytes per second when given.
+    pub fn rate(rate: Option<u64>) -> ScrubPacing {
+        ScrubPacing {
+            rate,
+            latency_budget: None,
+        }
+    }
+
+    /// Whether the scrub goes in small slices to be paced between them.
+    fn is_paced(&self) -> bool {
+        self.rate.is_some() || self.latency_budget.is_some()
+    }
+}
+
 const RATED_SCRUB_SLICE: u64 = 8;
 
 impl Store {
@@ -167,14 +193,14 @@ impl Store {
         &self,
         requests: &ScrubRequests,
         interval: Duration,
-        rate: Option<u64>,
+        pacing: ScrubPacing,
         progress: &mut dyn FnMut(&ScrubProgress),
     ) -> Result<(ScrubState, ScrubEnd), StoreError> {
         let pool = self.pool();
         if !pool.claim_scrub() {
             return Err(StoreError::ScrubRunning(pool.name().to_string()));
         }
-        let result = self.run_claimed_scrub(requests, interval, rate, progress);
+        let result = self.run_claimed_scrub(requests, interval, pacing, progress);
         pool.release_scrub();
         result
     }
@@ -184,7 +210,7 @@ impl Store {
         &self,
         requests: &ScrubRequests,
         interval: Duration,
-        rate: Option<u64>,
+        pacing: ScrubPacing,
         progress: &mut dyn FnMut(&ScrubProgress),
     ) -> Result<(ScrubState, ScrubEnd), StoreError> {
         requests.clear();
@@ -209,14 +235,18 @@ impl Store {
         let began = Instant::now();
         let examined_before = first.examined_bytes;
         let mut persisted = Instant::now();
+        let mut pacer = pacing.latency_budget.map(ScrubPacer::new);
         let mut report = |p: &ScrubProgress| {
-            if let Some(rate) = rate {
+            if let Some(rate) = pacing.rate {
                 // Behind the rate: wait until the bytes examined in this run are due.
                 let examined = p.examined_bytes.saturating_sub(examined_before);
                 let due = Duration::from_secs_f64(examined as f64 / rate as f64);
                 if let Some(wait) = due.checked_sub(began.elapsed()) {
                     std::thread::sleep(wait.min(Duration::from_secs(1)));
                 }
+            }
+            if let Some(pacer) = &mut pacer {
+                std::thread::sleep(pacer.pause_for(&self.read_latency));
             }
             let persist = persisted.elapsed() >= PERSIST_EVERY;
             if persist {
@@ -231,14 +261,14 @@ impl Store {
                 None => ScrubControl::Continue,
             }
         };
-        let (p, end) = match rate {
-            Some(_) => self.scrub_in_slices(
+        let (p, end) = match pacing.is_paced() {
+            true => self.scrub_in_slices(
                 resume_from.as_ref(),
                 Duration::from_millis(10),
                 RATED_SCRUB_SLICE,
                 &mut report,
             ),
-            None => self.scrub(resume_from.as_ref(), interval, &mut report),
+            false => self.scrub(resume_from.as_ref(), interval, &mut report),
         }?;
         requests.clear();
         let state = ScrubState {

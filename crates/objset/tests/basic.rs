@@ -381,7 +381,9 @@ fn a_file_unlinked_while_open_is_freed_after_a_crash() {
 /// the same process is refused, a paused one is canceled with no scrub running.
 #[test]
 fn the_scrub_state_is_kept_in_the_labels() {
-    use cairn_objset::scan_state::{pause_or_cancel, ScanPhase, ScrubRequest, ScrubRequests};
+    use cairn_objset::scan_state::{
+        pause_or_cancel, ScanPhase, ScrubPacing, ScrubRequest, ScrubRequests,
+    };
     use cairn_objset::scrub::ScrubEnd;
     use cairn_pool::Pool;
     use std::time::Duration;
@@ -401,9 +403,12 @@ fn the_scrub_state_is_kept_in_the_labels() {
     assert!(!pause_or_cancel(store.pool(), &requests, ScrubRequest::Pause).unwrap());
     // Paused at its first report, as another process's `scrub -p` would.
     let (state, end) = store
-        .run_scrub(&requests, Duration::ZERO, Some(1 << 20), &mut |_| {
-            requests.send(ScrubRequest::Pause).unwrap()
-        })
+        .run_scrub(
+            &requests,
+            Duration::ZERO,
+            ScrubPacing::rate(Some(1 << 20)),
+            &mut |_| requests.send(ScrubRequest::Pause).unwrap(),
+        )
         .unwrap();
     assert_eq!((end, state.state), (ScrubEnd::Paused, ScanPhase::Paused));
     let examined = state.progress.examined_bytes;
@@ -411,7 +416,12 @@ fn the_scrub_state_is_kept_in_the_labels() {
     // One scrub per pool at a time.
     assert!(store.pool().claim_scrub());
     let e = store
-        .run_scrub(&requests, Duration::ZERO, None, &mut |_| {})
+        .run_scrub(
+            &requests,
+            Duration::ZERO,
+            ScrubPacing::default(),
+            &mut |_| {},
+        )
         .unwrap_err();
     assert!(e.to_string().contains("being scrubbed already"), "{e}");
     store.pool().release_scrub();
@@ -423,9 +433,14 @@ fn the_scrub_state_is_kept_in_the_labels() {
     assert_eq!(kept.progress.examined_bytes, examined);
     let mut first = None;
     let (state, end) = store
-        .run_scrub(&requests, Duration::ZERO, None, &mut |p| {
-            first.get_or_insert((p.next_object, p.examined_bytes));
-        })
+        .run_scrub(
+            &requests,
+            Duration::ZERO,
+            ScrubPacing::default(),
+            &mut |p| {
+                first.get_or_insert((p.next_object, p.examined_bytes));
+            },
+        )
         .unwrap();
     assert_eq!(
         (end, state.state),
