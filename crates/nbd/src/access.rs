@@ -38,14 +38,12 @@ impl FromStr for AddressRange {
         let max = if network.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| AddressRangeError::Prefix {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
+                AddressRangeError::Prefix {
                     text: text.to_string(),
                     max,
-                })?,
+                }
+            })?,
         };
         Ok(AddressRange { network, prefix })
     }

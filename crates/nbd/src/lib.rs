@@ -20,9 +20,9 @@ pub mod wire;
 
 use cairn_vdev::{Leaf, VdevError};
 
+pub use access::{AddressRange, AddressRangeError, ClientAllowList};
 pub use client::{NbdClient, NbdLeaf, NbdLeafOptions};
 pub use export::{BlockExport, ExportSource, ExportTable, FileExport, MemoryExport};
-pub use access::{AddressRange, AddressRangeError, ClientAllowList};
 pub use server::{NbdServer, RefusedClient, RunningServer, ServerConfig, ServerStats};
 pub use tls::{load_server_config, TlsFiles, TlsMode, TlsPolicy, TlsSetupError};
 pub use url::{parse_nbd_url, NbdAddress, NbdUrl};

@@ -457,8 +457,10 @@ impl Input {
     fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, Closed> {
         if self.start < self.end {
             let n = buf.len().min(self.end - self.start);
-            let (Some(dst), Some(src)) = (buf.get_mut(..n), self.buffer.get(self.start..self.start + n))
-            else {
+            let (Some(dst), Some(src)) = (
+                buf.get_mut(..n),
+                self.buffer.get(self.start..self.start + n),
+            ) else {
                 return Err(Closed::Protocol);
             };
             dst.copy_from_slice(src);

@@ -58,7 +58,10 @@ fn connect(server: &NbdServer) -> (Client<UnixStream>, JoinHandle<()>) {
     });
     let mut client = Client { s: ours };
     let flags = parse_greeting(&client.read_n(18)).unwrap();
-    assert_eq!(flags & HANDSHAKE_FLAG_FIXED_NEWSTYLE, HANDSHAKE_FLAG_FIXED_NEWSTYLE);
+    assert_eq!(
+        flags & HANDSHAKE_FLAG_FIXED_NEWSTYLE,
+        HANDSHAKE_FLAG_FIXED_NEWSTYLE
+    );
     client.send(&(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES).to_be_bytes());
     (client, thread)
 }
@@ -154,7 +157,10 @@ fn require_refuses_plain_options_and_ends_a_plain_export_name() {
     let (mut c, thread) = connect(&server);
     assert_eq!(c.option(&ClientOption::List), vec![REP_ERR_TLS_REQD]);
     assert_eq!(c.option(&go()), vec![REP_ERR_TLS_REQD]);
-    assert_eq!(c.option(&ClientOption::StructuredReply), vec![REP_ERR_TLS_REQD]);
+    assert_eq!(
+        c.option(&ClientOption::StructuredReply),
+        vec![REP_ERR_TLS_REQD]
+    );
     assert_eq!(
         c.option(&ClientOption::Unknown { option: 99 }),
         vec![REP_ERR_TLS_REQD]
