@@ -141,6 +141,52 @@ fn certificates(dir: &Path) -> PathBuf {
     certs
 }
 
+/// A client certificate from the same CA, with the CA, in `certs/client` (the names
+/// libnbd looks for in a tls-certificates directory).
+fn client_certificate(certs: &Path) -> PathBuf {
+    let client = certs.join("client");
+    std::fs::create_dir_all(&client).unwrap();
+    let openssl = |args: &[&str]| {
+        succeeds(Command::new("openssl").current_dir(certs).args(args));
+    };
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "client/client-key.pem",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=cairn test client",
+    ]);
+    std::fs::write(
+        certs.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "client/client-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "client.cnf",
+    ]);
+    std::fs::copy(certs.join("ca-cert.pem"), client.join("ca-cert.pem")).unwrap();
+    client
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -359,6 +405,35 @@ fn tls_on_serves_both_and_read_only_exports_refuse_writes() {
         img.to_str().unwrap(),
         &format!("nbds://127.0.0.1:{port}/tank/vol?{certs_q}"),
     ]));
+    server.stop();
+}
+
+#[test]
+fn tls_verify_peer_serves_only_clients_with_a_certificate_from_the_ca() {
+    if !have(&[("openssl", "openssl"), ("nbdinfo", "libnbd-bin")]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool(dir.path());
+    let certs = certificates(dir.path());
+    let client = client_certificate(&certs);
+    let port = free_port();
+    let mut flags = tls_flags(&certs, "require");
+    let ca = certs.join("ca-cert.pem").display().to_string();
+    flags.extend(["--tls-verify-peer".to_string(), "--tls-ca".to_string(), ca]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = Server::start(&home, "127.0.0.1", port, &flags);
+    let uri = |dir: &Path| {
+        format!(
+            "nbds://127.0.0.1:{port}/tank/vol?tls-certificates={}",
+            dir.display()
+        )
+    };
+    assert_eq!(nbdinfo_size(&uri(&client)), Ok(16 * MIB));
+    assert!(
+        nbdinfo_size(&uri(&certs)).is_err(),
+        "a client without a certificate was served under --tls-verify-peer"
+    );
     server.stop();
 }
 
