@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_nbd::{BlockExport, ExportSource, NbdServer, TlsMode};
+use cairn_nbd::{BlockExport, ExportSource, NbdServer, TlsMode, TlsPolicy};
 use cairn_objset::dnode::ObjectKind;
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
 use cairn_objset::scrub::ScrubControl;
@@ -383,13 +383,7 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         );
     }
     let store = Arc::new(store);
-    let read_only = a.access.read_only_volumes(store.pool().name());
-    check_volumes(&store, &read_only)?;
-    let source = Arc::new(VolumeSource {
-        store: store.clone(),
-        read_only,
-    });
-    let server = a.access.apply(NbdServer::new(source.clone()), tls)?;
+    let (source, server) = nbd_server(&a, &store, tls)?;
     let running = listen(&a, &server, tls_mode)?;
     if !running.is_empty() {
         eprintln!("cairn: exports: {}", source.list().join(", "));
@@ -449,6 +443,22 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
         None => Ok(()),
     }
+}
+
+/// The NBD server over the pool's volumes, with the access flags of `a` applied.
+fn nbd_server(
+    a: &ServeArgs,
+    store: &Arc<Store>,
+    tls: TlsPolicy,
+) -> Result<(Arc<VolumeSource>, NbdServer), String> {
+    let read_only = a.access.read_only_volumes(store.pool().name());
+    check_volumes(store, &read_only)?;
+    let source = Arc::new(VolumeSource {
+        store: store.clone(),
+        read_only,
+    });
+    let server = a.access.apply(NbdServer::new(source.clone()), tls)?;
+    Ok((source, server))
 }
 
 /// Every `--nbd-read-only` name is a volume of the pool.

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod budget;
 pub mod client;
+pub mod connection;
 pub mod export;
 pub mod server;
 pub mod tls;

@@ -25,8 +25,8 @@
 //!   So threads ≤ 1 + max_connections × (1 + workers_per_connection).
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::access::ClientAllowList;
 use crate::budget::{BudgetStats, ByteBudget, Permit};
+pub use crate::connection::Connection;
 use crate::export::{BlockExport, ExportSource};
 use crate::tls::{self, TlsPolicy};
 use crate::wire::*;
@@ -50,46 +51,6 @@ const WRITE_LIMIT: Duration = Duration::from_secs(60);
 const MAX_DRAINED_PAYLOAD: u32 = 256 << 20;
 /// Metadata context id of base:allocation.
 const BASE_ALLOCATION_ID: u32 = 1;
-
-/// A byte stream the server can talk over (TCP or unix socket).
-pub trait Connection: Read + Write + Send + 'static {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
-    fn shutdown_both(&self);
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()>;
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()>;
-    /// Ends the session politely before the socket closes (TLS: close_notify).
-    fn close_gracefully(&mut self) {}
-}
-
-impl Connection for TcpStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
-}
-
-impl Connection for UnixStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
-}
 
 /// Tuning of a server.
 #[derive(Clone, Copy, Debug)]

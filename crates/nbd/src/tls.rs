@@ -33,7 +33,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
 
-use crate::server::Connection;
+use crate::connection::Connection;
 
 /// Whether the server offers TLS, and whether it insists on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
