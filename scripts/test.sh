@@ -7,10 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-# qemu-utils, libnbd-bin, fio: real NBD clients for the serve tests; nbdkit: remote leaves;
+# qemu-utils, libnbd-bin, fio: real NBD clients for the serve tests; openssl: their TLS
+# certificates; nbdkit: remote leaves;
 # fuse3: nbdfuse and fusermount3; libisal2: the parity bench peer; autoconf, automake,
 # gcc, make: to build pjdfstest (scripts/pjdfstest.sh); python3: scripts/fs-stress.py.
-for pkg in libisal2 qemu-utils libnbd-bin fio nbdkit fuse3 autoconf automake gcc make python3; do
+for pkg in libisal2 qemu-utils libnbd-bin fio nbdkit fuse3 openssl autoconf automake gcc make python3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -28,6 +28,7 @@ mod mount_table;
 mod pool_cmds;
 mod scrub_cmd;
 mod serve;
+mod serve_access;
 mod served;
 mod snapshot_cmds;
 mod snapshot_export;

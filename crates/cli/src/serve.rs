@@ -12,6 +12,7 @@
 //! thread resilvers whatever leaf needs it (a spare put in, a resilver left unfinished) with
 //! the store lock taken per batch, so clients keep being served meanwhile.
 
+use std::collections::HashSet;
 use std::io;
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_nbd::{BlockExport, ExportSource, NbdServer};
+use cairn_nbd::{BlockExport, ExportSource, NbdServer, TlsMode, TlsPolicy};
 use cairn_objset::dnode::ObjectKind;
 use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
 use cairn_objset::scrub::ScrubControl;
@@ -36,6 +37,8 @@ pub struct ServeArgs {
     /// Unix socket to serve NBD on (repeatable).
     #[arg(long = "nbd-socket", value_name = "PATH")]
     sockets: Vec<PathBuf>,
+    #[command(flatten)]
+    access: crate::serve_access::NbdAccessArgs,
     /// Seconds between txg syncs when data changed.
     #[arg(long, default_value_t = 5.0)]
     sync_interval: f64,
@@ -151,6 +154,8 @@ impl BlockExport for VolumeExport {
 /// The pool's volumes, by name.
 struct VolumeSource {
     store: Arc<Store>,
+    /// Volumes exported read-only whatever their `readonly` property (`--nbd-read-only`).
+    read_only: HashSet<String>,
 }
 
 impl VolumeSource {
@@ -188,7 +193,8 @@ impl ExportSource for VolumeSource {
             .store
             .get_property(&full, "readonly")
             .map(|v| v.0 == "on")
-            .unwrap_or(false);
+            .unwrap_or(false)
+            || self.read_only.contains(&full);
         Some(Arc::new(VolumeExport {
             store: self.store.clone(),
             volume,
@@ -314,8 +320,8 @@ pub fn serve(a: ServeArgs) -> Result<(), String> {
 /// each with its own control socket (so one pool's trouble stays its own); SIGINT/SIGTERM
 /// is passed on to them, and this process ends when they all have (failing if one failed).
 fn serve_several(a: &ServeArgs) -> Result<(), String> {
-    if !a.tcp.is_empty() || !a.sockets.is_empty() || !a.mounts.is_empty() {
-        return Err("--nbd, --nbd-socket and --mount name one pool's volumes and file systems: give them to `cairn serve POOL`, one process per pool".into());
+    if !a.tcp.is_empty() || !a.sockets.is_empty() || !a.mounts.is_empty() || a.access.any() {
+        return Err("--nbd, --nbd-socket, --mount, --tls and --nbd-* name one pool's volumes and file systems: give them to `cairn serve POOL`, one process per pool".into());
     }
     let home = crate::home();
     let pools = if a.all {
@@ -391,6 +397,9 @@ fn serve_several(a: &ServeArgs) -> Result<(), String> {
 fn serve_one(a: ServeArgs) -> Result<(), String> {
     let home = crate::home();
     let pool_name = a.pools[0].clone();
+    // Bad TLS files are found before the pool is opened.
+    let tls = a.access.tls_policy()?;
+    let tls_mode = tls.mode();
     let store = open(&pool_name)?;
     if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
         // Holding the pool is a service of its own: commands over the control socket,
@@ -401,11 +410,8 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         );
     }
     let store = Arc::new(store);
-    let source = Arc::new(VolumeSource {
-        store: store.clone(),
-    });
-    let server = NbdServer::new(source.clone());
-    let running = listen(&a, &server)?;
+    let (source, server) = nbd_server(&a, &store, tls)?;
+    let running = listen(&a, &server, tls_mode)?;
     if !running.is_empty() {
         eprintln!("cairn: exports: {}", source.list().join(", "));
     }
@@ -479,17 +485,53 @@ fn serving(
     }
 }
 
+/// The NBD server over the pool's volumes, with the access flags of `a` applied.
+fn nbd_server(
+    a: &ServeArgs,
+    store: &Arc<Store>,
+    tls: TlsPolicy,
+) -> Result<(Arc<VolumeSource>, NbdServer), String> {
+    let read_only = a.access.read_only_volumes(store.pool().name());
+    check_volumes(store, &read_only)?;
+    let source = Arc::new(VolumeSource {
+        store: store.clone(),
+        read_only,
+    });
+    let server = a.access.apply(NbdServer::new(source.clone()), tls)?;
+    Ok((source, server))
+}
+
+/// Every `--nbd-read-only` name is a volume of the pool.
+fn check_volumes(store: &Store, names: &HashSet<String>) -> Result<(), String> {
+    for name in names {
+        let is_volume = store
+            .resolve(name)
+            .is_ok_and(|r| r.kind == ObjectKind::Volume);
+        if !is_volume {
+            return Err(format!(
+                "--nbd-read-only {name}: no such volume in this pool (give POOL/VOL or VOL of a volume)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Starts the NBD listeners `a` asks for.
-fn listen(a: &ServeArgs, server: &NbdServer) -> Result<Vec<cairn_nbd::RunningServer>, String> {
+fn listen(
+    a: &ServeArgs,
+    server: &NbdServer,
+    tls: TlsMode,
+) -> Result<Vec<cairn_nbd::RunningServer>, String> {
     let mut running = Vec::new();
     for addr in &a.tcp {
         let l = TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        eprintln!(
-            "cairn: serving NBD on {}",
-            l.local_addr()
-                .map(|x| x.to_string())
-                .unwrap_or(addr.clone())
-        );
+        match l.local_addr() {
+            Ok(bound) => {
+                eprintln!("cairn: serving NBD on {bound}");
+                crate::serve_access::warn_if_exposed(bound, tls);
+            }
+            Err(_) => eprintln!("cairn: serving NBD on {addr}"),
+        }
         running.push(server.spawn_tcp(l));
     }
     for path in &a.sockets {

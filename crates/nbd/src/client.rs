@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cairn_vdev::{Leaf, VdevError};
 
-use crate::server::Connection;
+use crate::connection::Connection;
 use crate::url::{parse_nbd_url, NbdAddress, NbdUrl};
 use crate::wire::*;
 

@@ -5,20 +5,27 @@
 //! - [`wire`]: message layouts and pure encode/parse functions.
 //! - [`export`]: the [`BlockExport`] / [`ExportSource`] traits and test backends.
 //! - [`server`]: [`NbdServer`] (TCP and unix sockets).
+//! - [`tls`]: NBD_OPT_STARTTLS with rustls: [`TlsPolicy`], certificates, the encrypted stream.
+//! - [`access`]: [`ClientAllowList`], the TCP clients a server accepts.
 //! - [`client`]: [`NbdClient`] and [`NbdLeaf`] (a `cairn_vdev::Leaf`).
 
+pub mod access;
 pub mod budget;
 pub mod client;
+pub mod connection;
 pub mod export;
 pub mod server;
+pub mod tls;
 pub mod url;
 pub mod wire;
 
 use cairn_vdev::{Leaf, VdevError};
 
+pub use access::{AddressRange, AddressRangeError, ClientAllowList};
 pub use client::{NbdClient, NbdLeaf, NbdLeafOptions};
 pub use export::{BlockExport, ExportSource, ExportTable, FileExport, MemoryExport};
-pub use server::{NbdServer, RunningServer, ServerConfig, ServerStats};
+pub use server::{NbdServer, RefusedClient, RunningServer, ServerConfig, ServerStats};
+pub use tls::{load_server_config, TlsFiles, TlsMode, TlsPolicy, TlsSetupError};
 pub use url::{parse_nbd_url, NbdAddress, NbdUrl};
 
 /// Whether a device spec is an NBD URL (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`).

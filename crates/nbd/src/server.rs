@@ -25,16 +25,19 @@
 //!   So threads ≤ 1 + max_connections × (1 + workers_per_connection).
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::access::ClientAllowList;
 use crate::budget::{BudgetStats, ByteBudget, Permit};
+pub use crate::connection::Connection;
 use crate::export::{BlockExport, ExportSource};
+use crate::tls::{self, TlsPolicy};
 use crate::wire::*;
 
 /// How often blocked reads and the accept loop look at the stop flag.
@@ -48,44 +51,6 @@ const WRITE_LIMIT: Duration = Duration::from_secs(60);
 const MAX_DRAINED_PAYLOAD: u32 = 256 << 20;
 /// Metadata context id of base:allocation.
 const BASE_ALLOCATION_ID: u32 = 1;
-
-/// A byte stream the server can talk over (TCP or unix socket).
-pub trait Connection: Read + Write + Send + 'static {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
-    fn shutdown_both(&self);
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()>;
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()>;
-}
-
-impl Connection for TcpStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
-}
-
-impl Connection for UnixStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
-}
 
 /// Tuning of a server.
 #[derive(Clone, Copy, Debug)]
@@ -154,12 +119,18 @@ impl Shared {
     }
 }
 
+/// Called with the address of each TCP client the allow-list turns away.
+pub type RefusedClient = Arc<dyn Fn(SocketAddr) + Send + Sync>;
+
 /// An NBD server over an `ExportSource`.
 #[derive(Clone)]
 pub struct NbdServer {
     source: Arc<dyn ExportSource>,
     config: ServerConfig,
     shared: Arc<Shared>,
+    tls: TlsPolicy,
+    allowed: Arc<ClientAllowList>,
+    on_refused: Option<RefusedClient>,
 }
 
 /// A server running on its own thread; stops (and joins) when dropped.
@@ -196,7 +167,28 @@ impl NbdServer {
             source,
             shared: Shared::new(&config),
             config,
+            tls: TlsPolicy::off(),
+            allowed: Arc::new(ClientAllowList::default()),
+            on_refused: None,
         }
+    }
+
+    /// Offers or requires TLS (NBD_OPT_STARTTLS).
+    pub fn with_tls(mut self, tls: TlsPolicy) -> NbdServer {
+        self.tls = tls;
+        self
+    }
+
+    /// Serves only TCP clients the list allows; others are closed at accept, and
+    /// `on_refused` (if any) hears of each.
+    pub fn with_allowed_clients(
+        mut self,
+        allowed: ClientAllowList,
+        on_refused: Option<RefusedClient>,
+    ) -> NbdServer {
+        self.allowed = Arc::new(allowed);
+        self.on_refused = on_refused;
+        self
     }
 
     /// Sets the tuning (before serving: it starts a new budget and new counters).
@@ -226,6 +218,13 @@ impl NbdServer {
     pub fn serve_tcp(&self, listener: TcpListener, stop: Arc<AtomicBool>) -> io::Result<()> {
         listener.set_nonblocking(true)?;
         self.accept_loop(&stop, || match listener.accept() {
+            Ok((s, peer)) if !self.allowed.allows(peer.ip()) => {
+                let _ = s.shutdown(Shutdown::Both);
+                if let Some(report) = &self.on_refused {
+                    report(peer);
+                }
+                Ok(None)
+            }
             Ok((s, _)) => {
                 s.set_nonblocking(false)?;
                 let _ = s.set_nodelay(true);
@@ -329,7 +328,7 @@ impl NbdServer {
         };
         let mut input = Input::new(conn, stop, Some(Instant::now() + NEGOTIATION_LIMIT));
         let mut output = writer;
-        if let Ok(Some(session)) = negotiate(&*self.source, &mut input, &mut output) {
+        if let Ok(Some(session)) = negotiate(&*self.source, &self.tls, &mut input, &mut output) {
             input.deadline = None;
             transmit(session, input, output, self.config, &self.shared);
         } else {
@@ -405,30 +404,31 @@ impl Input {
                 continue;
             }
             // Large remainders go straight into place; small ones refill the read-ahead.
-            let direct = rest.len() >= self.buffer.len();
-            let target = if direct { rest } else { &mut self.buffer[..] };
-            match self.conn.read(target) {
-                Ok(0) => return Err(Closed::Eof),
-                Ok(n) if direct => filled += n,
-                Ok(n) => (self.start, self.end) = (0, n),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if self.stop.load(Ordering::SeqCst) {
-                        return Err(Closed::Stopped);
-                    }
-                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(Closed::Eof);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Err(Closed::Io),
+            if rest.len() >= self.buffer.len() {
+                filled += receive(&mut *self.conn, &self.stop, self.deadline, rest)?;
+            } else {
+                let n = receive(&mut *self.conn, &self.stop, self.deadline, &mut self.buffer)?;
+                (self.start, self.end) = (0, n);
             }
         }
         Ok(())
+    }
+
+    /// Some bytes (at least one): from the read-ahead, or else one read from the socket.
+    fn read_some(&mut self, buf: &mut [u8]) -> Result<usize, Closed> {
+        if self.start < self.end {
+            let n = buf.len().min(self.end - self.start);
+            let (Some(dst), Some(src)) = (
+                buf.get_mut(..n),
+                self.buffer.get(self.start..self.start + n),
+            ) else {
+                return Err(Closed::Protocol);
+            };
+            dst.copy_from_slice(src);
+            self.start += n;
+            return Ok(n);
+        }
+        receive(&mut *self.conn, &self.stop, self.deadline, buf)
     }
 
     fn read_vec(&mut self, len: usize) -> Result<Vec<u8>, Closed> {
@@ -450,6 +450,37 @@ impl Input {
     }
 }
 
+/// One read from `conn` into `target` (at least one byte), waiting while the read polls
+/// and giving up when `stop` is set or the deadline passes.
+fn receive(
+    conn: &mut dyn Connection,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    target: &mut [u8],
+) -> Result<usize, Closed> {
+    loop {
+        match conn.read(target) {
+            Ok(0) => return Err(Closed::Eof),
+            Ok(n) => return Ok(n),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if stop.load(Ordering::SeqCst) {
+                    return Err(Closed::Stopped);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Closed::Eof);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(Closed::Io),
+        }
+    }
+}
+
 fn send(out: &mut Box<dyn Connection>, bytes: &[u8]) -> Result<(), Closed> {
     out.write_all(bytes).map_err(|_| Closed::Io)
 }
@@ -467,6 +498,8 @@ struct Session {
 /// Negotiation state carried between options.
 #[derive(Default)]
 struct Haggle {
+    /// NBD_OPT_STARTTLS succeeded: the rest goes over TLS.
+    encrypted: bool,
     structured: bool,
     /// Export name and whether base:allocation was selected for it.
     meta: Option<(String, bool)>,
@@ -495,6 +528,7 @@ pub fn block_sizes(export: &dyn BlockExport) -> (u32, u32, u32) {
 
 fn negotiate(
     source: &dyn ExportSource,
+    tls: &TlsPolicy,
     input: &mut Input,
     out: &mut Box<dyn Connection>,
 ) -> Result<Option<Session>, Closed> {
@@ -517,6 +551,9 @@ fn negotiate(
         if header.length > MAX_OPTION_LENGTH {
             return Err(Closed::Protocol);
         }
+        if tls.required() && !haggle.encrypted && refuse_in_plain_text(&header, input, out)? {
+            continue;
+        }
         let data = input.read_vec(header.length as usize)?;
         let option = match parse_option(header.option, &data) {
             Ok(o) => o,
@@ -525,11 +562,110 @@ fn negotiate(
                 continue;
             }
         };
+        if option == ClientOption::StartTls {
+            start_tls(tls, &mut haggle, input, out)?;
+            continue;
+        }
         match answer_option(source, &mut haggle, out, option, no_zeroes)? {
             Next::Continue => {}
             Next::Abort => return Ok(None),
             Next::Transmit(session) => return Ok(Some(session)),
         }
+    }
+}
+
+/// FORCEDTLS before STARTTLS (NBD spec, "TLS support"): every option but
+/// NBD_OPT_STARTTLS and NBD_OPT_ABORT is answered NBD_REP_ERR_TLS_REQD (its data read and
+/// dropped), and NBD_OPT_EXPORT_NAME, which cannot be answered with an error, ends the
+/// session. Whether the option was refused (else it goes on to be answered).
+fn refuse_in_plain_text(
+    header: &OptionHeader,
+    input: &mut Input,
+    out: &mut Box<dyn Connection>,
+) -> Result<bool, Closed> {
+    match header.option {
+        OPT_STARTTLS | OPT_ABORT => Ok(false),
+        OPT_EXPORT_NAME => Err(Closed::Protocol),
+        other => {
+            input.discard(u64::from(header.length))?;
+            let msg = "this server requires TLS: send NBD_OPT_STARTTLS first (nbds:// URIs do)";
+            reply_error(out, other, REP_ERR_TLS_REQD, msg)?;
+            Ok(true)
+        }
+    }
+}
+
+/// NBD_OPT_STARTTLS (NBD spec, "TLS support"): NBD_REP_ACK, then the TLS handshake; every
+/// byte after it goes over TLS, and what was negotiated in plain text is forgotten. A
+/// second STARTTLS is NBD_REP_ERR_INVALID; without TLS it is NBD_REP_ERR_POLICY (NOTLS
+/// mode). A failed handshake ends the session (the ACK is sent: no way back to plain).
+fn start_tls(
+    policy: &TlsPolicy,
+    haggle: &mut Haggle,
+    input: &mut Input,
+    out: &mut Box<dyn Connection>,
+) -> Result<(), Closed> {
+    let code = OPT_STARTTLS;
+    if haggle.encrypted {
+        return reply_error(out, code, REP_ERR_INVALID, "TLS is already on");
+    }
+    let Some(config) = policy.config() else {
+        let msg = "this server does not offer TLS (cairn serve --tls=on or --tls=require)";
+        return reply_error(out, code, REP_ERR_POLICY, msg);
+    };
+    // The client must wait for the ACK; bytes it sent before it would otherwise be taken
+    // as the start of the TLS stream (plaintext injected into the session).
+    if input.has_buffered() {
+        return Err(Closed::Protocol);
+    }
+    let mut session = tls::new_session(config).map_err(|_| Closed::Io)?;
+    send(out, &encode_option_reply(code, REP_ACK, &[]))?;
+    let mut receive = |buf: &mut [u8]| {
+        input
+            .read_some(buf)
+            .map_err(|closed| io::Error::other(format!("{closed:?}")))
+    };
+    tls::handshake(&mut session, &mut receive, &mut **out).map_err(|_| Closed::Protocol)?;
+    let reading = std::mem::replace(&mut input.conn, Box::new(Detached));
+    let writing = std::mem::replace(out, Box::new(Detached));
+    let (read_half, write_half) = tls::split(session, reading, writing);
+    input.conn = Box::new(read_half);
+    *out = Box::new(write_half);
+    *haggle = Haggle {
+        encrypted: true,
+        ..Haggle::default()
+    };
+    Ok(())
+}
+
+/// Stands in for a connection for the moment it is moved into its TLS halves.
+struct Detached;
+
+impl Read for Detached {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::NotConnected.into())
+    }
+}
+
+impl Write for Detached {
+    fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::NotConnected.into())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Connection for Detached {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+        Err(io::ErrorKind::NotConnected.into())
+    }
+    fn shutdown_both(&self) {}
+    fn set_read_poll(&self, _: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+    fn set_write_limit(&self, _: Option<Duration>) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -587,6 +723,7 @@ fn answer_option(
             answer_meta_context(source, haggle, out, code, set, name, &queries)?;
             Ok(Next::Continue)
         }
+        // STARTTLS is answered by `start_tls` before this.
         ClientOption::StartTls | ClientOption::Unknown { .. } => {
             reply_error(out, code, REP_ERR_UNSUP, "option not supported")?;
             Ok(Next::Continue)
@@ -1021,6 +1158,7 @@ fn transmit(
     // Started when requests wait for one (an idle connection costs only this thread);
     // they run until the queue closes, so a queued job always has a worker.
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let mut client_left = false;
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session, &budgets) {
             // Run a quick request here and save the thread hand-off when nothing else is in
@@ -1059,14 +1197,21 @@ fn transmit(
                 }
             }
             Ok(None) => {}
-            Err(_) => break,
+            Err(closed) => {
+                client_left = matches!(closed, Closed::Eof);
+                break;
+            }
         }
     }
     drop(queue);
     for w in workers {
         let _ = w.join();
     }
-    lock(&replies.out).shutdown_both();
+    let mut out = lock(&replies.out);
+    if client_left && !replies.broken.load(Ordering::SeqCst) {
+        out.close_gracefully();
+    }
+    out.shutdown_both();
 }
 
 /// Reads one request; answers it directly when it is invalid. `Err` ends the connection.

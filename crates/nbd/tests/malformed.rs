@@ -175,7 +175,8 @@ fn option_errors_follow_the_spec() {
     c.greet(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES);
     let unknown = ClientOption::Unknown { option: 99 };
     assert_eq!(c.option(&unknown), vec![REP_ERR_UNSUP]);
-    assert_eq!(c.option(&ClientOption::StartTls), vec![REP_ERR_UNSUP]);
+    // A server without TLS refuses STARTTLS by policy (NBD spec, NOTLS mode).
+    assert_eq!(c.option(&ClientOption::StartTls), vec![REP_ERR_POLICY]);
     let missing = ClientOption::Info {
         name: "nope".into(),
         requests: vec![],
