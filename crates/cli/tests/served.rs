@@ -145,6 +145,31 @@ fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
     served.stop();
 }
 
+/// `cat` and `get … -` of a path in a snapshot write to the client's standard output when
+/// served (they wrote to the service's own, and the client got nothing with exit 0).
+#[test]
+fn cat_of_a_snapshot_path_reaches_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    ok(&cairn(&home, &["snapshot", "tank/docs@s"]));
+    ok(&cairn(&home, &["rm", "tank/docs/big"]));
+    let commands = [
+        vec!["cat", "tank/docs@s/big"],
+        vec!["get", "tank/docs@s/big", "-"],
+    ];
+    let alone: Vec<_> = commands.iter().map(|c| seen(&cairn(&home, c))).collect();
+    let served = serve(&home, "tank");
+    for (c, a) in commands.iter().zip(&alone) {
+        let out = cairn(&home, c);
+        assert!(
+            out.stdout == pseudo_random(3 * MIB as usize, 7),
+            "cairn {c:?} served"
+        );
+        assert_eq!(&seen(&out), a, "cairn {c:?}: in-process vs served");
+    }
+    served.stop();
+}
+
 #[test]
 fn changes_made_through_the_service_are_committed_and_in_the_history() {
     let dir = tempfile::tempdir().unwrap();
