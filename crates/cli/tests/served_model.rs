@@ -568,7 +568,7 @@ impl Worker {
             Change::DatasetCreate { name } => {
                 vec!["dataset".into(), "create".into(), self.path(name)]
             }
-            Change::DatasetDestroy { name } if self.next % 2 == 0 => {
+            Change::DatasetDestroy { name } if self.next.is_multiple_of(2) => {
                 vec!["destroy".into(), self.path(name)]
             }
             Change::DatasetDestroy { name } => {
