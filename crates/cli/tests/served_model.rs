@@ -25,6 +25,8 @@ use rand::{Rng, RngCore, SeedableRng};
 use support::{cairn, cairn_cmd, files, ok, ok_bytes, MIB};
 
 const THREADS: u64 = 4;
+/// Files a thread keeps at most (puts become removals beyond).
+const MAX_FILES: usize = 40;
 /// The defaults a dataset of `tank` inherits when nothing in its subtree sets them.
 const DEFAULT_COMPRESSION: &str = "lz4";
 const DEFAULT_RECORDSIZE: &str = "128K";
@@ -618,11 +620,15 @@ impl Worker {
                 .into_iter(),
         );
         match (self.rng.gen_range(0..100), file) {
+            // Bounded, so that long kill runs keep to the pool's size and a quick check.
+            (0..=24, Some(f)) if self.model.files.len() >= MAX_FILES => {
+                self.change(Change::Rm { path: f }, stop)
+            }
             (0..=24, _) | (25..=49, None) => self.put(stop),
             (25..=36, Some(f)) => self.cat(&f, stop),
             (37..=41, Some(f)) => self.get(&f, stop),
             (42..=49, Some(f)) => self.change(Change::Rm { path: f }, stop),
-            (50..=55, _) => {
+            (50..=55, _) if self.model.dirs.len() < 30 => {
                 let dir = self.container();
                 let name = self.fresh("d");
                 let path = if dir.is_empty() {
