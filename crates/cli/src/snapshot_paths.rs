@@ -56,7 +56,9 @@ pub fn copy_out(store: &Store, src: &str, dest: &Path) -> Result<(), String> {
         return Err(format!("'{src}' is a directory; `cairn ls {src}` lists it"));
     }
     let mut out: Box<dyn Write> = if dest.as_os_str() == "-" {
-        Box::new(std::io::stdout().lock())
+        // The client's standard output when the command runs in a service (not the
+        // service's own, where the data went before and the client got nothing).
+        crate::served::stdout()
     } else {
         Box::new(std::fs::File::create(dest).map_err(|e| format!("{}: {e}", dest.display()))?)
     };

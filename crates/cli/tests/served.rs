@@ -145,6 +145,64 @@ fn every_everyday_command_gives_the_same_output_and_exit_code_served_or_not() {
     served.stop();
 }
 
+/// `cat` and `get … -` of a path in a snapshot write to the client's standard output when
+/// served (they wrote to the service's own, and the client got nothing with exit 0).
+#[test]
+fn cat_of_a_snapshot_path_reaches_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    ok(&cairn(&home, &["snapshot", "tank/docs@s"]));
+    ok(&cairn(&home, &["rm", "tank/docs/big"]));
+    let commands = [
+        vec!["cat", "tank/docs@s/big"],
+        vec!["get", "tank/docs@s/big", "-"],
+    ];
+    let alone: Vec<_> = commands.iter().map(|c| seen(&cairn(&home, c))).collect();
+    let served = serve(&home, "tank");
+    for (c, a) in commands.iter().zip(&alone) {
+        let out = cairn(&home, c);
+        assert!(
+            out.stdout == pseudo_random(3 * MIB as usize, 7),
+            "cairn {c:?} served"
+        );
+        assert_eq!(&seen(&out), a, "cairn {c:?}: in-process vs served");
+    }
+    served.stop();
+}
+
+/// A service that ends (kill -9) before it answers: the client fails and says so, for a
+/// snapshot request as for a command run in the service (a snapshot took the empty answer
+/// for success and exited 0).
+#[test]
+fn a_service_that_dies_before_answering_fails_the_command() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let home = pool_with_data(dir.path());
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(home.join("run/tank.sock")).unwrap();
+    let dying = std::thread::spawn(move || {
+        // snapshot; destroy (asks the mode, then the snapshots); mkdir.
+        for _ in 0..4 {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut line = [0u8; 1];
+            while conn.read(&mut line).unwrap_or(0) == 1 && line[0] != b'\n' {}
+            drop(conn); // gone without a word
+        }
+    });
+    for c in [
+        vec!["snapshot", "tank/docs@x"],
+        vec!["destroy", "tank/docs@x"],
+        vec!["mkdir", "tank/docs/x"],
+    ] {
+        let e = fails(&cairn(&home, &c));
+        assert!(
+            e.contains("ended before the command finished"),
+            "{c:?}: {e}"
+        );
+    }
+    dying.join().unwrap();
+}
+
 #[test]
 fn changes_made_through_the_service_are_committed_and_in_the_history() {
     let dir = tempfile::tempdir().unwrap();
