@@ -39,12 +39,19 @@ pub fn socket_path(home: &Home, pool: &str) -> PathBuf {
 }
 
 /// Sends one request to the process holding `pool`; `None` when no process serves it.
+/// Every answer ends with a newline: none at all (the service was killed or stopped
+/// before it answered) comes back as an `error: ` answer, never as an empty success.
 pub fn ask(home: &Home, pool: &str, request: &str) -> Option<String> {
     let mut s = UnixStream::connect(socket_path(home, pool)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(3600))).ok()?;
     writeln!(s, "{request}").ok()?;
     let mut answer = String::new();
-    s.read_to_string(&mut answer).ok()?;
+    let read = s.read_to_string(&mut answer);
+    if read.is_err() || answer.is_empty() {
+        return Some(format!(
+            "error: the process serving '{pool}' ended before it answered; see `cairn status {pool}` and retry\n"
+        ));
+    }
     Some(answer)
 }
 

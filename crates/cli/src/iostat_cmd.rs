@@ -77,6 +77,9 @@ fn split_args(args: &[String]) -> Result<Operands, String> {
 /// A snapshot of pool `name`: live from a serving process, else the pool record's.
 fn snapshot(home: &cairn_pool::Home, name: &str) -> Result<PoolIo, String> {
     if let Some(answer) = crate::control::ask(home, name, "iostat") {
+        if let Some(e) = answer.strip_prefix("error: ") {
+            return Err(e.trim().to_string());
+        }
         return serde_json::from_str(&answer)
             .map_err(|e| format!("pool '{name}': bad answer from its serving process: {e}"));
     }

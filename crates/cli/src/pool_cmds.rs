@@ -109,6 +109,9 @@ pub fn status(a: StatusArgs) -> Result<(), String> {
             .iter()
             .filter_map(|n| crate::control::ask(&home, n, request))
             .collect();
+        if let Some(e) = served.iter().find_map(|t| t.strip_prefix("error: ")) {
+            return Err(e.trim().to_string());
+        }
         if !served.is_empty() {
             let rest: Vec<&String> = names
                 .iter()

@@ -173,13 +173,21 @@ impl ScrubPacing {
         }
     }
 
-    /// Whether the scrub goes in small slices to be paced between them.
-    fn is_paced(&self) -> bool {
-        self.rate.is_some() || self.latency_budget.is_some()
+    /// The blocks per slice of a scrub paced between its slices (`None`: not paced).
+    fn slice(&self) -> Option<u64> {
+        match (self.rate, self.latency_budget) {
+            (_, Some(_)) => Some(BUDGETED_SCRUB_SLICE),
+            (Some(_), None) => Some(RATED_SCRUB_SLICE),
+            (None, None) => None,
+        }
     }
 }
 
+/// Data blocks per slice of a scrub held to a rate.
 const RATED_SCRUB_SLICE: u64 = 8;
+/// Data blocks per slice of a scrub held to a latency budget: a read that arrives while
+/// the scrub reads waits behind one block's I/O at most, not a slice of eight.
+const BUDGETED_SCRUB_SLICE: u64 = 1;
 
 impl Store {
     /// Runs the pool's scrub, or resumes the one paused or interrupted, keeping its state
@@ -261,14 +269,14 @@ impl Store {
                 None => ScrubControl::Continue,
             }
         };
-        let (p, end) = match pacing.is_paced() {
-            true => self.scrub_in_slices(
+        let (p, end) = match pacing.slice() {
+            Some(slice) => self.scrub_in_slices(
                 resume_from.as_ref(),
                 Duration::from_millis(10),
-                RATED_SCRUB_SLICE,
+                slice,
                 &mut report,
             ),
-            false => self.scrub(resume_from.as_ref(), interval, &mut report),
+            None => self.scrub(resume_from.as_ref(), interval, &mut report),
         }?;
         requests.clear();
         let state = ScrubState {
