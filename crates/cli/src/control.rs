@@ -49,7 +49,7 @@ pub fn ask(home: &Home, pool: &str, request: &str) -> Option<String> {
     let read = s.read_to_string(&mut answer);
     if read.is_err() || answer.is_empty() {
         return Some(format!(
-            "error: the process serving '{pool}' ended before it answered; see `cairn status {pool}` and retry\n"
+            "error: the process serving '{pool}' ended before the command finished; see `cairn status {pool}` and retry\n"
         ));
     }
     Some(answer)

@@ -51,15 +51,9 @@ pub fn snapshot(a: SnapshotArgs) -> Result<(), String> {
 
 /// Asks the process serving `pool`, if there is one: `Some(Ok(answer))` or `Some(Err(why))`.
 fn ask(pool: &str, request: &str) -> Option<Result<String, String>> {
+    // A service that ended before it answered comes back as an error (`control::ask`):
+    // the change may or may not be done, and is never reported as done.
     let answer = crate::control::ask(&crate::home(), pool, request)?;
-    if answer.is_empty() {
-        // Every answer ends with a newline: none at all means the service ended (was
-        // killed) before it answered. The change may or may not be done; never report
-        // success for it (an empty answer passed for an `ok` before).
-        return Some(Err(format!(
-            "the process serving '{pool}' ended before the command finished; see `cairn status {pool}` and retry"
-        )));
-    }
     Some(match answer.strip_prefix("error: ") {
         Some(why) => Err(why.trim_end().to_string()),
         None => Ok(answer),
