@@ -45,6 +45,10 @@ pub struct OfflineArgs {
 
 #[derive(Args, Debug)]
 pub struct OnlineArgs {
+    /// Expand: a vdev whose devices all grew takes the new room (as `autoexpand=on` does
+    /// at every open).
+    #[arg(short = 'e')]
+    expand: bool,
     #[command(flatten)]
     flags: ResilverFlags,
     pub(crate) pool: String,
@@ -175,6 +179,12 @@ pub fn offline(a: OfflineArgs) -> Result<(), String> {
 }
 
 pub fn online(a: OnlineArgs) -> Result<(), String> {
+    if a.expand && crate::served::active() {
+        return Err(format!(
+            "online -e: the service holding '{}' cannot grow a vdev under its store yet; stop it, run `cairn online -e {} DEV`, and start it again (or set autoexpand=on: vdevs grow when the pool is opened)",
+            a.pool, a.pool
+        ));
+    }
     if crate::served::active() {
         return in_use_op(&a.pool, &a.flags, |pool| {
             let mut outcome = DeviceOutcome::Done;
@@ -191,6 +201,15 @@ pub fn online(a: OnlineArgs) -> Result<(), String> {
         for d in &a.devices {
             if pool.online(d)? == DeviceOutcome::NeedsResilver {
                 outcome = DeviceOutcome::NeedsResilver;
+            }
+        }
+        if a.expand {
+            for (_, old, new) in pool.expand()? {
+                println!(
+                    "expanded a vdev from {} to {}",
+                    format_zfs_size(old),
+                    format_zfs_size(new)
+                );
             }
         }
         Ok(outcome)

@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{cairn, fails, ok, MIB};
+use support::{cairn, fails, files, ok, pseudo_random, MIB};
 
 fn file(dir: &Path, name: &str, size: u64) -> String {
     let p: PathBuf = dir.join(name);
@@ -405,4 +405,73 @@ fn log_devices_are_created_added_listed_and_removed() {
     ok(&cairn(&home, &["scrub", "tank"]));
     let status = ok(&cairn(&home, &["status", "tank"]));
     assert!(status.contains("No known data errors"), "{status}");
+}
+
+/// A vdev whose devices grew takes the new room: once with `online -e`, and at every open
+/// with `autoexpand=on`; the data stays where it was and the new room takes writes.
+#[test]
+fn a_vdev_grows_with_its_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let size = || -> u64 {
+        ok(&cairn(&home, &["list", "-H", "-p", "-o", "size", "tank"]))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = pseudo_random(40 * MIB as usize, 1);
+    let src = dir.path().join("first");
+    std::fs::write(&src, &first).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/first"]));
+    let grow = |len: u64| {
+        for p in &d {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+        }
+    };
+    let before = size();
+    grow(256 * MIB);
+    assert_eq!(size(), before, "grew without autoexpand or online -e");
+    let second = pseudo_random(60 * MIB as usize, 2);
+    let src2 = dir.path().join("second");
+    std::fs::write(&src2, &second).unwrap();
+    let e = fails(&cairn(
+        &home,
+        &["put", src2.to_str().unwrap(), "tank/second"],
+    ));
+    assert!(e.contains("out of space"), "{e}");
+    let out = ok(&cairn(&home, &["online", "-e", "tank", &d[0]]));
+    assert!(out.contains("expanded a vdev from"), "{out}");
+    let grown = size();
+    assert!(grown > before + 100 * MIB, "{before} -> {grown}");
+    // The new room takes data the old vdev could not hold.
+    ok(&cairn(
+        &home,
+        &["put", src2.to_str().unwrap(), "tank/second"],
+    ));
+    // autoexpand=on: the next open takes what the devices gained since.
+    ok(&cairn(&home, &["set", "autoexpand=on", "tank"]));
+    ok(&cairn(&home, &["export", "tank"]));
+    grow(384 * MIB);
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let again = size();
+    assert!(again > grown + 100 * MIB, "{grown} -> {again}");
+    let events = ok(&cairn(&home, &["events", "-H", "tank"]));
+    assert!(events.contains("vdev_expand"), "{events}");
+    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
+    assert_eq!(cairn(&home, &["cat", "tank/first"]).stdout, first);
+    assert_eq!(cairn(&home, &["cat", "tank/second"]).stdout, second);
 }

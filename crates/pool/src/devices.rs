@@ -433,6 +433,52 @@ impl Pool {
         activated
     }
 
+    /// Grows every top-level vdev whose devices all have room beyond their configured size
+    /// (a LUN resized, a file made longer): at open with `autoexpand=on`, and by
+    /// `cairn online -e`. The space map lists extents, not metaslabs, so the store's
+    /// allocators simply cover the larger vdev at its next open; data offsets do not move.
+    /// A vdev with a device missing waits. Returns (vdev, old asize, new asize) per vdev.
+    pub fn expand(&mut self) -> Result<Vec<(usize, u64, u64)>, PoolError> {
+        self.settle_spares();
+        let mut grown = Vec::new();
+        for t in 0..self.tops.len() {
+            let sizes: Option<Vec<u64>> = self.tops[t]
+                .children
+                .iter()
+                .map(|c| c.leaf.as_ref().map(|l| leaf_asize(l.size())))
+                .collect();
+            let Some(sizes) = sizes else { continue };
+            let config = &mut self.config.vdevs[t];
+            let old_min = config.leaves.iter().map(|l| l.asize).min().unwrap_or(0);
+            let new_min = sizes.iter().copied().min().unwrap_or(0);
+            if new_min <= old_min {
+                continue;
+            }
+            for (leaf, size) in config.leaves.iter_mut().zip(&sizes) {
+                leaf.asize = leaf.asize.max(*size);
+            }
+            let old = config.asize;
+            config.asize = config.shape.vdev_asize(new_min);
+            grown.push((t, old, config.asize));
+            self.tops[t].config = config.clone();
+        }
+        if !grown.is_empty() {
+            self.commit_config()?;
+            for &(t, old, new) in &grown {
+                let name = self.tops[t].display_name();
+                self.post_event(
+                    "sysevent.fs.zfs.vdev_expand",
+                    Some(&name),
+                    &[
+                        ("old_asize", old.to_string()),
+                        ("new_asize", new.to_string()),
+                    ],
+                );
+            }
+        }
+        Ok(grown)
+    }
+
     /// `cairn attach POOL EXISTING NEW`: a disk becomes a two-way mirror, a mirror one side
     /// wider; NEW is resilvered with everything.
     pub fn attach(

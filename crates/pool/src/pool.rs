@@ -476,6 +476,9 @@ impl Pool {
         let mut pool = Pool::assemble(config, tops, home, lock);
         pool.open_spares();
         pool.activate_spares()?;
+        if pool.props().autoexpand {
+            pool.expand()?;
+        }
         pool.apply_counters(&record.counters);
         pool.apply_io_counts(&record);
         *pool.seen.lock().unwrap_or_else(|p| p.into_inner()) = home.load_seen(name);

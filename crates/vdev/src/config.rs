@@ -60,6 +60,10 @@ pub struct PoolProps {
     /// that holds the pool looks every second).
     #[serde(default, skip_serializing_if = "is_off")]
     pub autoreplace: bool,
+    /// A top-level vdev whose devices all grew takes the new room when the pool is opened
+    /// (zpool's `autoexpand`; `cairn online -e` does it once).
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub autoexpand: bool,
 }
 
 fn is_off(flag: &bool) -> bool {
@@ -82,7 +86,7 @@ pub const MAX_COMMENT: usize = 32;
 
 impl PoolProps {
     /// Every pool property name `set`/`get` know.
-    pub const NAMES: [&'static str; 3] = ["readpolicy", "comment", "autoreplace"];
+    pub const NAMES: [&'static str; 4] = ["readpolicy", "comment", "autoreplace", "autoexpand"];
 
     pub fn is_default(&self) -> bool {
         *self == PoolProps::default()
@@ -107,6 +111,10 @@ impl PoolProps {
                 self.autoreplace = on_off(name, value)?;
                 Ok(())
             }
+            "autoexpand" => {
+                self.autoexpand = on_off(name, value)?;
+                Ok(())
+            }
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -118,6 +126,7 @@ impl PoolProps {
             "comment" if self.comment.is_empty() => Ok("-".to_string()),
             "comment" => Ok(self.comment.clone()),
             "autoreplace" => Ok(if self.autoreplace { "on" } else { "off" }.to_string()),
+            "autoexpand" => Ok(if self.autoexpand { "on" } else { "off" }.to_string()),
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -126,7 +135,7 @@ impl PoolProps {
 /// A pool property that cannot be set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PropError {
-    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment, autoreplace)")]
+    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment, autoreplace, autoexpand)")]
     Unknown(String),
     #[error("{name}={value}: give on or off")]
     NotOnOff { name: String, value: String },
