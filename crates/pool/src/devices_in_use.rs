@@ -76,6 +76,7 @@ impl Pool {
             ));
         }
         self.bring_back(child);
+        child.offline.store(false, Ordering::SeqCst);
         child.offline_temporary.store(false, Ordering::Relaxed);
         child.spare_declined.store(false, Ordering::Relaxed);
         self.publish_config()?;
@@ -137,6 +138,7 @@ impl Pool {
                 // The very device the slot holds: copy everything to it again.
                 self.bring_back(slot);
                 slot.set_dtl(vec![DTL_EVERYTHING]);
+                slot.offline.store(false, Ordering::SeqCst);
                 self.publish_config()?;
                 return Ok(DeviceOutcome::NeedsResilver);
             }
@@ -207,17 +209,19 @@ impl Pool {
         Ok((t, c))
     }
 
-    /// Lets a leaf that was offline or faulted take I/O again (the invariants at the top).
+    /// Readies a leaf that was offline or faulted to take I/O again (the invariants at the
+    /// top): stale, its DTL widened, its fault lifted. An offline leaf stays offline until
+    /// the caller (`online`) says otherwise, after this.
     fn bring_back(&self, child: &Child) {
         let newest = self.uberblocks().first().map_or(0, |u| u.txg);
         {
+            // Txgs newest + 1 and newest + 2 (a range is `[start, end)`).
             let mut dtl = child.dtl.lock().unwrap_or_else(|p| p.into_inner());
-            cairn_vdev::dtl::add_range(&mut dtl, (newest + 1, newest + 2));
+            cairn_vdev::dtl::add_range(&mut dtl, in_flight_txgs(newest));
         }
         child.stale.store(true, Ordering::SeqCst);
         child.missed_write.store(true, Ordering::SeqCst);
         child.clear_fault();
-        child.offline.store(false, Ordering::SeqCst);
     }
 
     /// Writes the live config to every label and the pool record: what an import sees.
@@ -236,10 +240,31 @@ fn is_blank(path: &str) -> bool {
     labels.best_config().is_none() && labels.uberblocks.is_empty()
 }
 
+/// The txgs that may be writing to the pool when the newest on disk is `newest`: the one
+/// being synced or filled (`newest + 1`) and the open one after it (`newest + 2`), as a DTL
+/// range `[start, end)`.
+fn in_flight_txgs(newest: u64) -> (u64, u64) {
+    (newest + 1, newest + 3)
+}
+
 fn outcome_of(child: &Child) -> DeviceOutcome {
     if child.stale.load(Ordering::Relaxed) && !child.dtl_ranges().is_empty() {
         DeviceOutcome::NeedsResilver
     } else {
         DeviceOutcome::Done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_txgs_in_flight_are_the_next_two() {
+        let mut dtl = Vec::new();
+        cairn_vdev::dtl::add_range(&mut dtl, in_flight_txgs(41));
+        for (txg, missed) in [(41, false), (42, true), (43, true), (44, false)] {
+            assert_eq!(cairn_vdev::dtl::contains(&dtl, txg), missed, "txg {txg}");
+        }
     }
 }
