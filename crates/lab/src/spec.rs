@@ -177,6 +177,24 @@ pub struct LayoutSpec {
     pub width: usize,
 }
 
+impl LayoutSpec {
+    /// The layout over real `devices` in `cairn create`'s grammar: `raidz2 d0 d1 … raidz2
+    /// …`, `mirror d0 d1 …`, or the devices alone for a stripe (one group per `width`
+    /// devices, in order; disks beyond the groups are left out, as `3xraidz2-9` of 28).
+    pub fn vdev_tokens(&self, devices: &[String]) -> Vec<String> {
+        let mut tokens = Vec::new();
+        for group in devices.chunks(self.width).take(self.groups) {
+            match self.kind {
+                GroupKind::Stripe => {}
+                GroupKind::Mirror => tokens.push("mirror".to_string()),
+                GroupKind::Raidz(p) => tokens.push(format!("raidz{p}")),
+            }
+            tokens.extend(group.iter().cloned());
+        }
+        tokens
+    }
+}
+
 /// Parses `--layout` for `disks` disks.
 pub fn parse_layout(spec: &str, disks: usize) -> Result<LayoutSpec, LabError> {
     let err = |reason: String| LabError::Layout {
@@ -334,5 +352,24 @@ mod tests {
         }
         assert!(parse_bytes("--bs", "1Q").is_err());
         assert!(parse_bytes("--bs", "0").is_err());
+    }
+}
+
+#[cfg(test)]
+mod vdev_token_tests {
+    use super::*;
+
+    #[test]
+    fn layouts_spell_themselves_in_the_create_grammar() {
+        let devs: Vec<String> = (0..9).map(|i| format!("d{i}")).collect();
+        let l = parse_layout("2xraidz2-4", 9).unwrap();
+        assert_eq!(
+            l.vdev_tokens(&devs).join(" "),
+            "raidz2 d0 d1 d2 d3 raidz2 d4 d5 d6 d7"
+        );
+        let l = parse_layout("mirror", 2).unwrap();
+        assert_eq!(l.vdev_tokens(&devs[..2]).join(" "), "mirror d0 d1");
+        let l = parse_layout("stripe", 3).unwrap();
+        assert_eq!(l.vdev_tokens(&devs[..3]).join(" "), "d0 d1 d2");
     }
 }
