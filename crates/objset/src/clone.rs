@@ -12,8 +12,10 @@
 //! Objects are numbered pool-wide, so a clone gets objects of its own: a copy of each
 //! dnode of the snapshot (same block trees), and new directories listing the new ids (a
 //! directory's entries name objects). Taking a clone therefore costs time in proportion to
-//! the number of files and the size of the directories, not to the data. The origin
-//! snapshot cannot be destroyed while a clone of it exists (`promote` is not built).
+//! the number of files and the size of the directories, not to the data. Which copy each
+//! object became is kept (the clone map, `crate::id_map`) for `send -i ORIGIN CLONE@SNAP`.
+//! The origin snapshot cannot be destroyed while a clone of it exists (`promote` is not
+//! built).
 //!
 //! Space: a clone's REFER starts at the snapshot's; its USED counts only what it does not
 //! share with the origin (REFER − (snapshot's REFER − what it stopped using)).

@@ -1,7 +1,8 @@
 //! `cairn receive [-F] POOL/DS < stream`: streams (`crate::stream`) back into datasets.
 //!
 //! A full stream makes a new dataset; an incremental updates one that holds the stream's
-//! origin snapshot (same guid). Each ends with the sent snapshot taken (same name, same
+//! origin snapshot (same guid), or (`-o origin=`, or a stream from a clone's origin) is made
+//! a new clone of the snapshot it starts from (`crate::receive_clone`). Each ends with the sent snapshot taken (same name, same
 //! guid), so the next incremental can start from it.
 //!
 //! The sender's object ids are not ours (the object table is shared by every dataset of a

@@ -12,7 +12,9 @@
 //!               born at or before @a's txg (it and everything below it are shared with @a)
 //! ```
 //! So an incremental's cost follows the change: the objects that changed, the blocks born
-//! since `@a`, and the entries of the directories that changed (sent whole).
+//! since `@a`, and the entries of the directories that changed (sent whole). A clone's
+//! incremental from its origin (another dataset's snapshot) finds its changed objects
+//! another way (`crate::clone_send`), then sends them as here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
