@@ -413,7 +413,12 @@ impl StoreCore {
             ))
         })?;
         let t = ResumeToken::decode(token)?;
-        if t.from_guid == 0 {
+        // A full stream, or an incremental received as a new clone (its origin is not a
+        // snapshot of its own): the receive was making the dataset.
+        let made = table
+            .origin_of(ds.id)
+            .is_some_and(|o| o.guid == t.from_guid);
+        if t.from_guid == 0 || made {
             return self.dataset_destroy(name, true);
         }
         let origin = table

@@ -823,3 +823,25 @@ fn a_clone_incremental_from_the_wrong_origin_is_refused() {
     assert!(receive(&dst, "tank/cl2", cut, false).is_err());
     assert_eq!(names(&dst), before);
 }
+
+/// A clone's incremental cut short resumes with `send -t` and ends as if whole;
+/// `receive -A` of a cut one destroys the clone it was making.
+#[test]
+fn a_clone_incremental_cut_short_resumes_or_is_discarded() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    clone_with_changes(&src);
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@o", None, false, false),
+        false,
+    )
+    .unwrap();
+    let stream = send(&src, "tank/cl@c", Some("tank/fs@o"), false, false);
+    receive_in_pieces(&src, &dst, "tank/cl2", &stream, &[0.5, 0.4]);
+    same(&src, "tank/cl@c", &dst, "tank/cl2@c");
+    let e = receive_resumable(&dst, "tank/cl3", &stream[..stream.len() / 2]).unwrap_err();
+    assert!(e.contains("send -t"), "{e}");
+    dst.receive_abort("tank/cl3").unwrap();
+    assert!(dst.resolve("tank/cl3").is_err());
+}
