@@ -22,7 +22,7 @@ use crate::codec::Reader;
 use crate::core::StoreCore;
 use crate::error::StoreError;
 use crate::id_map::IdMap;
-use crate::receive::{refuse_partial, ReceiveOptions, Receiving, Undo};
+use crate::receive::{refuse_partial, ReceiveOptions, Receiving, Undo, RESUME_TOKEN_PROP};
 use crate::stream::{bad, Header};
 
 impl StoreCore {
@@ -50,6 +50,7 @@ impl StoreCore {
         let received = self.load_receive_map(&ods, Some(&view))?;
         self.clone_create(&origin, name)?;
         undo.push(Undo::Destroy(name.to_string()));
+        self.take_stream_props(name, h)?;
         let ds = self
             .datasets()
             .by_name(name)
@@ -73,6 +74,21 @@ impl StoreCore {
         let mut rx = Receiving::new(&ds, h.root, map);
         rx.origin_ids = h.clone.then_some(origin_ids);
         Ok(rx)
+    }
+
+    /// The sender's properties of the clone, as a full stream's dataset gets them (the
+    /// volume's size and block size are the origin's, kept by the clone).
+    fn take_stream_props(&self, name: &str, h: &Header) -> Result<(), StoreError> {
+        let keep = |k: &str| {
+            !crate::dataset::is_internal_property(k)
+                && k != RESUME_TOKEN_PROP
+                && k != "volsize"
+                && k != "volblocksize"
+        };
+        for (k, v) in h.props.iter().filter(|(k, _)| keep(k)) {
+            self.set_property(name, k, v)?;
+        }
+        Ok(())
     }
 
     /// The full name of the snapshot the stream starts from: `given` if its guid is the

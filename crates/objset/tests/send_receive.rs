@@ -720,6 +720,7 @@ fn clone_with_changes(src: &Store) {
         ..SetAttr::default()
     };
     src.set_attr(r("tank/cl/d/f9").object, set).unwrap();
+    src.set_property("tank/cl", "compression", "zstd").unwrap();
     snap(src, "tank/cl@c");
 }
 
@@ -762,6 +763,10 @@ fn a_clone_goes_as_an_incremental_from_its_origin() {
     assert_eq!(xattr(&dst, "tank/cl2/d/f7").unwrap(), b"v");
     assert!(xattr(&dst, "tank/fs/d/f7").is_err());
     assert_eq!(read_live(&dst, "tank/cl2/new"), b"a file the clone made");
+    assert_eq!(
+        dst.get_property("tank/cl2", "compression").unwrap().0,
+        "zstd"
+    );
     assert_eq!(
         read_live(&dst, "tank/fs/d/f3"),
         read_live(&src, "tank/fs/d/f3")
