@@ -215,7 +215,8 @@ pub struct SendArgs {
     #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["snapshot", "incremental", "intermediates", "replicate"])]
     token: Option<String>,
     /// An incremental from this earlier snapshot (`@a`, `a` or `POOL/DS@a`): only what
-    /// changed since it is sent.
+    /// changed since it is sent. For a clone, its origin (named in full, `POOL/DS@a`):
+    /// what the clone changed since it was made.
     #[arg(short = 'i', value_name = "SNAPSHOT", conflicts_with = "intermediates")]
     incremental: Option<String>,
     /// As -i, with every snapshot in between (a stream each).
@@ -308,9 +309,14 @@ pub struct ReceiveArgs {
     /// `cairn get receive_resume_token DS`) sends the rest.
     #[arg(short = 's')]
     resumable: bool,
+    /// `-o origin=POOL/DS@SNAP`: receive an incremental as a new clone of this snapshot
+    /// (the receiver's copy of the stream's origin; a stream from a clone's origin finds
+    /// it by its guid without -o).
+    #[arg(short = 'o', value_name = "origin=SNAPSHOT")]
+    option: Vec<String>,
     /// Discard a partial receive kept by -s (the dataset it was making, or what it applied
     /// since the incremental's origin); reads no stream.
-    #[arg(short = 'A', conflicts_with_all = ["force", "resumable"])]
+    #[arg(short = 'A', conflicts_with_all = ["force", "resumable", "option"])]
     abort: bool,
     /// Print what was received.
     #[arg(short = 'v')]
@@ -328,6 +334,7 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
     let opts = ReceiveOptions {
         force: a.force,
         resumable: a.resumable,
+        origin: receive_origin(&a.option)?,
     };
     let stats = store.receive(&a.target, &opts, &mut input).map_err(err);
     finish(store)?;
@@ -336,6 +343,27 @@ pub fn receive(a: ReceiveArgs) -> Result<(), String> {
         outln!("received {}: {}", a.target, stream_summary(&stats));
     }
     Ok(())
+}
+
+/// The snapshot of `-o origin=SNAPSHOT` (the one property `receive -o` takes).
+fn receive_origin(options: &[String]) -> Result<Option<String>, String> {
+    let mut origin = None;
+    for o in options {
+        match o.split_once('=') {
+            Some(("origin", snap)) if snap.contains('@') => origin = Some(snap.to_string()),
+            Some(("origin", snap)) => {
+                return Err(format!(
+                    "-o origin={snap}: the origin is a snapshot, POOL/DS@SNAP"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "-o {o}: receive takes only -o origin=POOL/DS@SNAP (set other properties after with `cairn set`)"
+                ))
+            }
+        }
+    }
+    Ok(origin)
 }
 
 #[derive(Args, Debug)]

@@ -290,3 +290,104 @@ fn the_service_takes_scheduled_snapshots() {
         "{history}"
     );
 }
+
+/// `cairn send -i`'s output piped into `cairn receive`; returns receive's output.
+fn send_into(home: &std::path::Path, send: &[&str], receive: &[&str]) -> std::process::Output {
+    use std::process::Stdio;
+    let mut tx = support::cairn_cmd(home)
+        .args(send)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = support::cairn_cmd(home)
+        .args(receive)
+        .stdin(tx.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(tx.wait().unwrap().success(), "send {send:?}");
+    rx
+}
+
+/// The bytes of `cairn send ARGS`.
+fn stream_of(home: &std::path::Path, args: &[&str]) -> usize {
+    let out = support::cairn_cmd(home).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.len()
+}
+
+/// A clone goes to another pool as an incremental from its origin: `send -i DS@O
+/// CLONE@C | receive -o origin=COPY@O NEW` makes a clone there that reads as the sender's,
+/// the stream carries only the change, and another origin is refused with nothing made.
+#[test]
+fn a_clone_is_sent_as_an_incremental_from_its_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 256 * MIB);
+    ok(&cairn(&home, &["create", "tank", &d[0]]));
+    ok(&cairn(&home, &["create", "backup", &d[1]]));
+    ok(&cairn(&home, &["dataset", "create", "tank/fs"]));
+    let src = dir.path().join("src");
+    for i in 0..8 {
+        std::fs::write(&src, pseudo_random(2 * MIB as usize, i)).unwrap();
+        let to = format!("tank/fs/f{i}");
+        ok(&cairn(&home, &["put", src.to_str().unwrap(), &to]));
+    }
+    ok(&cairn(&home, &["snapshot", "tank/fs@o"]));
+    ok(&cairn(&home, &["clone", "tank/fs@o", "tank/cl"]));
+    std::fs::write(&src, b"the clone's own file").unwrap();
+    ok(&cairn(
+        &home,
+        &["put", src.to_str().unwrap(), "tank/cl/new"],
+    ));
+    ok(&cairn(&home, &["rm", "tank/cl/f1"]));
+    ok(&cairn(&home, &["snapshot", "tank/cl@c"]));
+
+    let e = fails(&cairn(&home, &["send", "-i", "@o", "tank/cl@c"]));
+    assert!(e.contains("name the origin in full"), "{e}");
+    let got = send_into(&home, &["send", "tank/fs@o"], &["receive", "backup/fs"]);
+    assert!(got.status.success());
+    let full = stream_of(&home, &["send", "tank/cl@c"]);
+    let inc = stream_of(&home, &["send", "-i", "tank/fs@o", "tank/cl@c"]);
+    assert!(inc * 10 < full, "incremental {inc} bytes, full {full}");
+
+    // Another origin: refused, nothing made.
+    ok(&cairn(&home, &["dataset", "create", "backup/other"]));
+    ok(&cairn(&home, &["snapshot", "backup/other@o"]));
+    let send = ["send", "-i", "tank/fs@o", "tank/cl@c"];
+    let got = send_into(
+        &home,
+        &send,
+        &["receive", "-o", "origin=backup/other@o", "backup/cl"],
+    );
+    let e = String::from_utf8_lossy(&got.stderr);
+    assert!(
+        !got.status.success() && e.contains("not the snapshot this stream starts from"),
+        "{e}"
+    );
+    fails(&cairn(&home, &["ls", "backup/cl"]));
+
+    let got = send_into(
+        &home,
+        &send,
+        &["receive", "-o", "origin=backup/fs@o", "backup/cl"],
+    );
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    for f in ["f0", "f2", "f7", "new"] {
+        let (a, b) = (format!("tank/cl@c/{f}"), format!("backup/cl@c/{f}"));
+        assert!(
+            ok_bytes(&cairn(&home, &["cat", &a])) == ok_bytes(&cairn(&home, &["cat", &b])),
+            "{f}"
+        );
+    }
+    fails(&cairn(&home, &["cat", "backup/cl/f1"]));
+    let origin = ok(&cairn(&home, &["get", "-H", "origin", "backup/cl"]));
+    assert!(origin.contains("backup/fs@o"), "{origin}");
+}

@@ -12,8 +12,10 @@
 //! Objects are numbered pool-wide, so a clone gets objects of its own: a copy of each
 //! dnode of the snapshot (same block trees), and new directories listing the new ids (a
 //! directory's entries name objects). Taking a clone therefore costs time in proportion to
-//! the number of files and the size of the directories, not to the data. The origin
-//! snapshot cannot be destroyed while a clone of it exists (`promote` is not built).
+//! the number of files and the size of the directories, not to the data. Which copy each
+//! object became is kept (the clone map, `crate::id_map`) for `send -i ORIGIN CLONE@SNAP`.
+//! The origin snapshot cannot be destroyed while a clone of it exists (`promote` is not
+//! built).
 //!
 //! Space: a clone's REFER starts at the snapshot's; its USED counts only what it does not
 //! share with the origin (REFER − (snapshot's REFER − what it stopped using)).
@@ -21,10 +23,11 @@
 use std::collections::HashMap;
 
 use crate::core::{State, StoreCore};
-use crate::dataset::{DatasetKind, ORIGIN_PROP, ORIGIN_RELEASED_PROP};
+use crate::dataset::{DatasetKind, CLONE_MAP_PROP, ORIGIN_PROP, ORIGIN_RELEASED_PROP};
 use crate::dir::DirEntry;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
+use crate::id_map::{IdMap, CLONE_MAGIC};
 use crate::object::ObjectState;
 use crate::snapshot_read::SnapshotView;
 
@@ -102,7 +105,39 @@ impl StoreCore {
             rec.physical.saturating_sub(physical),
         );
         st.datasets_dirty = true;
+        drop(st);
+        self.save_clone_map(ds.id, copy.map)
+    }
+
+    /// Keeps which object of the clone each object of the origin snapshot became: an
+    /// incremental from the origin (`crate::clone_send`) names the clone's objects by it.
+    fn save_clone_map(&self, dataset: u32, ids: HashMap<u64, u64>) -> Result<(), StoreError> {
+        let map = IdMap {
+            ids,
+            xattr_links: Vec::new(),
+        };
+        let object = self.write_id_map(dataset, None, CLONE_MAGIC, &map)?;
+        let mut st = self.lock();
+        let d = st.datasets.by_id_mut(dataset).expect("just created");
+        d.props.insert(CLONE_MAP_PROP.into(), object.to_string());
+        st.datasets_dirty = true;
         Ok(())
+    }
+
+    /// The clone map of clone `dataset` (see `save_clone_map`): origin ids → its ids.
+    pub(crate) fn load_clone_map(&self, dataset: u32) -> Result<HashMap<u64, u64>, StoreError> {
+        let table = self.datasets();
+        let ds = table
+            .by_id(dataset)
+            .ok_or_else(|| StoreError::NotFound(format!("dataset {dataset}")))?;
+        let Some(object) = ds.props.get(CLONE_MAP_PROP).and_then(|v| v.parse().ok()) else {
+            return Err(StoreError::NotPermitted(format!(
+                "{} was cloned by a cairn that kept no clone map, so what changed since its \
+                 origin cannot be told apart; send a full stream of it instead",
+                ds.name
+            )));
+        };
+        Ok(self.read_id_map(dataset, object, CLONE_MAGIC, None)?.ids)
     }
 
     /// Object `id` of the clone becomes snapshot dnode `dn`: a file, volume or xattr object

@@ -42,6 +42,9 @@ pub struct Dataset {
 
 /// A clone's origin snapshot, `POOL/DS@SNAP` (internal; shown as `origin`).
 pub const ORIGIN_PROP: &str = "cairn:origin";
+/// The object holding a clone's clone map: the origin snapshot's ids → the clone's
+/// (internal; `crate::id_map`). Clones made before it was kept have none.
+pub const CLONE_MAP_PROP: &str = "cairn:clone-map";
 /// Bytes of its origin's blocks a clone no longer uses (internal).
 pub const ORIGIN_RELEASED_PROP: &str = "cairn:origin-released";
 /// The dataset property naming the receive map's object (internal: never sent, not shown;

@@ -1,7 +1,8 @@
 //! `cairn receive [-F] POOL/DS < stream`: streams (`crate::stream`) back into datasets.
 //!
 //! A full stream makes a new dataset; an incremental updates one that holds the stream's
-//! origin snapshot (same guid). Each ends with the sent snapshot taken (same name, same
+//! origin snapshot (same guid), or (`-o origin=`, or a stream from a clone's origin) is made
+//! a new clone of the snapshot it starts from (`crate::receive_clone`). Each ends with the sent snapshot taken (same name, same
 //! guid), so the next incremental can start from it.
 //!
 //! The sender's object ids are not ours (the object table is shared by every dataset of a
@@ -29,21 +30,21 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 
-use crate::codec::{Reader, Writer};
+use crate::codec::Reader;
 use crate::core::StoreCore;
 use crate::dataset::Dataset;
 use crate::dir::DirEntry;
 use crate::dnode::ObjectKind;
 use crate::error::StoreError;
 use crate::fs::Resolved;
+use crate::id_map::{IdMap, RECEIVE_MAGIC};
+use crate::snapshot_read::SnapshotView;
 use crate::stream::{
     bad, decode_object, decode_u64s, Attrs, Header, Input, Position, ResumeToken, StreamStats,
-    DATA, DIR, END, FREE, HOLE, OBJECT,
+    CLONE_IDS, DATA, DIR, END, FREE, HOLE, OBJECT,
 };
 
 pub use crate::dataset::{RECEIVE_MAP_PROP, RECEIVING_PROP, RESUME_TOKEN_PROP};
-const MAP_MAGIC: u32 = 0x4d56_4352; // "RCVM"
-const MAP_BLOCK: u32 = 128 << 10;
 
 /// What `cairn receive` may do to an existing target.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,29 +54,28 @@ pub struct ReceiveOptions {
     pub force: bool,
     /// `-s`: a stream that stops part-way keeps what arrived, to be resumed.
     pub resumable: bool,
+    /// `-o origin=POOL/DS@SNAP`: receive an incremental as a new clone of this snapshot
+    /// (its guid must be the stream's origin's; `crate::receive_clone`).
+    pub origin: Option<String>,
 }
 
 /// How to undo a stream already (or partly) received.
-enum Undo {
+pub(crate) enum Undo {
     /// A dataset the receive made.
     Destroy(String),
     /// A dataset the receive updated: back to this snapshot.
     RollBack(String),
 }
 
-/// What a received dataset keeps of the sender's ids (see the module's comment).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct ReceiveMap {
-    ids: HashMap<u64, u64>,
-    xattr_links: Vec<(u64, u64)>,
-}
-
 /// A stream being received: the dataset and the sender's ids mapped to ours.
-struct Receiving {
+pub(crate) struct Receiving {
     dataset: u32,
     root: u64,
     root_src: u64,
-    map: HashMap<u64, u64>,
+    pub map: HashMap<u64, u64>,
+    /// Received as a clone from a clone's origin: the sender's origin ids → our clone's
+    /// objects, for the CLONE_IDS records (`crate::receive_clone`).
+    pub origin_ids: Option<HashMap<u64, u64>>,
     /// (our owner, sender's xattr object) links left from a partial receive.
     xattr_links: Vec<(u64, u64)>,
     /// Objects this stream sent (each may come once), with their attributes.
@@ -130,7 +130,15 @@ impl StoreCore {
             };
             let mut rx = match h.resume {
                 Some(at) => self.start_resumed(&name, &h, at)?,
+                None if h.from_guid == 0 && opts.origin.is_some() => {
+                    return Err(StoreError::NotPermitted(
+                        "-o origin= receives an incremental as a clone; this stream is full".into(),
+                    ))
+                }
                 None if h.from_guid == 0 => self.start_full(&name, &h, undo)?,
+                None if h.clone || self.receives_as_clone(&name, opts) => {
+                    self.start_clone(&name, &h, opts, undo)?
+                }
                 None => self.start_incremental(&name, &h, opts, undo)?,
             };
             // Before any of the stream lands: a txg holding part of it holds the mark too.
@@ -163,6 +171,11 @@ impl StoreCore {
         Ok(total)
     }
 
+    /// `-o origin=` into a dataset that does not exist yet: the incremental makes a clone.
+    fn receives_as_clone(&self, name: &str, opts: &ReceiveOptions) -> bool {
+        opts.origin.is_some() && self.datasets().by_name(name).is_none()
+    }
+
     /// A full stream: a new dataset with the stream's properties.
     fn start_full(
         &self,
@@ -188,7 +201,7 @@ impl StoreCore {
             .by_name(name)
             .cloned()
             .expect("just created");
-        Ok(Receiving::new(&ds, h.root, ReceiveMap::default()))
+        Ok(Receiving::new(&ds, h.root, IdMap::default()))
     }
 
     /// An incremental: the target must hold the origin, as its newest snapshot and
@@ -249,7 +262,7 @@ impl StoreCore {
             self.snapshot_rollback(&origin_name, true)?;
         }
         undo.push(Undo::RollBack(origin_name));
-        let map = self.load_receive_map(&ds)?;
+        let map = self.load_receive_map(&ds, None)?;
         Ok(Receiving::new(&ds, h.root, map))
     }
 
@@ -279,7 +292,7 @@ impl StoreCore {
                 )))
             }
         }
-        let map = self.load_receive_map(&ds)?;
+        let map = self.load_receive_map(&ds, None)?;
         let mut rx = Receiving::new(&ds, h.root, map);
         rx.next = at;
         Ok(rx)
@@ -400,7 +413,12 @@ impl StoreCore {
             ))
         })?;
         let t = ResumeToken::decode(token)?;
-        if t.from_guid == 0 {
+        // A full stream, or an incremental received as a new clone (its origin is not a
+        // snapshot of its own): the receive was making the dataset.
+        let made = table
+            .origin_of(ds.id)
+            .is_some_and(|o| o.guid == t.from_guid);
+        if t.from_guid == 0 || made {
             return self.dataset_destroy(name, true);
         }
         let origin = table
@@ -445,6 +463,7 @@ impl StoreCore {
                     let dir = self.receive_dir(rx, &payload)?;
                     rx.next = at(Position::DIRS, dir.saturating_add(1), 0);
                 }
+                CLONE_IDS => Self::receive_clone_ids(rx, &payload)?,
                 FREE => {
                     let src = self.receive_free(rx, &payload)?;
                     rx.next = at(Position::FREES, src.saturating_add(1), 0);
@@ -612,8 +631,13 @@ impl StoreCore {
         Ok(owed)
     }
 
-    /// The receive map of `ds` (empty if it has none: it was not received).
-    fn load_receive_map(&self, ds: &Dataset) -> Result<ReceiveMap, StoreError> {
+    /// The receive map of `ds` (empty if it has none: it was not received), as it is now
+    /// or as snapshot `at` of it holds it.
+    pub(crate) fn load_receive_map(
+        &self,
+        ds: &Dataset,
+        at: Option<&SnapshotView>,
+    ) -> Result<IdMap, StoreError> {
         let Some(object) = map_object(ds) else {
             return Err(bad(format!(
                 "{} has the origin snapshot but no receive map (it was not made by `cairn \
@@ -621,22 +645,7 @@ impl StoreCore {
                 ds.name
             )));
         };
-        let r = Resolved {
-            dataset: ds.id,
-            object,
-            kind: ObjectKind::File,
-        };
-        let size = self.object_dnode(&r)?.size;
-        if size > 16 << 30 {
-            return Err(StoreError::corrupt_object(
-                "receive map",
-                object,
-                format!("{}: {size} bytes", ds.name),
-            ));
-        }
-        let mut bytes = vec![0u8; size as usize];
-        let n = self.read(&r, 0, &mut bytes)?;
-        decode_map(&bytes[..n]).map_err(|e| StoreError::corrupt_object("receive map", object, e))
+        self.read_id_map(ds.id, object, RECEIVE_MAGIC, at)
     }
 
     /// Writes the map into the dataset (making its object the first time), with the
@@ -647,40 +656,30 @@ impl StoreCore {
             .by_id(rx.dataset)
             .cloned()
             .expect("receiving into it");
-        let object = match map_object(&ds) {
-            Some(o) => o,
-            None => {
-                let mut st = self.lock();
-                let o = self.create_object_locked(&mut st, ObjectKind::File, ds.id, MAP_BLOCK)?;
-                let d = st.datasets.by_id_mut(ds.id).expect("receiving into it");
-                d.props.insert(RECEIVE_MAP_PROP.into(), o.to_string());
-                st.datasets_dirty = true;
-                o
-            }
-        };
-        let bytes = encode_map(&ReceiveMap {
+        let map = IdMap {
             ids: rx.map.clone(),
             xattr_links: owed,
-        });
-        let r = Resolved {
-            dataset: ds.id,
-            object,
-            kind: ObjectKind::File,
         };
-        self.write_unchecked(&r, 0, &bytes)?;
-        let mut st = self.lock();
-        self.truncate_locked(&mut st, object, bytes.len() as u64)
+        let object = self.write_id_map(ds.id, map_object(&ds), RECEIVE_MAGIC, &map)?;
+        if map_object(&ds).is_none() {
+            let mut st = self.lock();
+            let d = st.datasets.by_id_mut(ds.id).expect("receiving into it");
+            d.props.insert(RECEIVE_MAP_PROP.into(), object.to_string());
+            st.datasets_dirty = true;
+        }
+        Ok(())
     }
 }
 
 impl Receiving {
-    fn new(ds: &Dataset, root_src: u64, map: ReceiveMap) -> Receiving {
+    pub(crate) fn new(ds: &Dataset, root_src: u64, map: IdMap) -> Receiving {
         Receiving {
             dataset: ds.id,
             root: ds.object,
             root_src,
             map: map.ids,
             xattr_links: map.xattr_links,
+            origin_ids: None,
             attrs: Vec::new(),
             sent: HashSet::new(),
             next: Position::default(),
@@ -704,7 +703,7 @@ fn at(phase: u8, object: u64, offset: u64) -> Position {
 }
 
 /// A dataset holding a partial receive takes no other stream.
-fn refuse_partial(ds: &Dataset) -> Result<(), StoreError> {
+pub(crate) fn refuse_partial(ds: &Dataset) -> Result<(), StoreError> {
     match ds.props.get(RESUME_TOKEN_PROP) {
         Some(token) => Err(StoreError::NotPermitted(format!(
             "{} holds a partial receive: resume it (`cairn send -t {token} | cairn receive -s {}`) or discard it (`cairn receive -A {}`)",
@@ -716,57 +715,4 @@ fn refuse_partial(ds: &Dataset) -> Result<(), StoreError> {
 
 fn map_object(ds: &Dataset) -> Option<u64> {
     ds.props.get(RECEIVE_MAP_PROP).and_then(|v| v.parse().ok())
-}
-
-fn encode_map(map: &ReceiveMap) -> Vec<u8> {
-    let mut pairs: Vec<(u64, u64)> = map.ids.iter().map(|(&s, &o)| (s, o)).collect();
-    pairs.sort_unstable();
-    let mut w = Writer::new();
-    w.u32(MAP_MAGIC).u64(pairs.len() as u64);
-    for (s, o) in pairs {
-        w.u64(s).u64(o);
-    }
-    w.u64(map.xattr_links.len() as u64);
-    for &(owner, src) in &map.xattr_links {
-        w.u64(owner).u64(src);
-    }
-    w.buf
-}
-
-fn decode_map(bytes: &[u8]) -> Result<ReceiveMap, crate::codec::DecodeError> {
-    let mut r = Reader::new(bytes, "receive map");
-    r.magic(&MAP_MAGIC.to_le_bytes())?;
-    let n = r.count(16)?;
-    let mut map = ReceiveMap::default();
-    for _ in 0..n {
-        let (s, o) = (r.u64()?, r.u64()?);
-        map.ids.insert(s, o);
-    }
-    let m = r.count(16)?;
-    for _ in 0..m {
-        map.xattr_links.push((r.u64()?, r.u64()?));
-    }
-    Ok(map)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        #[test]
-        fn a_map_reads_back(
-            ids in proptest::collection::hash_map(any::<u64>(), any::<u64>(), 0..50),
-            xattr_links in proptest::collection::vec((any::<u64>(), any::<u64>()), 0..5),
-        ) {
-            let map = ReceiveMap { ids, xattr_links };
-            prop_assert_eq!(decode_map(&encode_map(&map)).unwrap(), map);
-        }
-
-        #[test]
-        fn any_bytes_decode_to_a_map_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = decode_map(&bytes);
-        }
-    }
 }

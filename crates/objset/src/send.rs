@@ -12,7 +12,9 @@
 //!               born at or before @a's txg (it and everything below it are shared with @a)
 //! ```
 //! So an incremental's cost follows the change: the objects that changed, the blocks born
-//! since `@a`, and the entries of the directories that changed (sent whole).
+//! since `@a`, and the entries of the directories that changed (sent whole). A clone's
+//! incremental from its origin (another dataset's snapshot) finds its changed objects
+//! another way (`crate::clone_send`), then sends them as here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -48,16 +50,17 @@ pub struct SendOptions {
     pub replicate: bool,
 }
 
-/// One stream of a send: dataset `dataset` from snapshot `from` (`None`: full) to `to`;
-/// `path` is where it sits below the dataset named on the command line.
+/// One stream of a send: dataset `dataset` from snapshot `from` (`None`: full; a full
+/// `DS@SNAP` name, of the dataset or, for a clone, its origin) to `to`; `path` is where it
+/// sits below the dataset named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Step {
-    dataset: String,
-    from: Option<String>,
-    to: String,
-    path: String,
+pub(crate) struct Step {
+    pub dataset: String,
+    pub from: Option<String>,
+    pub to: String,
+    pub path: String,
     /// `send -t`: the token naming where the stream resumes.
-    resume: Option<ResumeToken>,
+    pub resume: Option<ResumeToken>,
 }
 
 /// Bytes read at a time from a file being sent whole (its blocks are fetched together).
@@ -69,9 +72,9 @@ type ObjectList = Vec<(u64, Dnode)>;
 /// What an incremental sends: objects (with whether `@a` had them), in id order, and the
 /// ids that `@a` had and `@b` does not.
 #[derive(Default)]
-struct ChangeSet {
-    objects: BTreeMap<u64, (Dnode, bool)>,
-    freed: Vec<u64>,
+pub(crate) struct ChangeSet {
+    pub objects: BTreeMap<u64, (Dnode, bool)>,
+    pub freed: Vec<u64>,
 }
 
 /// A stretch of an object's blocks that changed: one block of data, or blocks that are
@@ -108,14 +111,20 @@ impl StoreCore {
             let ds = table
                 .by_name(dataset)
                 .ok_or_else(|| StoreError::NoSuchDataset(dataset.into()))?;
-            let origin = table.snapshots.of(ds.id).find(|r| r.guid == t.from_guid);
-            let origin = origin.ok_or_else(|| {
+            // Its own snapshot, or (a clone's incremental) its origin.
+            let own = table.snapshots.of(ds.id).find(|r| r.guid == t.from_guid);
+            let own = own.map(|r| format!("{dataset}@{}", r.name));
+            let origin = table
+                .origin_of(ds.id)
+                .filter(|r| r.guid == t.from_guid)
+                .and_then(|_| ds.props.get(crate::dataset::ORIGIN_PROP).cloned());
+            let origin = own.or(origin).ok_or_else(|| {
                 StoreError::NotFound(format!(
                     "the snapshot of {dataset} the resumed incremental starts from (guid {:016x}): it was destroyed, so the receive cannot be resumed; `cairn receive -A` discards it",
                     t.from_guid
                 ))
             })?;
-            Some(origin.name.clone())
+            Some(origin)
         };
         let step = Step {
             dataset: dataset.to_string(),
@@ -130,6 +139,13 @@ impl StoreCore {
     /// The streams of a send, parents before children, oldest snapshot first.
     fn send_plan(&self, snapshot: &str, opts: &SendOptions) -> Result<Vec<Step>, StoreError> {
         let (ds_name, to) = split_snapshot_name(snapshot)?;
+        if let Some(origin) = opts
+            .from
+            .as_deref()
+            .filter(|f| is_other_dataset(ds_name, f))
+        {
+            return self.clone_plan(ds_name, to, origin, opts);
+        }
         let from = match &opts.from {
             Some(f) => Some(origin_name(ds_name, f)?),
             None => None,
@@ -154,12 +170,10 @@ impl StoreCore {
             };
             let start = match &from {
                 Some(f) => {
-                    let i = names.iter().position(|n| n == f).ok_or_else(|| {
-                        StoreError::NotFound(format!(
-                            "{}@{f} (the incremental's origin must be a snapshot of each dataset sent)",
-                            d.name
-                        ))
-                    })?;
+                    let i = names
+                        .iter()
+                        .position(|n| n == f)
+                        .ok_or_else(|| missing_origin(&table, d, f))?;
                     if i >= end {
                         return Err(StoreError::BadName(
                             format!("{}@{f}", d.name),
@@ -177,7 +191,7 @@ impl StoreCore {
                 .trim_start_matches('/');
             let step = |from: Option<usize>, to: usize| Step {
                 dataset: d.name.clone(),
-                from: from.map(|i| names[i].to_string()),
+                from: from.map(|i| format!("{}@{}", d.name, names[i])),
                 to: names[to].to_string(),
                 path: path.to_string(),
                 resume: None,
@@ -202,7 +216,7 @@ impl StoreCore {
     fn send_stream(&self, step: &Step, out: &mut dyn Write) -> Result<StreamStats, StoreError> {
         let vb = self.snapshot_view(&format!("{}@{}", step.dataset, step.to))?;
         let va = match &step.from {
-            Some(a) => Some(self.snapshot_view(&format!("{}@{a}", step.dataset))?),
+            Some(a) => Some(self.snapshot_view(a)?),
             None => None,
         };
         let table = self.datasets();
@@ -226,6 +240,7 @@ impl StoreCore {
             path: step.path.clone(),
             source: step.dataset.clone(),
             resume: step.resume.as_ref().map(|t| t.at),
+            clone: va.as_ref().is_some_and(|a| a.dataset != vb.dataset),
         };
         if let Some(t) = &step.resume {
             // The snapshots must be the very ones the token names.
@@ -270,7 +285,11 @@ impl StoreCore {
         vb: &SnapshotView,
         s: &mut Sender<'_>,
     ) -> Result<(), StoreError> {
-        let changes = self.changes(va, vb)?;
+        let changes = if va.dataset == vb.dataset {
+            self.changes(va, vb)?
+        } else {
+            self.clone_changes(va, vb, s)?
+        };
         for (&id, (dn, existed)) in &changes.objects {
             if !s.sends_object(id) {
                 continue;
@@ -299,7 +318,7 @@ impl StoreCore {
     }
 
     /// Every object of the snapshot (id order) and its directories.
-    fn collect(&self, v: &SnapshotView) -> Result<(ObjectList, Vec<u64>), StoreError> {
+    pub(crate) fn collect(&self, v: &SnapshotView) -> Result<(ObjectList, Vec<u64>), StoreError> {
         let mut seen: HashMap<u64, Dnode> = HashMap::new();
         let mut dirs = Vec::new();
         let mut queue = vec![v.root];
@@ -482,15 +501,38 @@ fn origin_name(ds_name: &str, from: &str) -> Result<String, StoreError> {
         Some((ds, _)) => {
             return Err(StoreError::BadName(
                 from.into(),
-                format!(
-                    "the origin must be a snapshot of {ds_name} (incrementals from a clone's origin, {ds}, are not built)"
-                ),
+                format!("the origin must be a snapshot of {ds_name}, or its origin ({ds} is not)"),
             ))
         }
         None => from,
     };
     crate::dataset::validate_component(name)?;
     Ok(name.to_string())
+}
+
+/// Whether `from` (`a`, `@a` or `DS@a`) names a snapshot of another dataset than `ds_name`
+/// (then it must be the clone's origin: `crate::clone_send`).
+fn is_other_dataset(ds_name: &str, from: &str) -> bool {
+    from.split_once('@')
+        .is_some_and(|(ds, _)| !ds.is_empty() && ds != ds_name)
+}
+
+/// The error for an origin `@f` that dataset `d` does not have; a clone whose origin
+/// snapshot is `@f` is told to name it in full (the short form means its own snapshot).
+fn missing_origin(table: &crate::dataset::DatasetTable, d: &Dataset, f: &str) -> StoreError {
+    let origin = d.props.get(crate::dataset::ORIGIN_PROP);
+    match origin {
+        Some(o) if table.origin_of(d.id).is_some_and(|r| r.name == f) => StoreError::NotFound(
+            format!(
+                "{}@{f}: {} has no snapshot @{f}; its origin is {o}: to send what changed since it was cloned, name the origin in full (`send -i {o} {}@…`)",
+                d.name, d.name, d.name
+            ),
+        ),
+        _ => StoreError::NotFound(format!(
+            "{}@{f} (the incremental's origin must be a snapshot of each dataset sent)",
+            d.name
+        )),
+    }
 }
 
 /// `top` and its descendants, parents first.

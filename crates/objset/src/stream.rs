@@ -8,6 +8,9 @@
 //!           v2: from guid u64 (0: a full stream) | dataset path str ("" the sent dataset,
 //!               "a/b" a descendant of it, in a replication stream) | sender's dataset
 //!               name str | resumed u8 (1: `send -t`) [| phase u8 | object u64 | offset u64]
+//!           v3: clone u8 (1: an incremental from a clone's origin; CLONE_IDS records
+//!               follow). Only such a stream is written as version 3, so every other
+//!               stream stays readable by a cairn that knows version 2.
 //!  record   type u8 | length u32 | payload | check 16 B
 //!           check = blake3(previous check ‖ type ‖ length ‖ payload)[..16], the first
 //!           previous check being the header's own: any flipped, missing, reordered or
@@ -21,6 +24,9 @@
 //!    END    4  records before it u64
 //!    FREE   5  src id u64 — the object is gone (incremental streams)
 //!    HOLE   6  src id u64 | offset u64 | length u64 — reads as zeros (incremental)
+//!    CLONE_IDS 7  n u64 | n × (src id u64, origin's src id u64) — (v3, before the
+//!              objects) the object of the clone that each object of its origin snapshot
+//!              became: the receiver's clone of its copy of the origin names them so
 //! ```
 //! Object ids are the sender's; the receiver maps each to an object of its own and keeps
 //! the map in the dataset (`crate::receive`), so a later incremental names objects the
@@ -45,6 +51,8 @@ use crate::error::StoreError;
 pub(crate) const MAGIC: u64 = 0x5254_534e_5249_4143; // "CAIRNSTR"
 /// The version written; version 1 (no origin, no dataset path) is still read.
 pub(crate) const VERSION: u32 = 2;
+/// The version of a stream from a clone's origin (`Header::clone`); the newest read.
+pub(crate) const CLONE_VERSION: u32 = 3;
 const CHECK: usize = 16;
 /// The largest DATA record's bytes (a block is at most 1 MiB).
 pub(crate) const DATA_CHUNK: usize = 1 << 20;
@@ -56,6 +64,9 @@ pub(crate) const DIR: u8 = 3;
 pub(crate) const END: u8 = 4;
 pub(crate) const FREE: u8 = 5;
 pub(crate) const HOLE: u8 = 6;
+pub(crate) const CLONE_IDS: u8 = 7;
+/// Pairs in one CLONE_IDS record (1 MiB).
+pub(crate) const CLONE_IDS_PER_RECORD: usize = 1 << 16;
 
 /// What a send or a receive moved.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -103,6 +114,9 @@ pub(crate) struct Header {
     pub source: String,
     /// A resumed stream (`send -t`): it starts at this position.
     pub resume: Option<Position>,
+    /// An incremental from a clone's origin (another dataset's snapshot): CLONE_IDS
+    /// records say which of the clone's objects each of the origin's became.
+    pub clone: bool,
 }
 
 /// A place in a stream (see "Resuming" above); ordered as records are sent.
@@ -136,7 +150,8 @@ impl Position {
 impl Header {
     pub fn encode(&self) -> Vec<u8> {
         let mut h = Writer::new();
-        h.u64(MAGIC).u32(VERSION).u8(match self.kind {
+        let version = if self.clone { CLONE_VERSION } else { VERSION };
+        h.u64(MAGIC).u32(version).u8(match self.kind {
             DatasetKind::Filesystem => 1,
             DatasetKind::Volume => 2,
         });
@@ -153,6 +168,9 @@ impl Header {
             None => h.u8(0),
             Some(p) => h.u8(1).u8(p.phase).u64(p.object).u64(p.offset),
         };
+        if self.clone {
+            h.u8(1);
+        }
         h.buf
     }
 }
@@ -331,7 +349,7 @@ impl<'a> Input<'a> {
             return Err(bad("it does not start with a cairn send stream header"));
         }
         let version = u32::from_le_bytes(self.kept(4)?.try_into().expect("4"));
-        if version > VERSION {
+        if version > CLONE_VERSION {
             return Err(StoreError::NewerFormat(format!(
                 "send stream version {version}"
             )));
@@ -363,6 +381,14 @@ impl<'a> Input<'a> {
         } else {
             (0, String::new(), String::new(), None)
         };
+        let clone = match (version >= CLONE_VERSION)
+            .then(|| self.kept(1))
+            .transpose()?
+        {
+            None => false,
+            Some(b) if b[0] <= 1 => b[0] == 1,
+            Some(b) => return Err(bad(format!("clone flag {}", b[0]))),
+        };
         if !path.is_empty() {
             path.split('/')
                 .try_for_each(crate::dataset::validate_component)?;
@@ -378,6 +404,7 @@ impl<'a> Input<'a> {
             path,
             source,
             resume,
+            clone,
         })
     }
 
@@ -560,7 +587,24 @@ mod tests {
             path: String::new(),
             source: "tank/fs".into(),
             resume: None,
+            clone: false,
         }
+    }
+
+    #[test]
+    fn only_a_clone_stream_is_version_3_and_its_flag_reads_back() {
+        let mut h = header();
+        assert_eq!(h.encode()[8..12], VERSION.to_le_bytes());
+        h.clone = true;
+        h.from_guid = 5;
+        let bytes = h.encode();
+        assert_eq!(bytes[8..12], CLONE_VERSION.to_le_bytes());
+        let mut slice = &bytes[..];
+        assert_eq!(Input::new(&mut slice).next_header().unwrap(), Some(h));
+        let mut flag2 = bytes.clone();
+        *flag2.last_mut().unwrap() = 2;
+        let mut slice = &flag2[..];
+        assert!(Input::new(&mut slice).next_header().is_err());
     }
 
     #[test]

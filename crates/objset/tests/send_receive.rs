@@ -659,3 +659,194 @@ fn replication_with_an_origin_sends_one_or_every_incremental() {
         4
     );
 }
+
+/// Every dataset and snapshot name of a pool (a refused receive leaves them as they were).
+fn names(store: &Store) -> Vec<String> {
+    let mut out: Vec<String> = store
+        .datasets()
+        .datasets
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
+    out.extend(store.snapshots(None).unwrap().into_iter().map(|s| s.name));
+    out.sort();
+    out
+}
+
+/// A clone with its origin: 200 files of 64 KiB and a 4 MiB one, then about 1 % changed in
+/// the clone — writes, a truncate, removes, new files, an xattr, a rename, a chmod.
+fn clone_with_changes(src: &Store) {
+    fs(src, "tank/fs");
+    src.mkdir("tank/fs/d").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+    for i in 0..200 {
+        let p = format!("tank/fs/d/f{i}");
+        src.create_file(&p, false).unwrap();
+        let mut data = vec![0u8; 64 << 10];
+        rng.fill_bytes(&mut data);
+        src.write(&src.resolve(&p).unwrap(), 0, &data).unwrap();
+    }
+    src.create_file("tank/fs/big", false).unwrap();
+    let mut data = vec![0u8; 4 * MIB as usize];
+    rng.fill_bytes(&mut data);
+    src.write(&src.resolve("tank/fs/big").unwrap(), 0, &data)
+        .unwrap();
+    snap(src, "tank/fs@o");
+    src.clone_create("tank/fs@o", "tank/cl").unwrap();
+    let r = |p: &str| src.resolve(p).unwrap();
+    src.write(&r("tank/cl/big"), MIB + 5, b"changed in the clone")
+        .unwrap();
+    src.write(&r("tank/cl/d/f3"), 100, b"three").unwrap();
+    src.truncate(&r("tank/cl/d/f4"), 1000).unwrap();
+    src.remove("tank/cl/d/f5", false).unwrap();
+    src.remove("tank/cl/d/f6", false).unwrap();
+    src.create_file("tank/cl/new", false).unwrap();
+    src.write(&r("tank/cl/new"), 0, b"a file the clone made")
+        .unwrap();
+    src.mkdir("tank/cl/e").unwrap();
+    src.set_xattr(
+        r("tank/cl/d/f7").object,
+        "user.k",
+        Some(b"v"),
+        cairn_objset::xattr::SetMode::Any,
+    )
+    .unwrap();
+    let d = r("tank/cl/d").object;
+    let e = r("tank/cl/e").object;
+    src.rename(d, "f8", e, "moved", RenameMode::Replace)
+        .unwrap();
+    let set = SetAttr {
+        mode: Some(0o100600),
+        ..SetAttr::default()
+    };
+    src.set_attr(r("tank/cl/d/f9").object, set).unwrap();
+    src.set_property("tank/cl", "compression", "zstd").unwrap();
+    snap(src, "tank/cl@c");
+}
+
+/// `send -i DS@O CLONE@C` carries only what the clone changed, and `receive -o origin=`
+/// (or by the origin's guid) makes a clone of the receiver's copy of the origin that reads
+/// as the sender's; a stream from another origin is refused and changes nothing.
+#[test]
+fn a_clone_goes_as_an_incremental_from_its_origin() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    clone_with_changes(&src);
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@o", None, false, false),
+        false,
+    )
+    .unwrap();
+    let full = send(&src, "tank/cl@c", None, false, false);
+    let mut stream = Vec::new();
+    let opts = SendOptions {
+        from: Some("tank/fs@o".into()),
+        ..SendOptions::default()
+    };
+    let sent = src.send("tank/cl@c", &opts, &mut stream).unwrap();
+    assert!(
+        stream.len() * 10 < full.len(),
+        "incremental {} bytes, full {} bytes ({sent:?})",
+        stream.len(),
+        full.len()
+    );
+    assert!(sent.data_bytes < 300 << 10, "{sent:?}");
+    assert_eq!(sent.freed_objects, 2, "{sent:?}");
+    let opts = ReceiveOptions {
+        origin: Some("tank/fs@o".into()),
+        ..ReceiveOptions::default()
+    };
+    dst.receive("tank/cl2", &opts, &mut &stream[..]).unwrap();
+    same(&src, "tank/cl@c", &dst, "tank/cl2@c");
+    let xattr = |s: &Store, p: &str| s.get_xattr(s.resolve(p).unwrap().object, "user.k");
+    assert_eq!(xattr(&dst, "tank/cl2/d/f7").unwrap(), b"v");
+    assert!(xattr(&dst, "tank/fs/d/f7").is_err());
+    assert_eq!(read_live(&dst, "tank/cl2/new"), b"a file the clone made");
+    assert_eq!(
+        dst.get_property("tank/cl2", "compression").unwrap().0,
+        "zstd"
+    );
+    assert_eq!(
+        read_live(&dst, "tank/fs/d/f3"),
+        read_live(&src, "tank/fs/d/f3")
+    );
+    // Found by the origin's guid too, and the received clone takes the next incremental.
+    receive(&dst, "tank/cl3", &stream, false).unwrap();
+    same(&src, "tank/cl@c", &dst, "tank/cl3@c");
+    src.write(&src.resolve("tank/cl/new").unwrap(), 0, b"A")
+        .unwrap();
+    snap(&src, "tank/cl@d");
+    let next = send(&src, "tank/cl@d", Some("@c"), false, false);
+    receive(&dst, "tank/cl3", &next, false).unwrap();
+    same(&src, "tank/cl@d", &dst, "tank/cl3@d");
+}
+
+/// The short form `-i @o` is the clone's own snapshot (named in full, the origin is
+/// taken); a stream received with another snapshot as origin is refused, nothing made.
+#[test]
+fn a_clone_incremental_from_the_wrong_origin_is_refused() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    clone_with_changes(&src);
+    let opts = SendOptions {
+        from: Some("@o".into()),
+        ..SendOptions::default()
+    };
+    let e = src.send("tank/cl@c", &opts, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("name the origin in full"), "{e}");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@o", None, false, false),
+        false,
+    )
+    .unwrap();
+    fs(&dst, "tank/other");
+    snap(&dst, "tank/other@o");
+    let stream = send(&src, "tank/cl@c", Some("tank/fs@o"), false, false);
+    let before = names(&dst);
+    let opts = ReceiveOptions {
+        origin: Some("tank/other@o".into()),
+        ..ReceiveOptions::default()
+    };
+    let e = dst
+        .receive("tank/cl2", &opts, &mut &stream[..])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not the snapshot this stream starts from"),
+        "{e}"
+    );
+    assert_eq!(names(&dst), before);
+    // A receiver without the origin at all is told to receive it first.
+    let (_d3, _, third) = two_pools("", 1, 256 * MIB);
+    let e = receive(&third, "tank/cl2", &stream, false).unwrap_err();
+    assert!(e.contains("receive the clone's origin first"), "{e}");
+    assert!(third.resolve("tank/cl2").is_err());
+    // A stream cut short leaves no clone behind.
+    let cut = &stream[..stream.len() - 40];
+    assert!(receive(&dst, "tank/cl2", cut, false).is_err());
+    assert_eq!(names(&dst), before);
+}
+
+/// A clone's incremental cut short resumes with `send -t` and ends as if whole;
+/// `receive -A` of a cut one destroys the clone it was making.
+#[test]
+fn a_clone_incremental_cut_short_resumes_or_is_discarded() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    clone_with_changes(&src);
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@o", None, false, false),
+        false,
+    )
+    .unwrap();
+    let stream = send(&src, "tank/cl@c", Some("tank/fs@o"), false, false);
+    receive_in_pieces(&src, &dst, "tank/cl2", &stream, &[0.5, 0.4]);
+    same(&src, "tank/cl@c", &dst, "tank/cl2@c");
+    let e = receive_resumable(&dst, "tank/cl3", &stream[..stream.len() / 2]).unwrap_err();
+    assert!(e.contains("send -t"), "{e}");
+    dst.receive_abort("tank/cl3").unwrap();
+    assert!(dst.resolve("tank/cl3").is_err());
+}
