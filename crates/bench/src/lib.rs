@@ -3,6 +3,7 @@
 
 pub mod io;
 pub mod parity;
+pub mod real_dd;
 pub mod send;
 pub mod snapshots;
 pub mod sync_writes;

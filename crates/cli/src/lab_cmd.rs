@@ -164,8 +164,19 @@ fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
 pub struct DdArgs {
     /// Disks: N x SIZE[,hdd|ssd][,512n|512e|4kn][,RPM], e.g. 28x1TB or 5x2TB,512e
     /// (repeat for mixed sets).
-    #[arg(long = "disks", required = true)]
+    #[arg(
+        long = "disks",
+        required_unless_present = "real",
+        conflicts_with = "real"
+    )]
     pub disks: Vec<String>,
+    /// Real devices (or files) instead of simulated disks: a pool is made over them,
+    /// destroying what they hold (needs --yes), and destroyed after.
+    #[arg(long = "real", value_name = "DEV", num_args = 1..)]
+    pub real: Vec<String>,
+    /// Yes, destroy what the --real devices hold.
+    #[arg(long)]
+    pub yes: bool,
     /// [G x]KIND[-W]: raidz2, 2xraidz2-14, 14xmirror-2, 3xraidz2-9, stripe.
     #[arg(long)]
     pub layout: String,
@@ -195,6 +206,9 @@ fn host_cap(mbs: f64) -> Result<Option<f64>, String> {
 
 fn dd_cmd(a: &DdArgs) -> Result<(), String> {
     use cairn_lab::spec;
+    if !a.real.is_empty() {
+        return real_dd_cmd(a);
+    }
     let mut disks = Vec::new();
     for d in &a.disks {
         disks.extend(spec::parse_disks(d).map_err(|e| e.to_string())?);
@@ -229,6 +243,48 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
         println!(
             "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
             a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
+        );
+    }
+    Ok(())
+}
+
+/// `bench lab dd --real DEV… --yes`: the same dd on real devices (`cairn_bench::real_dd`).
+fn real_dd_cmd(a: &DdArgs) -> Result<(), String> {
+    use cairn_lab::spec;
+    if !a.yes {
+        return Err(format!(
+            "--real makes a pool over {} and destroys what they hold; add --yes to go on",
+            a.real.join(", ")
+        ));
+    }
+    let layout = spec::parse_layout(&a.layout, a.real.len()).map_err(|e| e.to_string())?;
+    let bs = spec::parse_bytes("--bs", &a.bs).map_err(|e| e.to_string())?;
+    let size = spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+    if bs == 0 || bs > 64 << 20 {
+        return Err(format!("--bs {}: give 1 byte to 64M", a.bs));
+    }
+    let tokens = layout.vdev_tokens(&a.real);
+    let scratch = std::env::temp_dir().join(format!("cairn-lab-dd-{}", std::process::id()));
+    let r = cairn_bench::real_dd::run(&scratch, &tokens, a.ashift, bs, size)?;
+    if a.json {
+        let v = serde_json::json!({
+            "layout": a.layout, "devices": a.real, "ashift": a.ashift, "bs": bs, "size": size,
+            "write_mbs": r.write_mbs, "read_mbs": r.read_mbs, "page_cache": r.page_cache,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "dd of {} on {} over {} devices (ashift {}): write {:.1} MB/s, read {:.1} MB/s (page cache: {})",
+            a.size,
+            a.layout,
+            a.real.len(),
+            a.ashift,
+            r.write_mbs,
+            r.read_mbs,
+            r.page_cache
         );
     }
     Ok(())

@@ -473,3 +473,31 @@ fn bench_lab_draws_its_plots_and_refuses_other_formats_before_running() {
     ));
     assert!(e.contains("use a file name ending in .svg or .png"), "{e}");
 }
+
+/// `bench lab dd --real`: the lab's dd on real devices (files here) asks for --yes and
+/// leaves them untouched without it; with it, makes a pool, writes, reads back (checked),
+/// reports both speeds and destroys the pool, so the devices can be used again.
+#[test]
+fn bench_lab_dd_runs_on_real_devices_only_with_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 4, 128 * MIB);
+    let mut args = vec!["bench", "lab", "dd", "--layout", "raidz1", "--size", "32M"];
+    args.push("--real");
+    args.extend(d.iter().map(String::as_str));
+    let e = fails(&cairn(&home, &args));
+    assert!(e.contains("add --yes"), "{e}");
+    let untouched = std::fs::read(&d[0]).unwrap();
+    assert!(untouched.iter().all(|&b| b == 0), "changed without --yes");
+    args.extend(["--yes", "--json"]);
+    let out = ok(&cairn(&home, &args));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["write_mbs"].as_f64().unwrap() > 0.0, "{out}");
+    assert!(v["read_mbs"].as_f64().unwrap() > 0.0, "{out}");
+    assert_eq!(v["size"], 32 * MIB, "{out}");
+    // The pool is gone: the devices make a new one without -f.
+    ok(&cairn(
+        &home,
+        &["create", "again", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+}

@@ -1,0 +1,154 @@
+//! `cairn bench lab dd --real DEV…`: the lab's dd on real devices. A pool is made over the
+//! devices (destroying what they held), one file of `size` bytes is written `bs` bytes a
+//! call and synced (as `dd conv=fsync` does), the pool is closed and opened again, the file
+//! is read back `bs` a call and checked, and the pool is destroyed.
+//!
+//! The leaves are opened with O_DIRECT where the devices take it, so the read comes from
+//! the devices, not the page cache; where they do not (tmpfs files), the page cache is
+//! dropped before the read when this process may (`/proc/sys/vm/drop_caches`, root), and
+//! the result says which.
+
+use std::time::Instant;
+
+use cairn_objset::{Store, StoreError};
+use cairn_pool::{CreateOptions, Home, Pool};
+use serde::Serialize;
+
+/// What one run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct RealDdResult {
+    pub write_mbs: f64,
+    pub read_mbs: f64,
+    /// How the read avoided the page cache: `o_direct`, `dropped` or `not dropped`.
+    pub page_cache: String,
+}
+
+/// The run's pool name (and its dataset and file).
+const POOL: &str = "cairnlab";
+const FILE: &str = "cairnlab/dd";
+
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Runs the dd over a pool of `tokens` (create's grammar) with sectors of 2^`ashift`;
+/// the pool's state directory is `scratch` (made, and removed after).
+pub fn run(
+    scratch: &std::path::Path,
+    tokens: &[String],
+    ashift: u32,
+    bs: u64,
+    size: u64,
+) -> Result<RealDdResult, String> {
+    let home = Home::at(scratch);
+    let result = run_in(&home, tokens, ashift, bs, size);
+    if let Ok(pool) = Pool::open(&home, POOL) {
+        let _ = pool.destroy();
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    result
+}
+
+fn run_in(
+    home: &Home,
+    tokens: &[String],
+    ashift: u32,
+    bs: u64,
+    size: u64,
+) -> Result<RealDdResult, String> {
+    let direct = create(home, tokens, ashift)?;
+    let block = pattern(bs);
+    let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
+    store
+        .set_property(POOL, "compression", "off")
+        .map_err(text)?;
+    store.create_file(FILE, true).map_err(text)?;
+    let file = store.resolve(FILE).map_err(text)?;
+    let began = Instant::now();
+    let mut off = 0;
+    while off < size {
+        let len = bs.min(size - off) as usize;
+        store.write(&file, off, &block[..len]).map_err(text)?;
+        off += len as u64;
+    }
+    store.close().map_err(text)?.save_record().map_err(text)?;
+    let write_secs = began.elapsed().as_secs_f64();
+    let page_cache = match direct {
+        true => "o_direct",
+        false if drop_page_cache() => "dropped",
+        false => "not dropped",
+    };
+    let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
+    let file = store.resolve(FILE).map_err(text)?;
+    let began = Instant::now();
+    read_back(&store, &file, &block, size)?;
+    let read_secs = began.elapsed().as_secs_f64();
+    store.close().map_err(text)?;
+    let mbs = |secs: f64| size as f64 / 1e6 / secs.max(1e-9);
+    Ok(RealDdResult {
+        write_mbs: mbs(write_secs),
+        read_mbs: mbs(read_secs),
+        page_cache: page_cache.to_string(),
+    })
+}
+
+/// Creates the pool, with O_DIRECT leaves when the devices take them; whether they did.
+fn create(home: &Home, tokens: &[String], ashift: u32) -> Result<bool, String> {
+    let options = |direct| CreateOptions {
+        ashift: Some(ashift),
+        direct,
+        ..CreateOptions::default()
+    };
+    if ashift >= 12 {
+        if let Ok(made) = Pool::create(home, POOL, tokens, options(true)) {
+            drop(made);
+            return Ok(true);
+        }
+    }
+    Pool::create(home, POOL, tokens, options(false)).map_err(text)?;
+    Ok(false)
+}
+
+/// Reads the file back `block.len()` bytes a call; every block must be what was written.
+fn read_back(
+    store: &Store,
+    file: &cairn_objset::Resolved,
+    block: &[u8],
+    size: u64,
+) -> Result<(), String> {
+    let mut buf = vec![0u8; block.len()];
+    let mut off = 0;
+    while off < size {
+        let want = (block.len() as u64).min(size - off) as usize;
+        let n = store
+            .read(file, off, &mut buf[..want])
+            .map_err(|e: StoreError| e.to_string())?;
+        if n != want || buf[..n] != block[..n] {
+            return Err(format!(
+                "read back {n} bytes at {off} that were not written there"
+            ));
+        }
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// `bs` incompressible bytes (xorshift64).
+fn pattern(bs: u64) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..bs)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Drops the kernel's page cache (needs root); whether it could.
+fn drop_page_cache() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
