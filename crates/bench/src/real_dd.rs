@@ -133,17 +133,12 @@ fn read_back(
     Ok(())
 }
 
-/// `bs` incompressible bytes (xorshift64).
+/// `bs` incompressible bytes.
 fn pattern(bs: u64) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..bs)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    use rand::{RngCore, SeedableRng};
+    let mut block = vec![0u8; bs as usize];
+    rand::rngs::StdRng::seed_from_u64(bs).fill_bytes(&mut block);
+    block
 }
 
 /// Drops the kernel's page cache (needs root); whether it could.

@@ -727,14 +727,7 @@ fn offline_online_and_clear_run_in_the_service_while_clients_write() {
     let e = fails(&cairn(&home, &["offline", "tank", &d[2]]));
     assert!(e.contains("no valid replicas"), "{e}");
     // Writers keep writing through the service before, during and after `online`.
-    let put = |i: usize| {
-        let src = dir.path().join(format!("src{i}"));
-        std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
-        ok(&cairn(
-            &home,
-            &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
-        ));
-    };
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
     for i in 0..4 {
         put(i);
     }
@@ -753,14 +746,7 @@ fn offline_online_and_clear_run_in_the_service_while_clients_write() {
     // for any resilver they need, then read everything without d0.
     ok(&cairn(&home, &["resilver", "tank"]));
     ok(&cairn(&home, &["offline", "tank", &d[0]]));
-    for i in 0..16 {
-        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
-        assert_eq!(
-            got.stdout,
-            pseudo_random(MIB as usize + i * 4096, i as u64),
-            "f{i} without d0"
-        );
-    }
+    check_numbered(&home, 16);
     ok(&cairn(&home, &["online", "tank", &d[0]]));
     ok(&cairn(&home, &["resilver", "tank"]));
     ok(&cairn(&home, &["clear", "tank"]));
@@ -782,11 +768,7 @@ fn offline_online_and_clear_run_in_the_service_while_clients_write() {
         &["import", "-d", dir.path().to_str().unwrap(), "tank"],
     ));
     ok(&cairn(&home, &["resilver", "tank"]));
-    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
-    assert!(
-        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
-        "{scrub}"
-    );
+    scrub_is_clean(&home);
     let st = ok(&cairn(&home, &["status", "-x"]));
     assert_eq!(st, "all pools are healthy\n");
 }
@@ -880,14 +862,7 @@ fn replace_runs_in_the_service_while_clients_write() {
         &home,
         &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
     ));
-    let put = |i: usize| {
-        let src = dir.path().join(format!("src{i}"));
-        std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
-        ok(&cairn(
-            &home,
-            &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
-        ));
-    };
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
     (0..4).for_each(put);
     let served = serve(&home, "tank");
     let replaced = std::thread::scope(|s| {
@@ -917,14 +892,7 @@ fn replace_runs_in_the_service_while_clients_write() {
     assert!(again.starts_with("resilvered "), "{again}");
     ok(&cairn(&home, &["resilver", "tank"]));
     ok(&cairn(&home, &["offline", "tank", &d[0]]));
-    for i in 0..12 {
-        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
-        assert_eq!(
-            got.stdout,
-            pseudo_random(MIB as usize + i * 4096, i as u64),
-            "f{i}"
-        );
-    }
+    check_numbered(&home, 12);
     ok(&cairn(&home, &["online", "tank", &d[0]]));
     served.stop();
     ok(&cairn(&home, &["export", "tank"]));
@@ -935,19 +903,8 @@ fn replace_runs_in_the_service_while_clients_write() {
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains(&d[3]) && st.contains("ONLINE"), "{st}");
     ok(&cairn(&home, &["resilver", "tank"]));
-    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
-    assert!(
-        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
-        "{scrub}"
-    );
-    for i in 0..12 {
-        let got = cairn(&home, &["cat", &format!("tank/f{i}")]);
-        assert_eq!(
-            got.stdout,
-            pseudo_random(MIB as usize + i * 4096, i as u64),
-            "f{i}"
-        );
-    }
+    scrub_is_clean(&home);
+    check_numbered(&home, 12);
 }
 
 /// `autoreplace=on`: a blank device at a missing leaf's path is put in its place by the
@@ -1010,11 +967,7 @@ fn autoreplace_puts_a_new_device_in_a_missing_leafs_place() {
     let e = fails(&cairn(&home, &["set", "autoreplace=yes", "tank"]));
     assert!(e.contains("give on or off"), "{e}");
     served.stop();
-    let scrub = ok(&cairn(&home, &["scrub", "tank"]));
-    assert!(
-        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
-        "{scrub}"
-    );
+    scrub_is_clean(&home);
     assert_eq!(
         ok(&cairn(&home, &["status", "-x"])),
         "all pools are healthy\n"
@@ -1068,4 +1021,35 @@ fn a_scrub_with_a_latency_budget_yields_to_readers() {
     ));
     assert!(e.contains("bad latency budget 'soon'"), "{e}");
     served.stop();
+}
+
+/// Puts `tank/f{i}`: 1 MiB and `i` pages of bytes made from `i`.
+fn put_numbered(home: &Path, dir: &Path, i: usize) {
+    let src = dir.join(format!("src{i}"));
+    std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
+    ok(&cairn(
+        home,
+        &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
+    ));
+}
+
+/// `tank/f0` … `tank/f{n-1}` read back as `put_numbered` wrote them.
+fn check_numbered(home: &Path, n: usize) {
+    for i in 0..n {
+        let got = cairn(home, &["cat", &format!("tank/f{i}")]);
+        assert_eq!(
+            got.stdout,
+            pseudo_random(MIB as usize + i * 4096, i as u64),
+            "f{i}"
+        );
+    }
+}
+
+/// A scrub of `tank` repairs nothing and finds no error.
+fn scrub_is_clean(home: &Path) {
+    let scrub = ok(&cairn(home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
 }

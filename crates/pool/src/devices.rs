@@ -86,6 +86,24 @@ impl Pool {
         others_unreadable < top.shape().redundancy()
     }
 
+    /// Refuses to take child `c` of vdev `t` offline when the others could not serve its
+    /// data alone.
+    pub(crate) fn check_may_go_offline(
+        &self,
+        t: usize,
+        c: usize,
+        device: &str,
+    ) -> Result<(), PoolError> {
+        if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
+            return Err(Self::device_error(
+                "offline",
+                device,
+                "no valid replicas: the other devices of its vdev cannot hold the data alone",
+            ));
+        }
+        Ok(())
+    }
+
     /// `cairn offline [-t] POOL DEVICE`: no more I/O to the device. Refused when the vdev
     /// would lose its last redundancy for some data.
     pub fn offline(&mut self, device: &str, temporary: bool) -> Result<DeviceOutcome, PoolError> {
@@ -99,13 +117,7 @@ impl Pool {
             ));
         }
         let (t, c) = self.find_leaf(device)?;
-        if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
-            return Err(Self::device_error(
-                "offline",
-                device,
-                "no valid replicas: the other devices of its vdev cannot hold the data alone",
-            ));
-        }
+        self.check_may_go_offline(t, c, device)?;
         let child = &self.tops[t].children[c];
         child.offline.store(true, Ordering::Relaxed);
         child.offline_temporary.store(temporary, Ordering::Relaxed);

@@ -45,13 +45,7 @@ impl Pool {
     ) -> Result<DeviceOutcome, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
         let (t, c) = self.find_plain_leaf("offline", device)?;
-        if !self.can_lose(t, c) && self.tops[t].children[c].is_readable() {
-            return Err(Self::device_error(
-                "offline",
-                device,
-                "no valid replicas: the other devices of its vdev cannot hold the data alone",
-            ));
-        }
+        self.check_may_go_offline(t, c, device)?;
         let child = &self.tops[t].children[c];
         child.offline_temporary.store(temporary, Ordering::Relaxed);
         child.offline.store(true, Ordering::Relaxed);

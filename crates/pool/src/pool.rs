@@ -1443,6 +1443,13 @@ pub(crate) fn build_tops(
 /// I/O goes to it until it is replaced).
 fn replaced_child(lc: &LeafConfig) -> Child {
     let child = Child::new(lc.guid, lc.path.clone(), None);
+    set_leaf_state(&child, lc);
+    child
+}
+
+/// The state a config records for a leaf, onto its child: offline (and for how long),
+/// spare declined, faulted, and its DTL.
+fn set_leaf_state(child: &Child, lc: &LeafConfig) {
     child.offline.store(lc.offline, Ordering::Relaxed);
     child
         .offline_temporary
@@ -1452,7 +1459,6 @@ fn replaced_child(lc: &LeafConfig) -> Child {
         .store(lc.spare_declined, Ordering::Relaxed);
     child.faulted.store(lc.faulted, Ordering::Relaxed);
     child.set_dtl(lc.dtl.clone());
-    child
 }
 
 /// The child for a configured leaf, asking `open` for its device.
@@ -1467,17 +1473,9 @@ fn open_child(lc: &LeafConfig, open: &impl Fn(u64) -> Result<Arc<dyn Leaf>, Stri
         .unwrap_or(lc.path.clone());
     let mut child = Child::new(lc.guid, path, leaf);
     child.unavailable_reason = why;
-    child.offline.store(lc.offline, Ordering::Relaxed);
-    child
-        .offline_temporary
-        .store(lc.offline_temporary, Ordering::Relaxed);
-    child
-        .spare_declined
-        .store(lc.spare_declined, Ordering::Relaxed);
-    child.faulted.store(lc.faulted, Ordering::Relaxed);
+    set_leaf_state(&child, lc);
     // A leaf that missed txgs is not trusted for reads until resilvered.
     child.stale.store(!lc.dtl.is_empty(), Ordering::Relaxed);
-    child.set_dtl(lc.dtl.clone());
     child
 }
 
