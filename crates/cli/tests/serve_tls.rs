@@ -10,25 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const MIB: u64 = 1 << 20;
+mod support;
 
-fn cairn(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(args)
-        .env("CAIRN_HOME", home)
-        .output()
-        .expect("run cairn")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use support::{cairn, files, ok, MIB};
 
 /// Whether every tool is installed; prints why the test skips when one is not.
 fn have(tools: &[(&str, &str)]) -> bool {
@@ -64,19 +48,16 @@ fn succeeds(cmd: &mut Command) -> String {
 /// A pool `tank` over three files with a 16 MiB volume `tank/vol` (and `tank/ro`).
 fn pool(dir: &Path) -> PathBuf {
     let home = dir.join("home");
-    let mut args = vec!["create".to_string(), "tank".into(), "raidz1".into()];
-    for i in 0..3 {
-        let p = dir.join(format!("d{i}"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(128 * MIB)
-            .unwrap();
-        args.push(p.display().to_string());
-    }
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(cairn(&home, &refs));
-    ok(cairn(&home, &["volume", "create", "-V", "16M", "tank/vol"]));
-    ok(cairn(&home, &["volume", "create", "-V", "16M", "tank/ro"]));
+    let d = files(dir, 3, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "raidz1", &d[0], &d[1], &d[2]],
+    ));
+    ok(&cairn(
+        &home,
+        &["volume", "create", "-V", "16M", "tank/vol"],
+    ));
+    ok(&cairn(&home, &["volume", "create", "-V", "16M", "tank/ro"]));
     home
 }
 

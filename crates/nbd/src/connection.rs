@@ -16,32 +16,25 @@ pub trait Connection: Read + Write + Send + 'static {
     fn close_gracefully(&mut self) {}
 }
 
-impl Connection for TcpStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
+/// TCP and unix sockets are connections alike: their own clones, timeouts and shutdown.
+macro_rules! socket_connection {
+    ($socket:ty) => {
+        impl Connection for $socket {
+            fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+                Ok(Box::new(self.try_clone()?))
+            }
+            fn shutdown_both(&self) {
+                let _ = self.shutdown(Shutdown::Both);
+            }
+            fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(interval)
+            }
+            fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+                self.set_write_timeout(limit)
+            }
+        }
+    };
 }
 
-impl Connection for UnixStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn shutdown_both(&self) {
-        let _ = self.shutdown(Shutdown::Both);
-    }
-    fn set_read_poll(&self, interval: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(interval)
-    }
-    fn set_write_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(limit)
-    }
-}
+socket_connection!(TcpStream);
+socket_connection!(UnixStream);
