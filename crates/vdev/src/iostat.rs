@@ -10,7 +10,10 @@
 //!                          (both)                       → queue_ns: time since the
 //!                                                         request was ready to go
 //!                          flush                        → flushes
-//!                          in_flight: requests inside the device right now (iostat -q)
+//!                          in_flight: requests inside the device right now
+//!                          total_hist[R/W]: queue + disk wait (iostat -w total_wait)
+//!                          classes[c]: the same per I/O class (`crate::class_stats`),
+//!                                      c = io_class::for_request(dir) (iostat -q, -w)
 //! ```
 //! The latency histogram has power-of-two buckets: bucket `i` counts requests that took
 //! [2^i, 2^(i+1)) ns (bucket 0 also takes 0 ns), as `zpool iostat -w` shows them.
@@ -21,6 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use crate::class_stats::{snapshot_all, zip_classes, zip_hist, ClassMap, ClassStats};
+use crate::io_class::{IoClass, CLASSES};
 
 /// Latency histogram buckets: 1 ns to 2^37 ns (~137 s) and more in the last.
 pub const HIST_BUCKETS: usize = 38;
@@ -38,6 +44,8 @@ pub struct IoStats {
     pub(crate) flushes: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
+    total_hist: [[AtomicU64; HIST_BUCKETS]; 2],
+    pub(crate) classes: [ClassStats; CLASSES],
 }
 
 /// A snapshot of `IoStats` (or a sum or difference of them).
@@ -64,6 +72,14 @@ pub struct IoCounts {
     pub read_hist: Vec<u64>,
     #[serde(default)]
     pub write_hist: Vec<u64>,
+    /// Histograms of queue + disk wait (zpool's total_wait).
+    #[serde(default)]
+    pub read_total_hist: Vec<u64>,
+    #[serde(default)]
+    pub write_total_hist: Vec<u64>,
+    /// The same figures per I/O class (none in records from before classes were counted).
+    #[serde(default)]
+    pub classes: ClassMap,
 }
 
 /// Histogram bucket of a latency.
@@ -81,27 +97,36 @@ impl Default for IoStats {
             flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            total_hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            classes: Default::default(),
         }
     }
 }
 
 impl IoStats {
+    /// One finished request of `class` in direction `dir`, started in the device at
+    /// `started` after waiting `queued` (if it was issued from an I/O thread job).
     pub(crate) fn record(
         &self,
         dir: usize,
+        class: IoClass,
         bytes: u64,
         started: Instant,
         queued: Option<Duration>,
     ) {
-        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        if let Some(q) = queued {
-            let q = q.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let nanos = |d: Duration| d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let ns = nanos(started.elapsed());
+        let queue_ns = queued.map(nanos);
+        if let Some(q) = queue_ns {
             self.queue_ns[dir].fetch_add(q, Ordering::Relaxed);
         }
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
         self.hist[dir][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        let total = ns.saturating_add(queue_ns.unwrap_or(0));
+        self.total_hist[dir][bucket_of(total)].fetch_add(1, Ordering::Relaxed);
+        self.classes[class.index()].record(bytes, ns, queue_ns);
     }
 
     pub fn snapshot(&self) -> IoCounts {
@@ -119,19 +144,11 @@ impl IoStats {
             in_flight: get(&self.in_flight),
             read_hist: self.hist[READ].iter().map(get).collect(),
             write_hist: self.hist[WRITE].iter().map(get).collect(),
+            read_total_hist: self.total_hist[READ].iter().map(get).collect(),
+            write_total_hist: self.total_hist[WRITE].iter().map(get).collect(),
+            classes: snapshot_all(&self.classes),
         }
     }
-}
-
-fn zip_hist(a: &[u64], b: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
-    (0..a.len().max(b.len()))
-        .map(|i| {
-            f(
-                a.get(i).copied().unwrap_or(0),
-                b.get(i).copied().unwrap_or(0),
-            )
-        })
-        .collect()
 }
 
 impl Add for &IoCounts {
@@ -150,6 +167,11 @@ impl Add for &IoCounts {
             in_flight: self.in_flight + o.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
             write_hist: zip_hist(&self.write_hist, &o.write_hist, |a, b| a + b),
+            read_total_hist: zip_hist(&self.read_total_hist, &o.read_total_hist, |a, b| a + b),
+            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, |a, b| {
+                a + b
+            }),
+            classes: zip_classes(&self.classes, &o.classes, true, |a, b| a + b),
         }
     }
 }
@@ -172,6 +194,9 @@ impl Sub for &IoCounts {
             in_flight: self.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, d),
             write_hist: zip_hist(&self.write_hist, &o.write_hist, d),
+            read_total_hist: zip_hist(&self.read_total_hist, &o.read_total_hist, d),
+            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, d),
+            classes: zip_classes(&self.classes, &o.classes, false, d),
         }
     }
 }
