@@ -21,6 +21,7 @@ mod demo;
 mod device_cmds;
 mod events_cmd;
 mod history_cmd;
+mod iostat_classes;
 mod iostat_cmd;
 mod lab_cmd;
 mod mount_cmds;

@@ -34,7 +34,7 @@ pub struct ClassCounts {
     /// Requests inside the device when the snapshot was taken (not summed over time).
     pub active: u64,
     pub disk_hist: Vec<u64>,
-    /// Only requests that went through an I/O thread job have a queue wait to count.
+    /// Requests issued outside I/O thread jobs count as 0 ns here (the first bucket).
     pub queue_hist: Vec<u64>,
 }
 
@@ -56,17 +56,16 @@ impl Default for ClassStats {
 }
 
 impl ClassStats {
-    /// One finished request: `disk_ns` in the device after `queue_ns` waiting (if it was
-    /// issued from an I/O thread job).
-    pub(crate) fn record(&self, bytes: u64, disk_ns: u64, queue_ns: Option<u64>) {
+    /// One finished request: `disk_ns` in the device after `queue_ns` waiting (0 for one
+    /// issued by its caller's own thread: it waited for nothing, and counting it keeps
+    /// every histogram's sum equal to `ops`, as zpool's are).
+    pub(crate) fn record(&self, bytes: u64, disk_ns: u64, queue_ns: u64) {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.disk_ns.fetch_add(disk_ns, Ordering::Relaxed);
         self.disk_hist[bucket_of(disk_ns)].fetch_add(1, Ordering::Relaxed);
-        if let Some(q) = queue_ns {
-            self.queue_ns.fetch_add(q, Ordering::Relaxed);
-            self.queue_hist[bucket_of(q)].fetch_add(1, Ordering::Relaxed);
-        }
+        self.queue_ns.fetch_add(queue_ns, Ordering::Relaxed);
+        self.queue_hist[bucket_of(queue_ns)].fetch_add(1, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> ClassCounts {

@@ -124,8 +124,9 @@ impl IoStats {
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
         self.hist[dir][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
-        let total = ns.saturating_add(queue_ns.unwrap_or(0));
-        self.total_hist[dir][bucket_of(total)].fetch_add(1, Ordering::Relaxed);
+        let queue_ns = queue_ns.unwrap_or(0);
+        self.total_hist[dir][bucket_of(ns.saturating_add(queue_ns))]
+            .fetch_add(1, Ordering::Relaxed);
         self.classes[class.index()].record(bytes, ns, queue_ns);
     }
 
