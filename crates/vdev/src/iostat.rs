@@ -215,4 +215,20 @@ mod tests {
         assert_eq!(bucket_of(1024), 10);
         assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
     }
+
+    #[test]
+    fn a_record_from_before_classes_loads_and_adds() {
+        // The fields an older pool record holds: no total_wait histograms, no classes.
+        let old = r#"{"read_ops":2,"write_ops":1,"read_bytes":8192,"write_bytes":4096,
+            "read_wait_ns":10,"write_wait_ns":20,"flushes":0}"#;
+        let base: IoCounts = serde_json::from_str(old).unwrap();
+        assert!(base.classes.is_empty() && base.read_total_hist.is_empty());
+        let stats = IoStats::default();
+        stats.record(READ, IoClass::Scrub, 4096, Instant::now(), None);
+        let now = &base + &stats.snapshot();
+        assert_eq!(now.read_ops, 3);
+        assert_eq!(now.classes[&IoClass::Scrub].ops, 1);
+        assert_eq!(now.classes[&IoClass::SyncRead].ops, 0);
+        assert_eq!((&now - &base).classes[&IoClass::Scrub].bytes, 4096);
+    }
 }
