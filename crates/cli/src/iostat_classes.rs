@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use cairn_vdev::io_class::IoClass;
 use cairn_vdev::iostat::{IoCounts, HIST_BUCKETS};
 
-use crate::iostat_cmd::{format_count, group_line, latency};
+use crate::iostat_format::{format_count, group_line, latency};
 
 /// `-q`'s column groups, zpool's names and order, and the class each counts.
 pub(crate) const QUEUES: [(&str, IoClass); 6] = [
@@ -49,7 +49,9 @@ pub(crate) fn queue_cells(
 /// `-w`'s columns, left to right: the histogram each shows.
 fn histogram_columns(c: &IoCounts) -> [&[u64]; 10] {
     let queue = |class: IoClass| -> &[u64] {
-        c.classes.get(&class).map_or(&[], |k| k.queue_hist.as_slice())
+        c.classes
+            .get(&class)
+            .map_or(&[], |k| k.queue_hist.as_slice())
     };
     [
         &c.read_total_hist,
@@ -94,9 +96,14 @@ pub(crate) fn histogram(pool: &str, c: &IoCounts, scripted: bool, parsable: bool
             .iter()
             .map(|h| count(h.get(i).copied().unwrap_or(0), parsable));
         out += &if scripted {
-            std::iter::once(label).chain(cells).collect::<Vec<_>>().join("\t")
+            std::iter::once(label)
+                .chain(cells)
+                .collect::<Vec<_>>()
+                .join("\t")
         } else {
-            cells.fold(format!("{label:<name_w$}"), |l, c| l + &format!("  {c:>W$}"))
+            cells.fold(format!("{label:<name_w$}"), |l, c| {
+                l + &format!("  {c:>W$}")
+            })
         };
         out += "\n";
     }
@@ -109,9 +116,12 @@ mod tests {
 
     #[test]
     fn histogram_rows_are_labelled_as_zpool_labels_them() {
-        let mut c = IoCounts::default();
-        c.read_hist = vec![0; HIST_BUCKETS];
-        c.read_hist[10] = 3; // 1024..2047 ns: zpool's "2us" row
+        let mut read_hist = vec![0; HIST_BUCKETS];
+        read_hist[10] = 3; // 1024..2047 ns: zpool's "2us" row
+        let c = IoCounts {
+            read_hist,
+            ..IoCounts::default()
+        };
         let out = histogram("tank", &c, false, false);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].contains("total_wait") && lines[0].contains("asyncq_wait"));
@@ -126,6 +136,9 @@ mod tests {
         assert_eq!(labels[24], "33ms");
         assert_eq!(labels[29], "1s");
         let row: Vec<&str> = lines[3 + 10].split_whitespace().collect();
-        assert_eq!(row, ["2us", "0", "0", "3", "0", "0", "0", "0", "0", "0", "0"]);
+        assert_eq!(
+            row,
+            ["2us", "0", "0", "3", "0", "0", "0", "0", "0", "0", "0"]
+        );
     }
 }

@@ -23,6 +23,7 @@ mod events_cmd;
 mod history_cmd;
 mod iostat_classes;
 mod iostat_cmd;
+mod iostat_format;
 mod lab_cmd;
 mod mount_cmds;
 mod mount_table;

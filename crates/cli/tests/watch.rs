@@ -363,7 +363,11 @@ fn iostat_counts_scrub_reads_and_async_writes_in_their_classes() {
     assert_eq!(rows[0][0], 1, "first bucket is labelled 1 ns: {w}");
     assert_eq!(column(9), c2["scrub"].0, "{w}");
     assert_eq!(column(8), c2["async_write"].0, "{w}");
-    assert_eq!(column(1), column(3), "total_wait and disk_wait count the same reads");
+    assert_eq!(
+        column(1),
+        column(3),
+        "total_wait and disk_wait count the same reads"
+    );
     let table = ok(&cairn(&home, &["iostat", "-w", "tank"]));
     assert!(
         table.contains("syncq_wait") && table.contains("asyncq_wait") && table.contains("scrub"),

@@ -930,7 +930,10 @@ impl Pool {
                 .collect(),
             pending: {
                 let waiting = cairn_vdev::threads::pending_by_class();
-                IoClass::ALL.iter().map(|&c| (c, waiting[c.index()])).collect()
+                IoClass::ALL
+                    .iter()
+                    .map(|&c| (c, waiting[c.index()]))
+                    .collect()
             },
         }
     }

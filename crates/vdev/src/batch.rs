@@ -119,9 +119,11 @@ impl TopVdev {
 
     /// Runs each child's jobs on its own thread; returns, per child, the failed block indices.
     fn issue_write_jobs(&self, jobs: Vec<Vec<WriteJob<'_>>>) -> Vec<Vec<usize>> {
-        crate::threads::on_leaf_io(false, jobs.into_iter().enumerate().collect(), |(c, list)| {
-            self.write_child_jobs(c, list)
-        })
+        crate::threads::on_leaf_io(
+            false,
+            jobs.into_iter().enumerate().collect(),
+            |(c, list)| self.write_child_jobs(c, list),
+        )
     }
 
     fn write_child_jobs(&self, c: usize, mut list: Vec<WriteJob<'_>>) -> Vec<usize> {

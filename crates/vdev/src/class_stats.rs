@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::io_class::{IoClass, CLASSES};
-use crate::iostat::{bucket_of, HIST_BUCKETS};
+use crate::latency_hist::{bucket_of, zip_hist, HIST_BUCKETS};
 
 /// Live counters of one class of one leaf.
 #[derive(Debug)]
@@ -87,18 +87,6 @@ pub(crate) fn snapshot_all(classes: &[ClassStats; CLASSES]) -> ClassMap {
     IoClass::ALL
         .iter()
         .map(|&c| (c, classes[c.index()].snapshot()))
-        .collect()
-}
-
-/// Adds or subtracts two histograms bucket by bucket (the shorter one padded with 0).
-pub(crate) fn zip_hist(a: &[u64], b: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
-    (0..a.len().max(b.len()))
-        .map(|i| {
-            f(
-                a.get(i).copied().unwrap_or(0),
-                b.get(i).copied().unwrap_or(0),
-            )
-        })
         .collect()
 }
 

@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::class_stats::{snapshot_all, zip_classes, zip_hist, ClassMap, ClassStats};
+use crate::class_stats::{snapshot_all, zip_classes, ClassMap, ClassStats};
 use crate::io_class::{IoClass, CLASSES};
+use crate::latency_hist::zip_hist;
 
-/// Latency histogram buckets: 1 ns to 2^37 ns (~137 s) and more in the last.
-pub const HIST_BUCKETS: usize = 38;
+pub use crate::latency_hist::{bucket_of, HIST_BUCKETS};
 
 pub(crate) const READ: usize = 0;
 pub(crate) const WRITE: usize = 1;
@@ -80,11 +80,6 @@ pub struct IoCounts {
     /// The same figures per I/O class (none in records from before classes were counted).
     #[serde(default)]
     pub classes: ClassMap,
-}
-
-/// Histogram bucket of a latency.
-pub fn bucket_of(ns: u64) -> usize {
-    (63 - ns.max(1).leading_zeros() as usize).min(HIST_BUCKETS - 1)
 }
 
 impl Default for IoStats {
@@ -169,9 +164,7 @@ impl Add for &IoCounts {
             read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
             write_hist: zip_hist(&self.write_hist, &o.write_hist, |a, b| a + b),
             read_total_hist: zip_hist(&self.read_total_hist, &o.read_total_hist, |a, b| a + b),
-            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, |a, b| {
-                a + b
-            }),
+            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, |a, b| a + b),
             classes: zip_classes(&self.classes, &o.classes, true, |a, b| a + b),
         }
     }
@@ -205,16 +198,6 @@ impl Sub for &IoCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_are_powers_of_two() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(1), 0);
-        assert_eq!(bucket_of(2), 1);
-        assert_eq!(bucket_of(1023), 9);
-        assert_eq!(bucket_of(1024), 10);
-        assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
-    }
 
     #[test]
     fn a_record_from_before_classes_loads_and_adds() {

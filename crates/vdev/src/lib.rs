@@ -15,6 +15,7 @@ pub mod io_class;
 pub mod iostat;
 pub mod label;
 pub mod label_io;
+pub mod latency_hist;
 pub mod leaf;
 pub mod metered;
 pub mod readpolicy;

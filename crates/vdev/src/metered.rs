@@ -228,10 +228,17 @@ mod tests {
         let _scrub = io_class::enter(IoClass::Scrub);
         let seen = crate::threads::on_leaf_io(true, (0..n).collect(), |i| {
             // Every thread busy: the jobs queued behind them wait.
-            std::thread::sleep(std::time::Duration::from_millis(if i == 0 { 30 } else { 100 }));
+            std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
+                30
+            } else {
+                100
+            }));
             crate::threads::pending_by_class()[IoClass::Scrub.index()]
         });
         assert!(seen[0] >= 8, "pending scrub jobs seen: {}", seen[0]);
-        assert_eq!(crate::threads::pending_by_class()[IoClass::Scrub.index()], 0);
+        assert_eq!(
+            crate::threads::pending_by_class()[IoClass::Scrub.index()],
+            0
+        );
     }
 }
