@@ -496,7 +496,11 @@ fn log_commits_are_sync_writes_txg_syncs_async_writes_and_a_scrub_scrub_reads() 
     assert!(logged >= 8 * BLOCK as u64, "{logged}");
     let sync1 = bytes(IoClass::SyncWrite);
     store.sync().unwrap();
-    assert_eq!(bytes(IoClass::SyncWrite), sync1, "a txg sync is no sync write");
+    assert_eq!(
+        bytes(IoClass::SyncWrite),
+        sync1,
+        "a txg sync is no sync write"
+    );
     assert!(bytes(IoClass::AsyncWrite) - async0 >= 8 * BLOCK as u64);
     let scrub0 = bytes(IoClass::Scrub);
     assert_eq!(scrub_errors(&store), 0);
