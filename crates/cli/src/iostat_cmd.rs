@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use cairn_geometry::format_zfs_size;
 use cairn_pool::iostat::PoolIo;
-use cairn_vdev::iostat::{IoCounts, HIST_BUCKETS};
+use cairn_vdev::iostat::IoCounts;
+
+use crate::iostat_format::{format_count, group_line, latency};
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -24,10 +26,12 @@ pub struct IostatArgs {
     /// device), queue_wait (waiting for an I/O thread or behind the job's earlier requests).
     #[arg(short = 'l')]
     latency: bool,
-    /// Requests inside the devices right now.
+    /// Requests per I/O class, as zpool's: pend (jobs waiting for an I/O thread, pool row
+    /// only: the queue is the process's) and activ (inside the device now).
     #[arg(short = 'q')]
     queues: bool,
-    /// Latency histograms instead of the table.
+    /// Latency histograms instead of the table: total_wait and disk_wait read/write,
+    /// syncq_wait and asyncq_wait read/write, scrub and trim (queue waits per class).
     #[arg(short = 'w')]
     histograms: bool,
     /// Scripted: no headers, fields separated by tabs.
@@ -173,27 +177,25 @@ fn render(views: &[View], a: &IostatArgs) -> String {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for v in views {
         let (alloc, size, _) = v.io.total();
-        rows.push(row(
-            &v.io.pool,
-            Some((alloc, size)),
-            &v.pool(),
-            v.seconds,
-            a,
-        ));
+        let pool = v.pool();
+        let mut cells = row(&v.io.pool, Some((alloc, size)), &pool, v.seconds, a);
+        if a.queues {
+            cells.extend(crate::iostat_classes::queue_cells(
+                &pool,
+                Some(&v.io.pending),
+                a.parsable,
+            ));
+        }
+        rows.push(cells);
         if a.verbose {
             for (t, top) in v.io.tops.iter().enumerate() {
                 let space = Some((top.alloc, top.size));
-                rows.push(row(
-                    &format!("  {}", top.name),
-                    space,
-                    &v.top(t),
-                    v.seconds,
-                    a,
-                ));
+                let name = format!("  {}", top.name);
+                rows.push(vdev_row(&name, space, &v.top(t), v.seconds, a));
                 if top.leaves.len() > 1 || top.name != top.leaves[0].path {
                     for (l, leaf) in top.leaves.iter().enumerate() {
                         let name = format!("    {}", leaf.path);
-                        rows.push(row(&name, None, &v.leaf(t, l), v.seconds, a));
+                        rows.push(vdev_row(&name, None, &v.leaf(t, l), v.seconds, a));
                     }
                 }
             }
@@ -202,7 +204,23 @@ fn render(views: &[View], a: &IostatArgs) -> String {
     table(&rows, a)
 }
 
-/// One row: name, capacity, operations and bandwidth per second, and the optional columns.
+/// A top-level vdev's or leaf's row: `row` and, with -q, its requests per class (no
+/// pend: jobs wait for an I/O thread before anyone knows which leaf they are for).
+fn vdev_row(
+    name: &str,
+    space: Option<(u64, u64)>,
+    c: &IoCounts,
+    secs: f64,
+    a: &IostatArgs,
+) -> Vec<String> {
+    let mut cells = row(name, space, c, secs, a);
+    if a.queues {
+        cells.extend(crate::iostat_classes::queue_cells(c, None, a.parsable));
+    }
+    cells
+}
+
+/// One row: name, capacity, operations and bandwidth per second, and the -l columns.
 fn row(
     name: &str,
     space: Option<(u64, u64)>,
@@ -255,45 +273,7 @@ fn row(
         cells.push(latency(c.read_queue_ns, c.read_ops, a.parsable));
         cells.push(latency(c.write_queue_ns, c.write_ops, a.parsable));
     }
-    if a.queues {
-        cells.push(c.in_flight.to_string());
-    }
     cells
-}
-
-/// Average latency: "-" with no requests; ns with -p, else us/ms/s.
-fn latency(total_ns: u64, ops: u64, parsable: bool) -> String {
-    if ops == 0 {
-        return "-".into();
-    }
-    let ns = total_ns / ops;
-    if parsable {
-        return ns.to_string();
-    }
-    match ns {
-        n if n < 1_000 => format!("{n}ns"),
-        n if n < 1_000_000 => format!("{}us", n / 1_000),
-        n if n < 1_000_000_000 => format!("{}ms", n / 1_000_000),
-        n => format!("{}s", n / 1_000_000_000),
-    }
-}
-
-/// zpool's compact counts: 0, 12, 1.5K, 3M.
-fn format_count(n: f64) -> String {
-    if n < 1000.0 {
-        return format!("{}", n.round() as u64);
-    }
-    for (unit, div) in [("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)] {
-        if n >= div {
-            let v = n / div;
-            return if v < 10.0 {
-                format!("{v:.1}{unit}")
-            } else {
-                format!("{}{unit}", v.round() as u64)
-            };
-        }
-    }
-    unreachable!("n >= 1000 matched K")
 }
 
 fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
@@ -307,8 +287,10 @@ fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
         head2.extend(["read", "write", "read", "write", "read", "write"]);
     }
     if a.queues {
-        head1.push("active");
-        head2.push("now");
+        for (group, _) in crate::iostat_classes::QUEUES {
+            head1.extend([group, ""]);
+            head2.extend(["pend", "activ"]);
+        }
     }
     let name_w = rows
         .iter()
@@ -333,7 +315,7 @@ fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
         }
         s.trim_end().to_string() + "\n"
     };
-    let mut out = line(&head1, false);
+    let mut out = group_line(&head1, name_w, w);
     out += &line(&head2, false);
     out += &line(&head2, true);
     for r in rows {
@@ -346,32 +328,7 @@ fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
 
 /// `-w`: how many requests took how long, per latency bucket, for the pool.
 fn render_histogram(v: &View, a: &IostatArgs) -> String {
-    let c = v.pool();
-    let used: Vec<usize> = (0..HIST_BUCKETS)
-        .filter(|&i| {
-            c.read_hist.get(i).copied().unwrap_or(0) + c.write_hist.get(i).copied().unwrap_or(0) > 0
-        })
-        .collect();
-    let mut out = String::new();
-    if !a.scripted {
-        out += &format!("{}  disk_wait\nlatency        read  write\n", v.io.pool);
-        out += "-------------  -----  -----\n";
-    }
-    let (Some(&lo), Some(&hi)) = (used.first(), used.last()) else {
-        return out;
-    };
-    for i in lo..=hi {
-        let upper = 1u64 << (i + 1);
-        let label = latency(upper, 1, a.parsable);
-        let r = c.read_hist.get(i).copied().unwrap_or(0);
-        let w = c.write_hist.get(i).copied().unwrap_or(0);
-        out += &if a.scripted {
-            format!("{label}\t{r}\t{w}\n")
-        } else {
-            format!("{label:<13}  {r:>5}  {w:>5}\n")
-        };
-    }
-    out
+    crate::iostat_classes::histogram(&v.io.pool, &v.pool(), a.scripted, a.parsable)
 }
 
 fn render_json(views: &[View]) -> String {
@@ -386,6 +343,10 @@ fn render_json(views: &[View]) -> String {
                 "write_ops_per_sec": c.write_ops as f64 / v.seconds,
                 "read_bytes_per_sec": c.read_bytes as f64 / v.seconds,
                 "write_bytes_per_sec": c.write_bytes as f64 / v.seconds,
+                // The interval's counts per I/O class (-q activ, -w histograms) and the
+                // jobs waiting for an I/O thread now (-q pend).
+                "classes": c.classes,
+                "pending": v.io.pending,
             })
         })
         .collect();
@@ -417,17 +378,5 @@ mod tests {
         );
         assert!(split_args(&s(&["tank", "0"])).is_err());
         assert!(split_args(&s(&["tank", "1", "2.5"])).is_err());
-    }
-
-    #[test]
-    fn counts_print_as_zpool_does() {
-        assert_eq!(format_count(0.0), "0");
-        assert_eq!(format_count(999.4), "999");
-        assert_eq!(format_count(1500.0), "1.5K");
-        assert_eq!(format_count(25_000.0), "25K");
-        assert_eq!(format_count(3.2e6), "3.2M");
-        assert_eq!(latency(0, 0, false), "-");
-        assert_eq!(latency(3_000_000, 2, false), "1ms");
-        assert_eq!(latency(3_000_000, 2, true), "1500000");
     }
 }

@@ -290,3 +290,97 @@ fn events_report_scrubs_state_changes_and_errors() {
     assert!(ok(&cairn(&home, &["events", "-c"])).starts_with("cleared "));
     assert!(event_classes(&home, "tank").is_empty());
 }
+
+/// Per I/O class (ops, bytes) over the pool since import, from `iostat --json`.
+fn class_totals(home: &std::path::Path) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&cairn(home, &["iostat", "-q", "--json", "tank"]))).unwrap();
+    let classes = json["pools"][0]["classes"].as_object().unwrap();
+    classes
+        .iter()
+        .map(|(k, v)| {
+            let n = |f: &str| v[f].as_u64().unwrap();
+            (k.clone(), (n("ops"), n("bytes")))
+        })
+        .collect()
+}
+
+/// Bytes of `class` between two `class_totals`.
+fn class_bytes(
+    after: &std::collections::BTreeMap<String, (u64, u64)>,
+    before: &std::collections::BTreeMap<String, (u64, u64)>,
+    class: &str,
+) -> u64 {
+    after[class].1 - before[class].1
+}
+
+#[test]
+fn iostat_counts_scrub_reads_and_async_writes_in_their_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 256 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let data = dir.path().join("data");
+    let len = 16 * MIB;
+    std::fs::write(&data, pseudo_random(len as usize, 11)).unwrap();
+
+    let c0 = class_totals(&home);
+    ok(&cairn(
+        &home,
+        &["put", &data.display().to_string(), "tank/data"],
+    ));
+    let c1 = class_totals(&home);
+    // The put's blocks go to both sides of the mirror in txg syncs: async writes, plus a
+    // little metadata; nothing is scrubbed.
+    let written = class_bytes(&c1, &c0, "async_write");
+    assert!(
+        written >= 2 * len && written <= 2 * len + 8 * MIB,
+        "{written}"
+    );
+    assert_eq!(class_bytes(&c1, &c0, "scrub"), 0, "{c1:?}");
+
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let c2 = class_totals(&home);
+    // The scrub reads every block from both sides: scrub-class reads; its sync before
+    // starting writes little, and nothing needed repair.
+    let scrubbed = class_bytes(&c2, &c1, "scrub");
+    assert!(
+        scrubbed >= 2 * len && scrubbed <= 2 * len + 8 * MIB,
+        "{scrubbed} {c2:?}"
+    );
+    assert!(class_bytes(&c2, &c1, "async_write") < 4 * MIB, "{c2:?}");
+    assert_eq!(class_bytes(&c2, &c0, "sync_write"), 0, "{c2:?}");
+    assert_eq!(class_bytes(&c2, &c0, "trim"), 0, "{c2:?}");
+
+    // -w -H -p: a row per bucket, label then total_wait r/w, disk_wait r/w, syncq_wait
+    // r/w, asyncq_wait r/w, scrub, trim; each class column counts each of its requests.
+    let w = ok(&cairn(&home, &["iostat", "-w", "-H", "-p", "tank"]));
+    let rows: Vec<Vec<u64>> = w
+        .lines()
+        .map(|l| l.split('\t').map(|c| c.parse().unwrap()).collect())
+        .collect();
+    let column = |i: usize| rows.iter().map(|r| r[i]).sum::<u64>();
+    assert_eq!(rows[0][0], 1, "first bucket is labelled 1 ns: {w}");
+    assert_eq!(column(9), c2["scrub"].0, "{w}");
+    assert_eq!(column(8), c2["async_write"].0, "{w}");
+    assert_eq!(
+        column(1),
+        column(3),
+        "total_wait and disk_wait count the same reads"
+    );
+    let table = ok(&cairn(&home, &["iostat", "-w", "tank"]));
+    assert!(
+        table.contains("syncq_wait") && table.contains("asyncq_wait") && table.contains("scrub"),
+        "{table}"
+    );
+
+    // -q -H -p: the pool row has pend and activ for each of the six classes.
+    let q = ok(&cairn(&home, &["iostat", "-q", "-H", "-p", "tank"]));
+    let cells: Vec<&str> = q.trim().split('\t').collect();
+    assert_eq!(cells.len(), 7 + 12, "{q}");
+    let q = ok(&cairn(&home, &["iostat", "-q", "tank"]));
+    assert!(
+        q.contains("syncq_read") && q.contains("scrubq_read") && q.contains("pend"),
+        "{q}"
+    );
+}

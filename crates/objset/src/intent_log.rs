@@ -342,6 +342,8 @@ impl StoreCore {
 
     /// Step 3: every block written, then the leaves of the vdevs written flushed.
     fn write_plan(&self, plan: &CommitPlan) -> Result<(), StoreError> {
+        // Someone waits for these writes (fsync, FLUSH, sync=always): sync writes.
+        let _io = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::SyncWrite);
         let mut written = std::collections::BTreeSet::new();
         for (dva, bytes) in &plan.blocks {
             self.pool

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::{LeafSlot, PoolError, StaleLeaf};
+use cairn_vdev::io_class::IoClass;
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::scan::ResilverRecord;
 use cairn_vdev::{dtl, ResilverCheckpoint};
@@ -196,6 +197,8 @@ impl StoreCore {
         opts: ResilverOptions,
         report: &mut dyn FnMut(&ResilverProgress) -> ScrubControl,
     ) -> Result<(ResilverProgress, ResilverEnd), StoreError> {
+        // A resilver's reads are scrub-class reads, as zpool counts them.
+        let _io = cairn_vdev::io_class::enter(IoClass::Scrub);
         let result = self.resilver_pass(opts, report);
         let (class, details) = match &result {
             Ok((_, ResilverEnd::NothingToDo)) => return result,
@@ -447,6 +450,8 @@ impl StoreCore {
                 let tx = tx.clone();
                 let (chunks, errors) = (&chunks, &errors);
                 s.spawn(move || {
+                    // A thread of its own: it does not inherit the resilver's scope.
+                    let _io = cairn_vdev::io_class::enter(IoClass::Scrub);
                     for (index, chunk) in chunks.iter().enumerate().skip(worker).step_by(REBUILDERS)
                     {
                         let (vdev, pieces, failed) = rebuild_chunk(pool, chunk);

@@ -68,6 +68,9 @@ impl StoreCore {
         report: &mut dyn FnMut(&ScrubProgress) -> ScrubControl,
     ) -> Result<(ScrubProgress, ScrubEnd), StoreError> {
         let slice = slice.max(1);
+        // Every leaf read of the scrub (and of the I/O threads it hands reads to) is a
+        // scrub read in `iostat -q`/`-w`; its repair writes are async writes.
+        let _io = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::Scrub);
         let class = match resume {
             Some(_) => "sysevent.fs.zfs.scrub_resume",
             None => "sysevent.fs.zfs.scrub_start",

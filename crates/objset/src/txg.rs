@@ -394,6 +394,9 @@ impl StoreCore {
 
     /// The sync itself, under the state lock: the steps of `TxgSync` in order.
     pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
+        // A txg's writes are async writes in `iostat -q`/`-w`, even when a scrub or an
+        // intent log commit is what asked for the sync.
+        let _io = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::AsyncWrite);
         self.take_back_background_batch(st);
         // Blocks freed two txgs ago are no longer referenced by any kept uberblock. Wait for
         // readers still fetching blocks they looked up earlier (and for a background batch

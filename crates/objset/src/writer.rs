@@ -221,6 +221,7 @@ impl StoreCore {
     /// Compresses and checksums a batch (two threads), allocates under the lock, writes
     /// without it, and lands the pointers in `written`.
     fn write_background_batch(&self, batch: Batch) {
+        let _io = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::AsyncWrite);
         let sector = self.pool().max_sector();
         let prepared = prepare_items(&batch.items, sector);
         let mut blocks: Vec<PreparedBlock> = Vec::new();

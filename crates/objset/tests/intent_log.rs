@@ -473,3 +473,38 @@ fn the_end_of_the_chain_is_no_checksum_error() {
         }
     }
 }
+
+#[test]
+fn log_commits_are_sync_writes_txg_syncs_async_writes_and_a_scrub_scrub_reads() {
+    use cairn_vdev::io_class::IoClass;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    let vol = make_volume(&store, "tank/vol", &[]);
+    store.commit_log().unwrap(); // arms the log
+    let bytes = |c: IoClass| {
+        let (_, _, io) = store.pool().io_snapshot().total();
+        io.classes.get(&c).map_or(0, |k| k.bytes)
+    };
+    let (sync0, async0) = (bytes(IoClass::SyncWrite), bytes(IoClass::AsyncWrite));
+    for i in 0..8 {
+        store.write(&vol, i * BLOCK as u64, &block(i)).unwrap();
+        store.sync_writes(vol.dataset).unwrap();
+    }
+    // Each commit wrote its record (data and parity) as sync writes.
+    let logged = bytes(IoClass::SyncWrite) - sync0;
+    assert!(logged >= 8 * BLOCK as u64, "{logged}");
+    let sync1 = bytes(IoClass::SyncWrite);
+    store.sync().unwrap();
+    assert_eq!(
+        bytes(IoClass::SyncWrite),
+        sync1,
+        "a txg sync is no sync write"
+    );
+    assert!(bytes(IoClass::AsyncWrite) - async0 >= 8 * BLOCK as u64);
+    let scrub0 = bytes(IoClass::Scrub);
+    assert_eq!(scrub_errors(&store), 0);
+    // The scrub read every column of the volume's blocks (and the metadata).
+    assert!(bytes(IoClass::Scrub) - scrub0 >= 8 * BLOCK as u64);
+    assert_eq!(bytes(IoClass::Trim), 0);
+}

@@ -119,9 +119,11 @@ impl TopVdev {
 
     /// Runs each child's jobs on its own thread; returns, per child, the failed block indices.
     fn issue_write_jobs(&self, jobs: Vec<Vec<WriteJob<'_>>>) -> Vec<Vec<usize>> {
-        crate::threads::on_io_threads(jobs.into_iter().enumerate().collect(), |(c, list)| {
-            self.write_child_jobs(c, list)
-        })
+        crate::threads::on_leaf_io(
+            false,
+            jobs.into_iter().enumerate().collect(),
+            |(c, list)| self.write_child_jobs(c, list),
+        )
     }
 
     fn write_child_jobs(&self, c: usize, mut list: Vec<WriteJob<'_>>) -> Vec<usize> {
@@ -234,7 +236,7 @@ impl TopVdev {
         let failed: Vec<Vec<usize>> = if total < PARALLEL_MIN_BYTES {
             lists.into_iter().map(read_list).collect()
         } else {
-            crate::threads::on_io_threads(lists, read_list)
+            crate::threads::on_leaf_io(true, lists, read_list)
         };
         for b in failed.into_iter().flatten() {
             ok[b] = false;

@@ -10,7 +10,10 @@
 //!                          (both)                       → queue_ns: time since the
 //!                                                         request was ready to go
 //!                          flush                        → flushes
-//!                          in_flight: requests inside the device right now (iostat -q)
+//!                          in_flight: requests inside the device right now
+//!                          total_hist[R/W]: queue + disk wait (iostat -w total_wait)
+//!                          classes[c]: the same per I/O class (`crate::class_stats`),
+//!                                      c = io_class::for_request(dir) (iostat -q, -w)
 //! ```
 //! The latency histogram has power-of-two buckets: bucket `i` counts requests that took
 //! [2^i, 2^(i+1)) ns (bucket 0 also takes 0 ns), as `zpool iostat -w` shows them.
@@ -22,8 +25,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// Latency histogram buckets: 1 ns to 2^37 ns (~137 s) and more in the last.
-pub const HIST_BUCKETS: usize = 38;
+use crate::class_stats::{snapshot_all, zip_classes, ClassMap, ClassStats};
+use crate::io_class::{IoClass, CLASSES};
+use crate::latency_hist::zip_hist;
+
+pub use crate::latency_hist::{bucket_of, HIST_BUCKETS};
 
 pub(crate) const READ: usize = 0;
 pub(crate) const WRITE: usize = 1;
@@ -38,6 +44,8 @@ pub struct IoStats {
     pub(crate) flushes: AtomicU64,
     pub(crate) in_flight: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
+    total_hist: [[AtomicU64; HIST_BUCKETS]; 2],
+    pub(crate) classes: [ClassStats; CLASSES],
 }
 
 /// A snapshot of `IoStats` (or a sum or difference of them).
@@ -64,11 +72,14 @@ pub struct IoCounts {
     pub read_hist: Vec<u64>,
     #[serde(default)]
     pub write_hist: Vec<u64>,
-}
-
-/// Histogram bucket of a latency.
-pub fn bucket_of(ns: u64) -> usize {
-    (63 - ns.max(1).leading_zeros() as usize).min(HIST_BUCKETS - 1)
+    /// Histograms of queue + disk wait (zpool's total_wait).
+    #[serde(default)]
+    pub read_total_hist: Vec<u64>,
+    #[serde(default)]
+    pub write_total_hist: Vec<u64>,
+    /// The same figures per I/O class (none in records from before classes were counted).
+    #[serde(default)]
+    pub classes: ClassMap,
 }
 
 impl Default for IoStats {
@@ -81,27 +92,37 @@ impl Default for IoStats {
             flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            total_hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            classes: Default::default(),
         }
     }
 }
 
 impl IoStats {
+    /// One finished request of `class` in direction `dir`, started in the device at
+    /// `started` after waiting `queued` (if it was issued from an I/O thread job).
     pub(crate) fn record(
         &self,
         dir: usize,
+        class: IoClass,
         bytes: u64,
         started: Instant,
         queued: Option<Duration>,
     ) {
-        let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        if let Some(q) = queued {
-            let q = q.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let nanos = |d: Duration| d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let ns = nanos(started.elapsed());
+        let queue_ns = queued.map(nanos);
+        if let Some(q) = queue_ns {
             self.queue_ns[dir].fetch_add(q, Ordering::Relaxed);
         }
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
         self.hist[dir][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        let queue_ns = queue_ns.unwrap_or(0);
+        self.total_hist[dir][bucket_of(ns.saturating_add(queue_ns))]
+            .fetch_add(1, Ordering::Relaxed);
+        self.classes[class.index()].record(bytes, ns, queue_ns);
     }
 
     pub fn snapshot(&self) -> IoCounts {
@@ -119,19 +140,11 @@ impl IoStats {
             in_flight: get(&self.in_flight),
             read_hist: self.hist[READ].iter().map(get).collect(),
             write_hist: self.hist[WRITE].iter().map(get).collect(),
+            read_total_hist: self.total_hist[READ].iter().map(get).collect(),
+            write_total_hist: self.total_hist[WRITE].iter().map(get).collect(),
+            classes: snapshot_all(&self.classes),
         }
     }
-}
-
-fn zip_hist(a: &[u64], b: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
-    (0..a.len().max(b.len()))
-        .map(|i| {
-            f(
-                a.get(i).copied().unwrap_or(0),
-                b.get(i).copied().unwrap_or(0),
-            )
-        })
-        .collect()
 }
 
 impl Add for &IoCounts {
@@ -150,6 +163,9 @@ impl Add for &IoCounts {
             in_flight: self.in_flight + o.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, |a, b| a + b),
             write_hist: zip_hist(&self.write_hist, &o.write_hist, |a, b| a + b),
+            read_total_hist: zip_hist(&self.read_total_hist, &o.read_total_hist, |a, b| a + b),
+            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, |a, b| a + b),
+            classes: zip_classes(&self.classes, &o.classes, true, |a, b| a + b),
         }
     }
 }
@@ -172,6 +188,9 @@ impl Sub for &IoCounts {
             in_flight: self.in_flight,
             read_hist: zip_hist(&self.read_hist, &o.read_hist, d),
             write_hist: zip_hist(&self.write_hist, &o.write_hist, d),
+            read_total_hist: zip_hist(&self.read_total_hist, &o.read_total_hist, d),
+            write_total_hist: zip_hist(&self.write_total_hist, &o.write_total_hist, d),
+            classes: zip_classes(&self.classes, &o.classes, false, d),
         }
     }
 }
@@ -181,12 +200,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_powers_of_two() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(1), 0);
-        assert_eq!(bucket_of(2), 1);
-        assert_eq!(bucket_of(1023), 9);
-        assert_eq!(bucket_of(1024), 10);
-        assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
+    fn a_record_from_before_classes_loads_and_adds() {
+        // The fields an older pool record holds: no total_wait histograms, no classes.
+        let old = r#"{"read_ops":2,"write_ops":1,"read_bytes":8192,"write_bytes":4096,
+            "read_wait_ns":10,"write_wait_ns":20,"flushes":0}"#;
+        let base: IoCounts = serde_json::from_str(old).unwrap();
+        assert!(base.classes.is_empty() && base.read_total_hist.is_empty());
+        let stats = IoStats::default();
+        stats.record(READ, IoClass::Scrub, 4096, Instant::now(), None);
+        let now = &base + &stats.snapshot();
+        assert_eq!(now.read_ops, 3);
+        assert_eq!(now.classes[&IoClass::Scrub].ops, 1);
+        assert_eq!(now.classes[&IoClass::SyncRead].ops, 0);
+        assert_eq!((&now - &base).classes[&IoClass::Scrub].bytes, 4096);
     }
 }

@@ -6,13 +6,16 @@
 //! `cairn-parity` kernels and the `cairn-geometry` map, and nothing above it.
 
 pub mod batch;
+pub mod class_stats;
 pub mod config;
 pub mod dtl;
 pub mod error;
 pub mod fault;
+pub mod io_class;
 pub mod iostat;
 pub mod label;
 pub mod label_io;
+pub mod latency_hist;
 pub mod leaf;
 pub mod metered;
 pub mod readpolicy;

@@ -34,14 +34,18 @@ impl MeteredLeaf {
         bytes: u64,
         op: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
+        let class = crate::io_class::for_request(dir == READ);
+        let active = &self.stats.classes[class.index()].active;
         self.stats.in_flight.fetch_add(1, Ordering::Relaxed);
+        active.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let queued = crate::threads::queue_wait(started);
         let result = op();
+        active.fetch_sub(1, Ordering::Relaxed);
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         crate::threads::mark_ready(Instant::now());
         if result.is_ok() {
-            self.stats.record(dir, bytes, started, queued);
+            self.stats.record(dir, class, bytes, started, queued);
         }
         result
     }
@@ -149,5 +153,92 @@ mod tests {
         assert!(s.read_queue_ns >= 60_000_000, "{}", s.read_queue_ns);
         assert!(s.read_queue_ns < 2_000_000_000, "{}", s.read_queue_ns);
         assert_eq!(s.write_queue_ns, 0);
+    }
+
+    fn metered_file(dir: &tempfile::TempDir) -> Arc<dyn Leaf> {
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        MeteredLeaf::wrap(Arc::new(
+            crate::leaf::FileLeaf::open(&path, crate::leaf::LeafOptions::default()).unwrap(),
+        ))
+    }
+
+    /// Ops per class, `IoClass::ALL` order.
+    fn class_ops(leaf: &Arc<dyn Leaf>) -> Vec<u64> {
+        let s = leaf.io_stats().unwrap().snapshot();
+        IoClass::ALL.iter().map(|c| s.classes[c].ops).collect()
+    }
+
+    use crate::io_class::{self, IoClass};
+
+    #[test]
+    fn requests_are_counted_in_their_class_also_on_io_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = metered_file(&dir);
+        let mut buf = [0u8; 4096];
+        // No scope: reads are sync, writes async.
+        leaf.read_at(&mut buf, 0).unwrap();
+        leaf.write_at(&buf, 0).unwrap();
+        {
+            let _log = io_class::enter(IoClass::SyncWrite);
+            leaf.write_at(&buf, 4096).unwrap();
+        }
+        {
+            let _trim = io_class::enter(IoClass::Trim);
+            leaf.write_at(&buf, 8192).unwrap();
+        }
+        {
+            // Four jobs of a scrub: three run on I/O threads and must count as scrub
+            // reads there too; a repair write in the same scope is an async write.
+            let _scrub = io_class::enter(IoClass::Scrub);
+            crate::threads::on_leaf_io(true, vec![0u64, 1, 2, 3], |i| {
+                let mut b = [0u8; 4096];
+                leaf.read_at(&mut b, i * 4096).unwrap();
+            });
+            crate::threads::on_io_threads(vec![0u64, 1], |i| {
+                let _read_ahead = io_class::enter(IoClass::AsyncRead);
+                let mut b = [0u8; 4096];
+                leaf.read_at(&mut b, i * 4096).unwrap();
+            });
+            leaf.write_at(&buf, 12288).unwrap();
+        }
+        // sync_read, sync_write, async_read, async_write, scrub, trim
+        assert_eq!(class_ops(&leaf), [1, 1, 2, 2, 4, 1]);
+        let s = leaf.io_stats().unwrap().snapshot();
+        let scrub = &s.classes[&IoClass::Scrub];
+        assert_eq!(scrub.bytes, 4 * 4096);
+        assert_eq!(scrub.disk_hist.iter().sum::<u64>(), 4);
+        // Every scrub read came from an I/O thread job, so each waited in a queue.
+        assert_eq!(scrub.queue_hist.iter().sum::<u64>(), 4);
+        assert!(scrub.queue_ns > 0);
+        assert!(s.classes.values().all(|c| c.active == 0));
+        assert_eq!(s.read_total_hist.iter().sum::<u64>(), s.read_ops);
+        assert_eq!(s.write_total_hist.iter().sum::<u64>(), s.write_ops);
+        // The totals are the sums of the classes.
+        let sum: u64 = s.classes.values().map(|c| c.ops).sum();
+        assert_eq!(sum, s.read_ops + s.write_ops);
+    }
+
+    #[test]
+    fn jobs_waiting_for_an_io_thread_are_pending_in_their_class() {
+        let n = crate::threads::io_threads() + 16;
+        let _scrub = io_class::enter(IoClass::Scrub);
+        let seen = crate::threads::on_leaf_io(true, (0..n).collect(), |i| {
+            // Every thread busy: the jobs queued behind them wait.
+            std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
+                30
+            } else {
+                100
+            }));
+            crate::threads::pending_by_class()[IoClass::Scrub.index()]
+        });
+        assert!(seen[0] >= 8, "pending scrub jobs seen: {}", seen[0]);
+        assert_eq!(
+            crate::threads::pending_by_class()[IoClass::Scrub.index()],
+            0
+        );
     }
 }

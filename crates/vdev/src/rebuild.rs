@@ -149,7 +149,7 @@ impl TopVdev {
             .filter(|(_, list)| !list.is_empty())
             .collect();
         let failed: Vec<(usize, Vec<usize>)> =
-            crate::threads::on_io_threads(lists, |(c, list)| (c, self.read_child_jobs(c, list)));
+            crate::threads::on_leaf_io(true, lists, |(c, list)| (c, self.read_child_jobs(c, list)));
         for (c, blocks) in failed {
             for (i, col_index) in planned[c]
                 .iter()

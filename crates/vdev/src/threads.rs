@@ -12,8 +12,10 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
+
+use crate::io_class::{IoClass, CLASSES};
 
 /// Threads kept for jobs unless the binary chose another count.
 pub const DEFAULT_IO_THREADS: usize = 32;
@@ -71,12 +73,23 @@ pub(crate) fn mark_ready(at: std::time::Instant) {
     });
 }
 
-/// Runs `f` as a job queued at `queued`.
-fn as_job<R>(queued: std::time::Instant, f: impl FnOnce() -> R) -> R {
+/// Runs `f` as a job queued at `queued` by a thread whose I/O class scope was `scope`
+/// (`crate::io_class`: the worker counts the job's requests as the submitter would).
+fn as_job<R>(queued: std::time::Instant, scope: Option<IoClass>, f: impl FnOnce() -> R) -> R {
+    let _class = crate::io_class::set_scope(scope);
     let outer = READY_SINCE.with(|r| r.replace(Some(queued)));
     let result = f();
     READY_SINCE.with(|r| r.set(outer));
     result
+}
+
+/// Leaf-I/O jobs queued for an I/O thread and not started yet, per class (`iostat -q`'s
+/// `pend`). The queue is the process's, shared by every pool it holds.
+static PENDING: [AtomicU64; CLASSES] = [const { AtomicU64::new(0) }; CLASSES];
+
+/// Leaf-I/O jobs waiting for an I/O thread now, per class (`IoClass::index` order).
+pub fn pending_by_class() -> [u64; CLASSES] {
+    std::array::from_fn(|i| PENDING[i].load(Ordering::Relaxed))
 }
 
 thread_local! {
@@ -142,6 +155,25 @@ impl Latch {
 /// returns the results in the order of `items` once all are done. A panic in a job is
 /// raised again here, after every job has finished.
 pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    fan_out(items, None, f)
+}
+
+/// `on_io_threads` for jobs that each issue leaf reads (`is_read`) or writes: while a job
+/// waits for a thread it counts as pending in the class its requests will be counted in.
+pub fn on_leaf_io<T: Send, R: Send>(
+    is_read: bool,
+    items: Vec<T>,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    fan_out(items, Some(crate::io_class::for_request(is_read)), f)
+}
+
+/// `on_io_threads`, counting the queued jobs as pending in `pending`'s class if given.
+fn fan_out<T: Send, R: Send>(
+    items: Vec<T>,
+    pending: Option<IoClass>,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
     if items.len() <= 1 || ON_POOL_THREAD.with(|p| p.get()) {
         return items.into_iter().map(f).collect();
     }
@@ -158,12 +190,20 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
         let (first_slot, other_slots) = out.split_first_mut().expect("two or more slots");
         let q = queue();
         let queued = std::time::Instant::now();
+        let scope = crate::io_class::scope();
+        let waiting = pending.map(|c| &PENDING[c.index()]);
         {
             let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
             for (slot, item) in other_slots.iter_mut().zip(items) {
+                if let Some(w) = waiting {
+                    w.fetch_add(1, Ordering::Relaxed);
+                }
                 let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+                    if let Some(w) = waiting {
+                        w.fetch_sub(1, Ordering::Relaxed);
+                    }
                     *slot = Some(catch_unwind(AssertUnwindSafe(|| {
-                        as_job(queued, || f(item))
+                        as_job(queued, scope, || f(item))
                     })));
                     latch.count_down();
                 });
@@ -184,7 +224,7 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
             q.ready.notify_one();
         }
         *first_slot = Some(catch_unwind(AssertUnwindSafe(|| {
-            as_job(queued, || f(first))
+            as_job(queued, scope, || f(first))
         })));
         latch.wait();
     }

@@ -1334,7 +1334,7 @@ impl TopVdev {
             }
         };
         let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            crate::threads::on_io_threads(jobs.iter().collect(), write_one)
+            crate::threads::on_leaf_io(false, jobs.iter().collect(), write_one)
         } else {
             jobs.iter().map(write_one).collect()
         };
@@ -1362,7 +1362,7 @@ impl TopVdev {
             }
         };
         if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            crate::threads::on_io_threads(jobs, read_one)
+            crate::threads::on_leaf_io(true, jobs, read_one)
         } else {
             jobs.into_iter().map(read_one).collect()
         }
