@@ -393,10 +393,11 @@ fn exit_with(code: i32) -> ! {
 }
 
 /// The pool whose serving process (if one runs) should run `cmd`: the commands that read
-/// or change files, datasets, volumes, dataset and pool properties, scrubs and rollbacks.
-/// The others either ask the service for what they need themselves (`status`, `list`,
-/// `iostat`, `history`, snapshots) or need the pool to themselves (device management,
-/// export).
+/// or change files, datasets, volumes, dataset and pool properties, scrubs, rollbacks and
+/// the device commands that change no vdev's shape (offline, online, clear, replace). The
+/// others either ask the service for what they need themselves (`status`, `list`,
+/// `iostat`, `history`, snapshots), have it let the pool go (`export`, `destroy POOL`:
+/// `released_pool`) or need the pool to themselves (attach, detach, add, remove).
 fn served_pool(cmd: &Command) -> Option<String> {
     use data_cmds::{DatasetCmd, VolumeCmd};
     use store_open::pool_of;
