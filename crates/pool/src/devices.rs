@@ -166,16 +166,24 @@ impl Pool {
         Ok(())
     }
 
-    /// `cairn clear POOL [DEVICE]`: resets error counters and lifts faults (all leaves when
-    /// no device is named). Leaves that missed txgs need a resilver.
-    pub fn clear_device(&mut self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
-        self.settle_spares();
-        let picked: Vec<(usize, usize)> = match device {
+    /// The leaf named `device`, or every leaf when none is named (`clear`).
+    pub(crate) fn leaves_named(
+        &self,
+        device: Option<&str>,
+    ) -> Result<Vec<(usize, usize)>, PoolError> {
+        Ok(match device {
             Some(d) => vec![self.find_leaf(d)?],
             None => (0..self.tops.len())
                 .flat_map(|t| (0..self.tops[t].children.len()).map(move |c| (t, c)))
                 .collect(),
-        };
+        })
+    }
+
+    /// `cairn clear POOL [DEVICE]`: resets error counters and lifts faults (all leaves when
+    /// no device is named). Leaves that missed txgs need a resilver.
+    pub fn clear_device(&mut self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
+        self.settle_spares();
+        let picked = self.leaves_named(device)?;
         let mut outcome = DeviceOutcome::Done;
         for (t, c) in picked {
             let child = &self.tops[t].children[c];

@@ -81,12 +81,7 @@ impl Pool {
     /// lifted (an offline leaf stays offline).
     pub fn clear_in_use(&self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let picked: Vec<(usize, usize)> = match device {
-            Some(d) => vec![self.find_leaf(d)?],
-            None => (0..self.tops.len())
-                .flat_map(|t| (0..self.tops[t].children.len()).map(move |c| (t, c)))
-                .collect(),
-        };
+        let picked = self.leaves_named(device)?;
         let mut outcome = DeviceOutcome::Done;
         for (t, c) in picked {
             let child = &self.tops[t].children[c];
