@@ -7,6 +7,10 @@
 //! the devices, not the page cache; where they do not (tmpfs files), the page cache is
 //! dropped before the read when this process may (`/proc/sys/vm/drop_caches`, root), and
 //! the result says which.
+//!
+//! Over simulated disks (`sim:` leaves, `cairn bench lab dd --engine`) the phases are timed
+//! by the disks' virtual clocks instead (`PhaseClock::Leaves`): a phase lasts as long as
+//! its busiest leaf was busy in it.
 
 use std::time::Instant;
 
@@ -23,6 +27,37 @@ pub struct RealDdResult {
     pub page_cache: String,
 }
 
+/// How a phase is timed.
+pub enum PhaseClock<'a> {
+    /// Real time.
+    Wall,
+    /// The busy seconds of each leaf so far (simulated disks): a phase lasts what the
+    /// busiest leaf spent in it.
+    Leaves(&'a dyn Fn() -> Vec<f64>),
+}
+
+impl PhaseClock<'_> {
+    fn mark(&self) -> (Instant, Vec<f64>) {
+        let leaves = match self {
+            PhaseClock::Wall => Vec::new(),
+            PhaseClock::Leaves(busy) => busy(),
+        };
+        (Instant::now(), leaves)
+    }
+
+    /// Seconds since `mark`.
+    fn secs_since(&self, mark: &(Instant, Vec<f64>)) -> f64 {
+        match self {
+            PhaseClock::Wall => mark.0.elapsed().as_secs_f64(),
+            PhaseClock::Leaves(busy) => busy()
+                .iter()
+                .zip(&mark.1)
+                .map(|(now, then)| now - then)
+                .fold(0.0, f64::max),
+        }
+    }
+}
+
 /// The run's pool name (and its dataset and file).
 const POOL: &str = "cairnlab";
 const FILE: &str = "cairnlab/dd";
@@ -36,12 +71,11 @@ fn text(e: impl std::fmt::Display) -> String {
 pub fn run(
     scratch: &std::path::Path,
     tokens: &[String],
-    ashift: u32,
-    bs: u64,
-    size: u64,
+    job: DdJob,
+    clock: PhaseClock,
 ) -> Result<RealDdResult, String> {
     let home = Home::at(scratch);
-    let result = run_in(&home, tokens, ashift, bs, size);
+    let result = run_in(&home, tokens, job, &clock);
     if let Ok(pool) = Pool::open(&home, POOL) {
         let _ = pool.destroy();
     }
@@ -49,13 +83,21 @@ pub fn run(
     result
 }
 
+/// The dd: sectors of 2^`ashift`, `size` bytes written `bs` a call.
+#[derive(Clone, Copy, Debug)]
+pub struct DdJob {
+    pub ashift: u32,
+    pub bs: u64,
+    pub size: u64,
+}
+
 fn run_in(
     home: &Home,
     tokens: &[String],
-    ashift: u32,
-    bs: u64,
-    size: u64,
+    job: DdJob,
+    clock: &PhaseClock,
 ) -> Result<RealDdResult, String> {
+    let DdJob { ashift, bs, size } = job;
     let direct = create(home, tokens, ashift)?;
     let block = pattern(bs);
     let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
@@ -64,7 +106,7 @@ fn run_in(
         .map_err(text)?;
     store.create_file(FILE, true).map_err(text)?;
     let file = store.resolve(FILE).map_err(text)?;
-    let began = Instant::now();
+    let began = clock.mark();
     let mut off = 0;
     while off < size {
         let len = bs.min(size - off) as usize;
@@ -72,7 +114,7 @@ fn run_in(
         off += len as u64;
     }
     store.close().map_err(text)?.save_record().map_err(text)?;
-    let write_secs = began.elapsed().as_secs_f64();
+    let write_secs = clock.secs_since(&began);
     let page_cache = match direct {
         true => "o_direct",
         false if drop_page_cache() => "dropped",
@@ -80,9 +122,9 @@ fn run_in(
     };
     let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
     let file = store.resolve(FILE).map_err(text)?;
-    let began = Instant::now();
+    let began = clock.mark();
     read_back(&store, &file, &block, size)?;
-    let read_secs = began.elapsed().as_secs_f64();
+    let read_secs = clock.secs_since(&began);
     store.close().map_err(text)?;
     let mbs = |secs: f64| size as f64 / 1e6 / secs.max(1e-9);
     Ok(RealDdResult {

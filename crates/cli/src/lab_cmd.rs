@@ -177,6 +177,14 @@ pub struct DdArgs {
     /// Yes, destroy what the --real devices hold.
     #[arg(long)]
     pub yes: bool,
+    /// Also run the dd through cairn's own pool over the simulated disks (`sim:` leaves:
+    /// sparse files in --dir that store the data), timed by the disks' virtual clocks.
+    #[arg(long, conflicts_with = "real")]
+    pub engine: bool,
+    /// Where --engine keeps its disks' backing files (default: a new temporary folder,
+    /// removed after). The run writes the file and its parity there for real.
+    #[arg(long, requires = "engine")]
+    pub dir: Option<PathBuf>,
     /// [G x]KIND[-W]: raidz2, 2xraidz2-14, 14xmirror-2, 3xraidz2-9, stripe.
     #[arg(long)]
     pub layout: String,
@@ -234,18 +242,72 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
         host_read_mbs: None,
     };
     let r = cairn_lab::dd::run(&disks, &layout, &a.layout, job);
+    let engine = match a.engine {
+        true => Some(engine_dd(a, &layout, bs, size)?),
+        false => None,
+    };
     if a.json {
+        let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
+        if let Some(e) = &engine {
+            v["engine"] = serde_json::json!({"write_mbs": e.write_mbs, "read_mbs": e.read_mbs});
+        }
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
-    } else {
+        return Ok(());
+    }
+    println!(
+        "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
+        a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
+    );
+    if let Some(e) = engine {
         println!(
-            "dd of {} on {} ({} disks, ashift {}): write {:.1} MB/s, read {:.1} MB/s",
-            a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
+            "  through cairn's pool on sim: leaves (virtual time): write {:.1} MB/s, read {:.1} MB/s",
+            e.write_mbs, e.read_mbs
         );
     }
     Ok(())
+}
+
+/// `bench lab dd --engine`: the dd through a real pool over `sim:` leaves, timed by their
+/// virtual clocks (`cairn_bench::real_dd` with `PhaseClock::Leaves`).
+fn engine_dd(
+    a: &DdArgs,
+    layout: &cairn_lab::spec::LayoutSpec,
+    bs: u64,
+    size: u64,
+) -> Result<cairn_bench::real_dd::RealDdResult, String> {
+    use cairn_lab::sim_leaf;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("cairn-lab-sim-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+    let mut leaves = Vec::new();
+    for d in &a.disks {
+        leaves.extend(sim_leaf::leaf_specs(&dir, d, leaves.len())?);
+    }
+    let backing: Vec<String> = leaves
+        .iter()
+        .filter_map(|s| sim_leaf::backing_of(s).map(str::to_string))
+        .collect();
+    let busy = || backing.iter().map(|p| sim_leaf::busy_ms(p) / 1e3).collect();
+    let tokens = layout.vdev_tokens(&leaves);
+    let job = cairn_bench::real_dd::DdJob {
+        ashift: a.ashift,
+        bs,
+        size,
+    };
+    let clock = cairn_bench::real_dd::PhaseClock::Leaves(&busy);
+    let r = cairn_bench::real_dd::run(&dir.join("state"), &tokens, job, clock);
+    for p in &backing {
+        let _ = std::fs::remove_file(p);
+    }
+    if a.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    r
 }
 
 /// `bench lab dd --real DEV… --yes`: the same dd on real devices (`cairn_bench::real_dd`).
@@ -265,7 +327,13 @@ fn real_dd_cmd(a: &DdArgs) -> Result<(), String> {
     }
     let tokens = layout.vdev_tokens(&a.real);
     let scratch = std::env::temp_dir().join(format!("cairn-lab-dd-{}", std::process::id()));
-    let r = cairn_bench::real_dd::run(&scratch, &tokens, a.ashift, bs, size)?;
+    let job = cairn_bench::real_dd::DdJob {
+        ashift: a.ashift,
+        bs,
+        size,
+    };
+    let clock = cairn_bench::real_dd::PhaseClock::Wall;
+    let r = cairn_bench::real_dd::run(&scratch, &tokens, job, clock)?;
     if a.json {
         let v = serde_json::json!({
             "layout": a.layout, "devices": a.real, "ashift": a.ashift, "bs": bs, "size": size,

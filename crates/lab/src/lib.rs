@@ -18,6 +18,7 @@ pub mod mech;
 /// one copy of the decision functions.
 pub use cairn_vdev::readpolicy as policy;
 pub mod raid1;
+pub mod sim_leaf;
 pub mod spec;
 pub mod ssd;
 

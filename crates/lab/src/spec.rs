@@ -52,7 +52,7 @@ impl DiskModel {
     }
 
     /// A fresh simulated device.
-    pub fn build(&self) -> Box<dyn crate::Device> {
+    pub fn build(&self) -> Box<dyn crate::Device + Send> {
         match self {
             DiskModel::Hdd(p) => Box::new(crate::Hdd::new(p.clone())),
             DiskModel::Ssd(p) => Box::new(crate::Ssd::new(p.clone())),

@@ -1,5 +1,6 @@
-//! Opening a leaf from its device spec: a file or block device path, an NBD URL, or a
-//! `fault:` wrapper around either.
+//! Opening a leaf from its device spec: a file or block device path, an NBD URL, a
+//! `fault:` wrapper around either, or a simulated disk `sim:FILE?disk=…` (the bench lab's
+//! disk model timing a sparse file: `cairn_lab::sim_leaf`).
 //!
 //! `fault:INNER[?SETTINGS]` opens `INNER` and wraps it in a `FaultLeaf` with the settings
 //! (`fail_reads=0.01&delay_ms=5&…`, see `cairn_vdev::fault::FaultSettings` and
@@ -9,6 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use cairn_lab::sim_leaf::{SimLeaf, SIM_PREFIX};
 use cairn_vdev::fault::FaultSettings;
 use cairn_vdev::{FaultLeaf, FileLeaf, Leaf, LeafOptions, VdevError};
 
@@ -25,22 +27,28 @@ pub fn open_leaf(spec: &str, opts: LeafOptions) -> Result<Arc<dyn Leaf>, VdevErr
     if cairn_nbd::is_nbd_url(spec) {
         return cairn_nbd::open_nbd_leaf(spec).map(Arc::from);
     }
+    if spec.starts_with(SIM_PREFIX) {
+        return Ok(Arc::new(SimLeaf::open(spec, opts)?));
+    }
     Ok(Arc::new(FileLeaf::open(Path::new(spec), opts)?))
 }
 
 /// A device spec with its path made absolute (against the current directory, without
 /// resolving symlinks, so `/dev/disk/by-id/…` names stay as given); NBD URLs unchanged, and
-/// `fault:PATH?…` keeps its settings around the absolute path.
+/// `fault:PATH?…` and `sim:PATH?…` keep their settings around the absolute path.
 pub fn absolute_spec(spec: &str) -> String {
-    if let Some(rest) = spec.strip_prefix(FAULT_PREFIX) {
+    for prefix in [FAULT_PREFIX, SIM_PREFIX] {
+        let Some(rest) = spec.strip_prefix(prefix) else {
+            continue;
+        };
         let (inner, query) = match rest.split_once('?') {
             Some((inner, query)) => (inner, Some(query)),
             None => (rest, None),
         };
         let inner = absolute_spec(inner);
         return match query {
-            Some(q) => format!("{FAULT_PREFIX}{inner}?{q}"),
-            None => format!("{FAULT_PREFIX}{inner}"),
+            Some(q) => format!("{prefix}{inner}?{q}"),
+            None => format!("{prefix}{inner}"),
         };
     }
     if spec.is_empty() || cairn_nbd::is_nbd_url(spec) || spec.starts_with('/') {
@@ -123,6 +131,10 @@ mod tests {
             format!("fault:{cwd}/d1?fail_reads=1")
         );
         assert_eq!(absolute_spec("fault:d1"), format!("fault:{cwd}/d1"));
+        assert_eq!(
+            absolute_spec("sim:d2?disk=1TB"),
+            format!("sim:{cwd}/d2?disk=1TB")
+        );
         let url = "nbd://127.0.0.1:10809/x";
         assert_eq!(absolute_spec(url), url);
     }

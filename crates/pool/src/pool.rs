@@ -2,7 +2,7 @@
 //! (create, open by name, import by scanning, export, destroy).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -529,6 +529,7 @@ impl Pool {
             if cfg.pool.txg > entry.config.txg {
                 entry.config = cfg.pool.clone();
             }
+            let path = simulated_spec(&cfg.pool, cfg.leaf_guid, &path).unwrap_or(path);
             entry.found.insert(cfg.leaf_guid, path);
         }
         Ok(pools.into_values().collect())
@@ -1293,6 +1294,18 @@ type OpenedLeaves = BTreeMap<u64, Result<Arc<dyn Leaf>, String>>;
 
 /// Opens every leaf the device scan found for an import. A leaf another process holds
 /// means the pool is in use.
+/// The `sim:FILE?…` spec the config records for leaf `guid` when the scan found it as
+/// FILE: the import opens it as the simulated disk it was made as.
+fn simulated_spec(config: &PoolConfig, guid: u64, found: &Path) -> Option<PathBuf> {
+    let leaf = config
+        .vdevs
+        .iter()
+        .flat_map(|t| t.leaves.iter())
+        .find(|l| l.guid == guid)?;
+    let backing = cairn_lab::sim_leaf::backing_of(&leaf.path)?;
+    (Path::new(backing) == found).then(|| PathBuf::from(&leaf.path))
+}
+
 fn open_found_leaves(fp: &FoundPool, name: &str) -> Result<OpenedLeaves, PoolError> {
     let mut opened = BTreeMap::new();
     for (&guid, path) in &fp.found {
