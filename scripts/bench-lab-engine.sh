@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The lab's dd through cairn's own pool on simulated disks (`bench lab dd --engine`):
+# for each layout of the 28-disk and MacZFS studies, the analytic model's figures beside
+# the engine's (the real pool over `sim:` leaves, timed by their virtual clocks).
+# Writes a JSON array (one object per layout, the model's fields plus `engine`).
+#
+# usage: scripts/bench-lab-engine.sh [OUT.json]   (default docs/bench/lab-engine-dd.json)
+# environment:
+#   CAIRN        the cairn binary (default: target/release/cairn)
+#   BENCH_SIZE   file size per layout (default 4G; the engine writes it and its parity
+#                for real into sparse files under BENCH_DIR)
+#   BENCH_DIR    where the backing files go (default: /dev/shm when it exists, else /tmp)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CAIRN="${CAIRN:-$ROOT/target/release/cairn}"
+SIZE="${BENCH_SIZE:-4G}"
+OUT="${1:-$ROOT/docs/bench/lab-engine-dd.json}"
+DIR="${BENCH_DIR:-}"
+if [[ -z "$DIR" ]]; then
+    if [[ -d /dev/shm ]]; then DIR=/dev/shm; else DIR=/tmp; fi
+fi
+DIR="$DIR/cairn-lab-engine-$$"
+trap 'rm -rf "$DIR"' EXIT
+
+runs=(
+    "5x2TB,512e raidz2 9"
+    "5x2TB,512e raidz2 12"
+    "5x2TB,512e raidz1 12"
+    "28x1TB raidz2 12"
+    "28x1TB 2xraidz2-14 12"
+    "28x1TB 3xraidz2-9 12"
+    "28x1TB 14xmirror-2 12"
+    "28x1TB stripe 12"
+    "6x256GB,ssd raidz1 12"
+)
+printf '%-12s %-12s %6s %11s %11s %11s %11s\n' disks layout ashift "model W" "engine W" "model R" "engine R"
+echo "[" > "$OUT.tmp"
+first=1
+for r in "${runs[@]}"; do
+    read -r disks layout ashift <<< "$r"
+    json=$("$CAIRN" bench lab dd --disks "$disks" --layout "$layout" --ashift "$ashift" \
+        --size "$SIZE" --engine --dir "$DIR" --json)
+    [[ $first == 1 ]] || echo "," >> "$OUT.tmp"
+    first=0
+    echo "$json" | python3 -c "
+import json, sys
+v = json.load(sys.stdin)
+v['disk_spec'] = sys.argv[1]
+json.dump(v, sys.stdout, indent=1)
+e = v['engine']
+print('%-12s %-12s %6s %11.1f %11.1f %11.1f %11.1f' % (sys.argv[1], sys.argv[2], sys.argv[3],
+      v['write_mbs'], e['write_mbs'], v['read_mbs'], e['read_mbs']), file=sys.stderr)
+" "$disks" "$layout" "$ashift" >> "$OUT.tmp"
+done
+echo "]" >> "$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+echo "(MB/s; W: write, R: read; JSON: $OUT)"
