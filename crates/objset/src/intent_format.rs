@@ -29,6 +29,9 @@
 //!                  its own (large writes, logbias=throughput)
 //!   3 TRUNCATE     size u64
 //!   4 PUNCH        offset u64 | bytes u64
+//!   5 ATTR         mode u32 | uid u32 | gid u32 | 0 u32 | atime u64 | mtime u64 |
+//!                  ctime u64: a file's attributes as they were at the commit (after its
+//!                  writes in the same commit, so replay keeps their mtime)
 //! ```
 //! As in ZFS's ZIL, the end of the chain is the first block that does not verify: a block
 //! torn by a power cut, or one never written. Nothing written after it was acknowledged
@@ -53,6 +56,7 @@ const KIND_WRITE: u8 = 1;
 const KIND_WRITE_BLOCK: u8 = 2;
 const KIND_TRUNCATE: u8 = 3;
 const KIND_PUNCH: u8 = 4;
+const KIND_ATTR: u8 = 5;
 
 /// One logged operation. Object ids are pool-wide, so a record needs no dataset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +81,21 @@ pub(crate) enum Record {
         offset: u64,
         bytes: u64,
     },
+    Attr {
+        object: u64,
+        attrs: LoggedAttrs,
+    },
+}
+
+/// The attributes an ATTR record sets (times in ns since the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LoggedAttrs {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime_ns: u64,
+    pub mtime_ns: u64,
+    pub ctime_ns: u64,
 }
 
 impl Record {
@@ -88,6 +107,7 @@ impl Record {
                 Record::WriteBlock { .. } => 16 + BP_SIZE,
                 Record::Truncate { .. } => 8,
                 Record::Punch { .. } => 16,
+                Record::Attr { .. } => 40,
             }
     }
 
@@ -96,7 +116,8 @@ impl Record {
             Record::Write { object, .. }
             | Record::WriteBlock { object, .. }
             | Record::Truncate { object, .. }
-            | Record::Punch { object, .. } => *object,
+            | Record::Punch { object, .. }
+            | Record::Attr { object, .. } => *object,
         }
     }
 
@@ -106,6 +127,7 @@ impl Record {
             Record::WriteBlock { .. } => KIND_WRITE_BLOCK,
             Record::Truncate { .. } => KIND_TRUNCATE,
             Record::Punch { .. } => KIND_PUNCH,
+            Record::Attr { .. } => KIND_ATTR,
         };
         w.u8(kind)
             .u8(0)
@@ -126,6 +148,10 @@ impl Record {
             }
             Record::Punch { offset, bytes, .. } => {
                 w.u64(*offset).u64(*bytes);
+            }
+            Record::Attr { attrs: a, .. } => {
+                w.u32(a.mode).u32(a.uid).u32(a.gid).u32(0);
+                w.u64(a.atime_ns).u64(a.mtime_ns).u64(a.ctime_ns);
             }
         }
     }
@@ -170,6 +196,18 @@ impl Record {
                 offset: b.u64()?,
                 bytes: b.u64()?,
             },
+            KIND_ATTR => {
+                let (mode, uid, gid, _) = (b.u32()?, b.u32()?, b.u32()?, b.u32()?);
+                let attrs = LoggedAttrs {
+                    mode,
+                    uid,
+                    gid,
+                    atime_ns: b.u64()?,
+                    mtime_ns: b.u64()?,
+                    ctime_ns: b.u64()?,
+                };
+                Record::Attr { object, attrs }
+            }
             other => {
                 return Err(DecodeError::bad_value(
                     "log record",
@@ -407,6 +445,17 @@ mod tests {
                     offset: 1 << 20,
                     bytes: 1 << 17,
                     bp: BlockPointer::HOLE,
+                },
+                Record::Attr {
+                    object: 5,
+                    attrs: LoggedAttrs {
+                        mode: 0o100644,
+                        uid: 1000,
+                        gid: 100,
+                        atime_ns: 1,
+                        mtime_ns: 1_700_000_000_123_456_789,
+                        ctime_ns: u64::MAX,
+                    },
                 },
             ],
         }

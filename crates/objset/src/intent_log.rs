@@ -26,8 +26,11 @@
 //!   2), so replaying C onto the root block that names C never puts back older data.
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
-//! - Changes the log has no record for (creating, renaming, removing, chmod, xattrs,
-//!   dataset changes) set `unlogged`; a log commit in such a txg syncs the txg instead.
+//! - Changes the log has no record for (creating, renaming, removing, xattrs, attributes
+//!   of anything but a file, dataset changes) set `unlogged`; a log commit in such a txg
+//!   syncs the txg instead. A file's attributes (mode, owner, times; its size by a
+//!   TRUNCATE) are logged: every file a commit covers gets an ATTR record after its data,
+//!   with the attributes as they are at the commit, so replay also keeps its mtime.
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
 //! - Intents are kept only once the log is armed, which the first commit does under the
@@ -44,7 +47,7 @@ use crate::dnode::ObjectKind;
 use crate::error::StoreError;
 use crate::fs::Resolved;
 use crate::intent_format::{
-    capacity, LogBlock, LogBlockAddr, LogHead, Record, LOG_HEADER, MAX_LOG_BLOCK,
+    capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, Record, LOG_HEADER, MAX_LOG_BLOCK,
 };
 use crate::intent_state::{Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS};
 use crate::props::raw_props;
@@ -227,6 +230,7 @@ impl StoreCore {
                     offset,
                     bytes: len,
                 })),
+                IntentOp::Attr => {}
                 IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
                     let target = Resolved {
@@ -256,7 +260,34 @@ impl StoreCore {
                 }
             }
         }
+        self.attr_records(intents, &mut batch);
         Ok(batch)
+    }
+
+    /// An ATTR record for each file `intents` cover, with its attributes as they are now
+    /// (after the batch's data: replay sets them last). Files gone since are skipped.
+    fn attr_records(&self, intents: &[Intent], batch: &mut Vec<Planned>) {
+        let mut files: Vec<u64> = intents
+            .iter()
+            .filter(|i| i.kind == ObjectKind::File)
+            .map(|i| i.object)
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        for object in files {
+            let Ok(dn) = self.dnode(object) else {
+                continue;
+            };
+            let attrs = LoggedAttrs {
+                mode: dn.mode,
+                uid: dn.uid,
+                gid: dn.gid,
+                atime_ns: dn.atime_ns,
+                mtime_ns: dn.mtime_ns,
+                ctime_ns: dn.ctime_ns,
+            };
+            batch.push(Planned::Inline(Record::Attr { object, attrs }));
+        }
     }
 
     /// Step 2: allocates the pointer blocks and the log blocks (each naming the next,
@@ -595,6 +626,10 @@ impl StoreCore {
             Record::Punch { offset, bytes, .. } => {
                 self.punch_unlogged(&target, *offset, *bytes)?;
             }
+            Record::Attr { attrs, .. } if dnode.kind == ObjectKind::File => {
+                self.set_logged_attrs(record.object(), attrs)?;
+            }
+            Record::Attr { .. } => return Ok(false),
         }
         Ok(true)
     }

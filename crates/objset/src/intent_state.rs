@@ -37,9 +37,19 @@ pub(crate) struct LogPolicy {
 /// A change waiting to be logged.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum IntentOp {
-    Write { offset: u64, len: u64 },
-    Truncate { size: u64 },
-    Punch { offset: u64, len: u64 },
+    Write {
+        offset: u64,
+        len: u64,
+    },
+    Truncate {
+        size: u64,
+    },
+    Punch {
+        offset: u64,
+        len: u64,
+    },
+    /// A file's attributes changed (the commit logs them as they are then).
+    Attr,
 }
 
 #[derive(Clone, Debug)]

@@ -428,27 +428,53 @@ impl StoreCore {
     }
 
     /// Changes attributes; a size change truncates or extends (with zeros). The ctime is
-    /// set to now (or to `ctime`), as every attribute change does.
+    /// set to now (or to `ctime`), as every attribute change does. A file's change is
+    /// logged (an fsync after it stays on the intent log); anything else's makes the next
+    /// log commit sync the txg.
     pub fn set_attr(&self, obj: u64, set: SetAttr) -> Result<Dnode, StoreError> {
         let mut st = self.lock();
-        // (The intent log has no record for attribute changes: fsync syncs the txg.)
-        st.log.unlogged = true;
-        let dn = self.object_mut(&mut st, obj)?.dnode;
-        self.check_writable_dataset(&st, dn.dataset)?;
+        let dn = self.set_attr_locked(&mut st, obj, &set)?;
+        if dn.kind != ObjectKind::File {
+            st.log.unlogged = true;
+            return Ok(dn);
+        }
+        let policy = self.log_policy(&st, dn.dataset);
+        drop(st);
+        let target = crate::fs::Resolved {
+            dataset: dn.dataset,
+            object: obj,
+            kind: dn.kind,
+        };
+        if let Some(size) = set.size {
+            let op = crate::intent_state::IntentOp::Truncate { size };
+            self.note_intent(policy, target.clone(), op)?;
+        }
+        self.note_intent(policy, target, crate::intent_state::IntentOp::Attr)?;
+        Ok(dn)
+    }
+
+    fn set_attr_locked(
+        &self,
+        st: &mut State,
+        obj: u64,
+        set: &SetAttr,
+    ) -> Result<Dnode, StoreError> {
+        let dn = self.object_mut(st, obj)?.dnode;
+        self.check_writable_dataset(st, dn.dataset)?;
         if let Some(size) = set.size {
             if dn.kind != ObjectKind::File {
                 return Err(StoreError::IsADirectory(format!("object {obj}")));
             }
             if size > dn.size {
-                self.reserve_space(&mut st, 0)?;
+                self.reserve_space(st, 0)?;
             }
-            self.truncate_locked(&mut st, obj, size)?;
+            self.truncate_locked(st, obj, size)?;
             if set.mtime.is_none() {
-                self.touch_changed(&mut st, obj)?;
+                self.touch_changed(st, obj)?;
             }
         }
         let now = now_ns();
-        let o = self.object_mut(&mut st, obj)?;
+        let o = self.object_mut(st, obj)?;
         let d = &mut o.dnode;
         if let Some(mode) = set.mode {
             d.mode = (d.mode & S_IFMT) | (mode & !S_IFMT);
@@ -466,6 +492,22 @@ impl StoreCore {
         d.ctime_ns = set.ctime.unwrap_or(now);
         o.dnode_dirty = true;
         Ok(o.dnode)
+    }
+
+    /// Log replay: a file's attributes as an ATTR record logged them.
+    pub(crate) fn set_logged_attrs(
+        &self,
+        obj: u64,
+        a: &crate::intent_format::LoggedAttrs,
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let o = self.object_mut(&mut st, obj)?;
+        let d = &mut o.dnode;
+        d.mode = (d.mode & S_IFMT) | (a.mode & !S_IFMT);
+        (d.uid, d.gid) = (a.uid, a.gid);
+        (d.atime_ns, d.mtime_ns, d.ctime_ns) = (a.atime_ns, a.mtime_ns, a.ctime_ns);
+        o.dnode_dirty = true;
+        Ok(())
     }
 
     /// Sets the access time only (a read under atime=on or relatime): no ctime change.

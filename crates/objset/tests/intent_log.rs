@@ -508,3 +508,71 @@ fn log_commits_are_sync_writes_txg_syncs_async_writes_and_a_scrub_scrub_reads() 
     assert!(bytes(IoClass::Scrub) - scrub0 >= 8 * BLOCK as u64);
     assert_eq!(bytes(IoClass::Trim), 0);
 }
+
+/// A file's attribute changes are logged (an fsync after a chmod, chown, utimens or a
+/// truncate through setattr needs no txg sync), and replay puts back the attributes as
+/// they were at the commit, the mtime of the last write included (not the import's time);
+/// a directory's attribute change still makes the commit a sync.
+#[test]
+fn file_attributes_and_mtime_replay_and_need_no_sync() {
+    use cairn_objset::posix::SetAttr;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    store.create_file("tank/f", false).unwrap();
+    store.create_file("tank/g", false).unwrap();
+    store.mkdir("tank/d").unwrap();
+    let (f, g) = (
+        store.resolve("tank/f").unwrap(),
+        store.resolve("tank/g").unwrap(),
+    );
+    store.write(&f, 0, &[5u8; 3000]).unwrap();
+    store.commit_log().unwrap(); // arms the log: a sync
+    let txg = store.open_txg();
+    let set = SetAttr {
+        mode: Some(0o600),
+        uid: Some(7),
+        gid: Some(8),
+        size: Some(2000),
+        mtime: Some(1_600_000_000_123_456_789),
+        ..SetAttr::default()
+    };
+    store.set_attr(f.object, set).unwrap();
+    store.write(&g, 0, b"written before the crash").unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg, "logged, not synced");
+    let (f_before, g_before) = (
+        store.dnode(f.object).unwrap(),
+        store.dnode(g.object).unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    drop(store);
+    let store = open_store_with(&home, config());
+    let (fa, ga) = (
+        store.dnode(f.object).unwrap(),
+        store.dnode(g.object).unwrap(),
+    );
+    assert_eq!(fa.mode & 0o7777, 0o600);
+    assert_eq!((fa.uid, fa.gid, fa.size), (7, 8, 2000));
+    assert_eq!(fa.mtime_ns, 1_600_000_000_123_456_789);
+    assert_eq!(fa.ctime_ns, f_before.ctime_ns);
+    assert_eq!(read_live(&store, "tank/f"), vec![5u8; 2000]);
+    assert_eq!(
+        ga.mtime_ns, g_before.mtime_ns,
+        "the write's mtime, not the replay's"
+    );
+    assert_eq!(read_live(&store, "tank/g"), b"written before the crash");
+    let txg = store.open_txg();
+    let d = store.resolve("tank/d").unwrap();
+    let chmod = SetAttr {
+        mode: Some(0o700),
+        ..SetAttr::default()
+    };
+    store.set_attr(d.object, chmod).unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(
+        store.open_txg(),
+        txg + 1,
+        "a directory's chmod needs a sync"
+    );
+}

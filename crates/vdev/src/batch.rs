@@ -377,7 +377,11 @@ mod tests {
             .enumerate()
             .map(|(i, (&o, b))| (o, b.as_mut_slice(), i))
             .collect();
-        assert_eq!(read_run_len(&list, 0), 2, "without a gap limit: the adjacent two");
+        assert_eq!(
+            read_run_len(&list, 0),
+            2,
+            "without a gap limit: the adjacent two"
+        );
         let n = read_run_len(&list, READ_GAP_LIMIT);
         assert_eq!(n, 3, "the 8 KiB gap is bridged, the 180 KiB one is not");
         read_run(&leaf, &mut list[..n]).unwrap();
@@ -401,6 +405,10 @@ mod tests {
         let mut big = vec![0u8; MAX_RUN_BYTES as usize];
         let mut c = vec![0u8; 4096];
         let list: Vec<ReadJob<'_>> = vec![(0, &mut big, 0), (MAX_RUN_BYTES, &mut c, 1)];
-        assert_eq!(read_run_len(&list, READ_GAP_LIMIT), 1, "past the largest run");
+        assert_eq!(
+            read_run_len(&list, READ_GAP_LIMIT),
+            1,
+            "past the largest run"
+        );
     }
 }
