@@ -62,9 +62,30 @@ fn wrap(pool: &mut Pool, c: usize) -> (Arc<FaultSwitches>, Arc<cairn_vdev::iosta
     wrapped.expect("wrapped")
 }
 
+/// How a test reads a block: `read_block` (single block reads: tree blocks,
+/// read-modify-write) or a one-block `read_batch` (file and volume data).
+#[derive(Clone, Copy, Debug)]
+enum ReadPath {
+    Block,
+    Batch,
+}
+
+fn read_one(top: &TopVdev, path: ReadPath, offset: u64, buf: &mut [u8]) {
+    match path {
+        ReadPath::Block => {
+            top.read_block(offset, buf, None).unwrap();
+        }
+        ReadPath::Batch => {
+            let ok = top.read_batch(&mut [(offset, buf)]);
+            assert_eq!(ok, [true]);
+        }
+    }
+}
+
 /// `threads` readers each read `per_thread` blocks (spread over the filled region) and
 /// check their contents; returns the reads each side served.
 fn read_many(
+    path: ReadPath,
     top: &TopVdev,
     stats: &[Arc<cairn_vdev::iostat::IoStats>],
     threads: u64,
@@ -79,7 +100,7 @@ fn read_many(
                 let span = blocks.end - blocks.start;
                 for k in 0..per_thread {
                     let i = blocks.start + (t * 37 + k * 11) % span;
-                    top.read_block(i * BLOCK as u64, &mut buf, None).unwrap();
+                    read_one(top, path, i * BLOCK as u64, &mut buf);
                     assert_eq!(buf, block_data(i), "block {i}");
                 }
             });
@@ -94,7 +115,7 @@ fn read_many(
 
 /// With side 1 slowed by 2 ms per I/O and 4 readers in parallel, returns the share of
 /// reads side 0 served under `policy`.
-fn fast_side_share(policy: Policy) -> f64 {
+fn fast_side_share(policy: Policy, path: ReadPath) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let mut pool = mirror_pool(dir.path(), policy);
     fill(&pool.tops()[0]);
@@ -102,25 +123,33 @@ fn fast_side_share(policy: Policy) -> f64 {
     let (slow, s1) = wrap(&mut pool, 1);
     slow.delay_us.store(2000, Ordering::Relaxed);
     assert_eq!(pool.tops()[0].read_policy(), policy);
-    let n = read_many(&pool.tops()[0], &[s0, s1], 4, 100, 0..BLOCKS);
-    assert_eq!(n[0] + n[1], 400, "{policy}: {n:?}");
+    let n = read_many(path, &pool.tops()[0], &[s0, s1], 4, 100, 0..BLOCKS);
+    assert_eq!(n[0] + n[1], 400, "{policy} {path:?}: {n:?}");
     let views = pool.tops()[0].read_views();
     assert!(views.iter().all(|v| v.inflight == 0), "{views:?}");
     n[0] as f64 / 400.0
 }
 
+/// Both read paths follow the policy: data reads (batched) as well as single blocks.
 #[test]
 fn least_queue_and_auto_send_most_reads_to_the_fast_side() {
-    for policy in [Policy::LeastQueue, Policy::Auto, Policy::Nearest] {
-        let share = fast_side_share(policy);
-        assert!(share > 0.8, "{policy}: fast side served {share}");
+    for path in [ReadPath::Block, ReadPath::Batch] {
+        for policy in [Policy::LeastQueue, Policy::Auto, Policy::Nearest] {
+            let share = fast_side_share(policy, path);
+            assert!(share > 0.8, "{policy} {path:?}: fast side served {share}");
+        }
     }
 }
 
 #[test]
 fn round_robin_splits_reads_evenly_whatever_the_speed() {
-    let share = fast_side_share(Policy::RoundRobin);
-    assert!((0.4..=0.6).contains(&share), "fast side served {share}");
+    for path in [ReadPath::Block, ReadPath::Batch] {
+        let share = fast_side_share(Policy::RoundRobin, path);
+        assert!(
+            (0.4..=0.6).contains(&share),
+            "{path:?}: fast side served {share}"
+        );
+    }
 }
 
 #[test]
@@ -184,8 +213,8 @@ fn resync_reads(policy: Policy) -> (u64, u64) {
     top.write_leaf_run(1, LEAF_DATA_START, &bufs).unwrap();
     slow.delay_us.store(1000, Ordering::Relaxed);
     let stats = [s0, s1];
-    let below = read_many(top, &stats, 4, 50, 0..half)[1];
-    let above = read_many(top, &stats, 4, 50, half..BLOCKS)[1];
+    let below = read_many(ReadPath::Block, top, &stats, 4, 50, 0..half)[1];
+    let above = read_many(ReadPath::Block, top, &stats, 4, 50, half..BLOCKS)[1];
     let (r, w, c) = top.children[1].stats.snapshot();
     assert_eq!(
         (r, w, c),

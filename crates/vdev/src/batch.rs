@@ -203,6 +203,12 @@ impl TopVdev {
         let total: u64 = blocks.iter().map(|(_, out)| out.len() as u64).sum();
         let mut jobs: Vec<Vec<ReadJob<'_>>> = (0..n).map(|_| Vec::new()).collect();
         let shape = self.config.shape;
+        // Mirror sides chosen (side, leaf offset of the run): issued now, completed after.
+        let mut issued: Vec<(usize, u64)> = Vec::new();
+        let sides = match shape {
+            VdevShape::Raidz { .. } => Vec::new(),
+            _ => self.mirror_sides(blocks, &ok, &mut issued),
+        };
         for (i, (off, out)) in blocks.iter_mut().enumerate() {
             if !ok[i] {
                 continue;
@@ -218,17 +224,10 @@ impl TopVdev {
                         rest = tail;
                     }
                 }
-                _ => {
-                    // Alternate mirror sides per 1 MiB region: both sides stream sequentially.
-                    let first = ((*off >> 20) as usize) % n;
-                    let c = (0..n)
-                        .map(|k| (first + k) % n)
-                        .find(|&c| self.children[c].is_readable());
-                    match c {
-                        Some(c) => jobs[c].push((LEAF_DATA_START + *off, &mut **out, i)),
-                        None => ok[i] = false,
-                    }
-                }
+                _ => match sides[i] {
+                    Some(c) => jobs[c].push((LEAF_DATA_START + *off, &mut **out, i)),
+                    None => ok[i] = false,
+                },
             }
         }
         let lists: Vec<(usize, Vec<ReadJob<'_>>)> = jobs
@@ -244,10 +243,49 @@ impl TopVdev {
         } else {
             crate::threads::on_leaf_io(true, lists, read_list)
         };
+        self.batch_reads_completed(&issued);
         for b in failed.into_iter().flatten() {
             ok[b] = false;
         }
         ok
+    }
+
+    /// The side each block of a batched mirror (or disk) read goes to. Blocks that follow
+    /// each other form one run (up to `MAX_RUN_BYTES`), and the read policy chooses once
+    /// per run, as it would for one request of that size: a policy then never splits a
+    /// sequential request into alternating blocks that no side can read in one command.
+    fn mirror_sides(
+        &self,
+        blocks: &[(u64, &mut [u8])],
+        ok: &[bool],
+        issued: &mut Vec<(usize, u64)>,
+    ) -> Vec<Option<usize>> {
+        let mut order: Vec<usize> = (0..blocks.len()).filter(|&i| ok[i]).collect();
+        order.sort_by_key(|&i| blocks[i].0);
+        let mut sides = vec![None; blocks.len()];
+        let mut k = 0;
+        while k < order.len() {
+            let start = blocks[order[k]].0;
+            let mut end = start + blocks[order[k]].1.len() as u64;
+            let mut j = k + 1;
+            while let Some(&b) = order.get(j) {
+                let len = blocks[b].1.len() as u64;
+                if blocks[b].0 != end || end + len - start > MAX_RUN_BYTES {
+                    break;
+                }
+                end += len;
+                j += 1;
+            }
+            let side = self.batch_side(LEAF_DATA_START + start, end - start);
+            if let Some(c) = side.filter(|_| self.children.len() > 1) {
+                issued.push((c, LEAF_DATA_START + start));
+            }
+            for &b in &order[k..j] {
+                sides[b] = side;
+            }
+            k = j;
+        }
+        sides
     }
 
     pub(crate) fn read_child_jobs(&self, c: usize, mut list: Vec<ReadJob<'_>>) -> Vec<usize> {

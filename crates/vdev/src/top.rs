@@ -22,6 +22,8 @@
 //!                  set_resync per side, choose, issued(side) ─► unlock ─► read_at
 //!                  ─► lock: completed(side) ─► unlock ─► verify, fall back, self-heal
 //! ```
+//! Batched reads of file and volume data (`read_batch`, crate::batch) ask the policy too,
+//! once per run of adjacent blocks (`batch_side`), as for one request of that size.
 //! Rules that keep it correct:
 //! - The policy only orders the sides; every side is still read through
 //!   `Child::readable_for`, so a policy can never make a side serve a block it does not
@@ -928,6 +930,33 @@ impl TopVdev {
             .collect();
         let first = self.mirror.choose(&marks, leaf_offset, len).unwrap_or(0);
         (0..n).map(|i| (first + i) % n).collect()
+    }
+
+    /// The side a batched read of `len` bytes (a run of adjacent blocks) of a mirror (or
+    /// disk) goes to: the pool's read policy's choice among the sides that hold
+    /// everything, recorded as issued (the caller records the completion). A stale side is left out: a block this fast path
+    /// cannot read goes through `read_block`, which may use it where it was resilvered.
+    pub(crate) fn batch_side(&self, leaf_offset: u64, len: u64) -> Option<usize> {
+        if self.children.len() == 1 {
+            return self.children[0].is_readable().then_some(0);
+        }
+        let c = self
+            .read_order(leaf_offset, len)
+            .into_iter()
+            .find(|&c| self.children[c].is_readable())?;
+        self.mirror.state().issued(c, leaf_offset, len, true);
+        Some(c)
+    }
+
+    /// Records the completion of batched mirror reads (`batch_side`'s choices).
+    pub(crate) fn batch_reads_completed(&self, issued: &[(usize, u64)]) {
+        if issued.is_empty() {
+            return;
+        }
+        let mut state = self.mirror.state();
+        for &(c, at) in issued {
+            state.completed(c, at);
+        }
     }
 
     /// Side `c`'s resync watermark for a read of `[leaf_offset, leaf_offset + len)`:
