@@ -9,8 +9,10 @@
 //! the result says which.
 //!
 //! Over simulated disks (`sim:` leaves, `cairn bench lab dd --engine`) the phases are timed
-//! by the disks' virtual clocks instead (`PhaseClock::Leaves`): a phase lasts as long as
-//! its busiest leaf was busy in it.
+//! by the disks' virtual clocks instead (`PhaseClock::Leaves`): the write phase lasts as
+//! long as its busiest leaf was busy in it (the pool's writers run beside the caller);
+//! the read phase is summed call by call, each call lasting what its busiest leaf spent
+//! in it (the caller waits for every read).
 
 use std::time::Instant;
 
@@ -122,9 +124,7 @@ fn run_in(
     };
     let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
     let file = store.resolve(FILE).map_err(text)?;
-    let began = clock.mark();
-    read_back(&store, &file, &block, size)?;
-    let read_secs = clock.secs_since(&began);
+    let read_secs = read_back(&store, &file, &block, size, clock)?;
     store.close().map_err(text)?;
     let mbs = |secs: f64| size as f64 / 1e6 / secs.max(1e-9);
     Ok(RealDdResult {
@@ -152,19 +152,26 @@ fn create(home: &Home, tokens: &[String], ashift: u32) -> Result<bool, String> {
 }
 
 /// Reads the file back `block.len()` bytes a call; every block must be what was written.
+/// Returns the seconds the calls took, summed call by call: the reader waits for each
+/// call, so on simulated disks a call lasts as long as its busiest leaf was busy in it
+/// (leaves overlap within a call, not across calls).
 fn read_back(
     store: &Store,
     file: &cairn_objset::Resolved,
     block: &[u8],
     size: u64,
-) -> Result<(), String> {
+    clock: &PhaseClock,
+) -> Result<f64, String> {
     let mut buf = vec![0u8; block.len()];
     let mut off = 0;
+    let mut secs = 0.0;
     while off < size {
         let want = (block.len() as u64).min(size - off) as usize;
+        let began = clock.mark();
         let n = store
             .read(file, off, &mut buf[..want])
             .map_err(|e: StoreError| e.to_string())?;
+        secs += clock.secs_since(&began);
         if n != want || buf[..n] != block[..n] {
             return Err(format!(
                 "read back {n} bytes at {off} that were not written there"
@@ -172,7 +179,7 @@ fn read_back(
         }
         off += n as u64;
     }
-    Ok(())
+    Ok(secs)
 }
 
 /// `bs` incompressible bytes.

@@ -181,6 +181,13 @@ pub struct DdArgs {
     /// sparse files in --dir that store the data), timed by the disks' virtual clocks.
     #[arg(long, conflicts_with = "real")]
     pub engine: bool,
+    /// How --engine times the run: `real` (each request takes its model time in real time,
+    /// `sim:…&pace=real`, and the phases are timed by the clock: honest about what waits
+    /// for what, but as slow as the disks) or `busy` (virtual time, fast: a phase lasts
+    /// what its busiest disk was busy; leaves idle time and the read-ahead a drive does
+    /// meanwhile out).
+    #[arg(long, value_enum, default_value = "real", requires = "engine")]
+    pub engine_time: EngineTime,
     /// Where --engine keeps its disks' backing files (default: a new temporary folder,
     /// removed after). The run writes the file and its parity there for real.
     #[arg(long, requires = "engine")]
@@ -203,6 +210,13 @@ pub struct DdArgs {
     /// Cap writes at this many MB/s, the host's own ceiling (0: no cap).
     #[arg(long, default_value_t = 0.0)]
     pub host_write_mbs: f64,
+}
+
+/// How `bench lab dd --engine` times its run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineTime {
+    Real,
+    Busy,
 }
 
 fn host_cap(mbs: f64) -> Result<Option<f64>, String> {
@@ -249,7 +263,10 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
     if a.json {
         let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
         if let Some(e) = &engine {
-            v["engine"] = serde_json::json!({"write_mbs": e.write_mbs, "read_mbs": e.read_mbs});
+            let timing = format!("{:?}", a.engine_time).to_lowercase();
+            v["engine"] = serde_json::json!({
+                "write_mbs": e.write_mbs, "read_mbs": e.read_mbs, "time": timing,
+            });
         }
         println!(
             "{}",
@@ -262,16 +279,20 @@ fn dd_cmd(a: &DdArgs) -> Result<(), String> {
         a.size, a.layout, r.disks, a.ashift, r.write_mbs, r.read_mbs
     );
     if let Some(e) = engine {
+        let timing = match a.engine_time {
+            EngineTime::Real => "paced in real time",
+            EngineTime::Busy => "busiest disk's busy time",
+        };
         println!(
-            "  through cairn's pool on sim: leaves (virtual time): write {:.1} MB/s, read {:.1} MB/s",
+            "  through cairn's pool on sim: leaves ({timing}): write {:.1} MB/s, read {:.1} MB/s",
             e.write_mbs, e.read_mbs
         );
     }
     Ok(())
 }
 
-/// `bench lab dd --engine`: the dd through a real pool over `sim:` leaves, timed by their
-/// virtual clocks (`cairn_bench::real_dd` with `PhaseClock::Leaves`).
+/// `bench lab dd --engine`: the dd through a real pool over `sim:` leaves
+/// (`cairn_bench::real_dd`), paced in real time or timed by the leaves' busy time.
 fn engine_dd(
     a: &DdArgs,
     layout: &cairn_lab::spec::LayoutSpec,
@@ -288,6 +309,9 @@ fn engine_dd(
     for d in &a.disks {
         leaves.extend(sim_leaf::leaf_specs(&dir, d, leaves.len())?);
     }
+    if a.engine_time == EngineTime::Real {
+        leaves.iter_mut().for_each(|l| l.push_str("&pace=real"));
+    }
     let backing: Vec<String> = leaves
         .iter()
         .filter_map(|s| sim_leaf::backing_of(s).map(str::to_string))
@@ -299,7 +323,10 @@ fn engine_dd(
         bs,
         size,
     };
-    let clock = cairn_bench::real_dd::PhaseClock::Leaves(&busy);
+    let clock = match a.engine_time {
+        EngineTime::Real => cairn_bench::real_dd::PhaseClock::Wall,
+        EngineTime::Busy => cairn_bench::real_dd::PhaseClock::Leaves(&busy),
+    };
     let r = cairn_bench::real_dd::run(&dir.join("state"), &tokens, job, clock);
     for p in &backing {
         let _ = std::fs::remove_file(p);

@@ -12,6 +12,7 @@
 //!    dirty_max            cairn_objset::StoreConfig (dirty data that forces a txg sync)
 //!    background_batch     cairn_objset::StoreConfig (bytes a background writer takes)
 //!    background_writers   cairn_objset::StoreConfig (background writer threads)
+//!    readahead_max        cairn_objset::StoreConfig (read-ahead window on rotating disks)
 //!    io_threads           cairn_vdev::threads::set_io_threads
 //!    cache_max            cairn_pool::io::cache::set_default_capacity (0 = off)
 //!    parity_kernel        cairn_parity::set_default_kernel (auto = best for this CPU)
@@ -86,6 +87,12 @@ const SPECS: &[Spec] = &[
         kind: Kind::Count { min: 1, max: 1024 },
         default: || cairn_vdev::threads::DEFAULT_IO_THREADS.to_string(),
         doc: "kept threads for leaf I/O and split checksum/parity work",
+    },
+    Spec {
+        name: "readahead_max",
+        kind: Kind::Size { min: 0 },
+        default: || cairn_objset::config::DEFAULT_READAHEAD_MAX.to_string(),
+        doc: "largest sequential read-ahead window on pools with a rotating disk (0 = off)",
     },
     Spec {
         name: "cache_max",
@@ -229,6 +236,7 @@ impl Tunables {
             dirty_max: self.number("dirty_max"),
             background_batch: self.number("background_batch"),
             background_writers: self.number("background_writers") as usize,
+            readahead_max: self.number("readahead_max"),
             ..StoreConfig::builtin()
         }
     }

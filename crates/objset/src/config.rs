@@ -18,6 +18,9 @@ pub struct StoreConfig {
     /// Dirty bytes the background writer takes at a time (it starts when this much waits;
     /// writers pause when four times this much waits).
     pub background_batch: u64,
+    /// Largest sequential read-ahead window on pools with a rotating leaf (0: none;
+    /// `crate::readahead`).
+    pub readahead_max: u64,
 }
 
 /// The defaults the binary chose for every store of the process (`set_default_config`).
@@ -39,6 +42,7 @@ impl StoreConfig {
             background_writer: true,
             background_writers: default_background_writers(),
             background_batch: default_background_batch(),
+            readahead_max: DEFAULT_READAHEAD_MAX,
         }
     }
 }
@@ -52,6 +56,9 @@ impl Default for StoreConfig {
             .unwrap_or_else(StoreConfig::builtin)
     }
 }
+
+/// 8 MiB, as OpenZFS's `zfetch_max_distance`.
+pub const DEFAULT_READAHEAD_MAX: u64 = 8 << 20;
 
 /// 4 MiB: small enough that a batch is still in the CPU caches when its checksums, parity
 /// and leaf writes read it again (32 MiB batches wrote raidz2 ~25 % slower on the bench

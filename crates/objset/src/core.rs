@@ -97,6 +97,8 @@ pub struct StoreCore {
     pub(crate) intent: crate::intent_state::IntentLog,
     /// How long foreground reads took lately (a scrub's latency budget).
     pub(crate) read_latency: crate::read_latency::ReadLatency,
+    /// Sequential read streams and what was fetched ahead of them.
+    pub(crate) readahead: crate::readahead::ReadAhead,
 }
 
 pub fn now_ns() -> u64 {
@@ -116,7 +118,12 @@ impl StoreCore {
                 .map(|v| v.allocated_bytes())
                 .collect(),
         );
+        let readahead_max = match pool.has_rotating_leaf() {
+            true => config.readahead_max,
+            false => 0,
+        };
         StoreCore {
+            readahead: crate::readahead::ReadAhead::new(readahead_max),
             pool,
             state: Mutex::new(state),
             read_gate: RwLock::new(()),

@@ -685,17 +685,32 @@ impl StoreCore {
     /// beside writes); the read gate keeps them from being reused meanwhile.
     pub fn read(&self, r: &Resolved, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
         let began = std::time::Instant::now();
-        let (plan, gate) = {
+        let (plan, ahead, gate) = {
             let mut st = self.lock();
             self.object_mut(&mut st, r.object)?;
             let State { objects, cache, .. } = &mut *st;
             let obj = objects.get(&r.object).expect("loaded");
             let plan = crate::object::plan_read(self.pool(), cache, r.object, obj, offset, buf)?;
+            let ahead =
+                match self
+                    .readahead
+                    .note_read(r.object, offset, plan.len as u64, obj.dnode.size)
+                {
+                    Some((from, to)) => {
+                        crate::object::disk_blocks(self.pool(), cache, r.object, obj, from, to)
+                            .unwrap_or_default()
+                    }
+                    None => Vec::new(),
+                };
             // Taken before the state lock is released: no sync can slip in between.
             let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
-            (plan, gate)
+            (plan, ahead, gate)
         };
         let fetched = plan.fetch(self.pool(), buf);
+        if fetched.is_ok() && !ahead.is_empty() {
+            // Into the block cache for the reads to come (best effort: see readahead).
+            let _ = self.pool().read_bps_shared(&ahead);
+        }
         drop(gate);
         self.read_latency.record(began.elapsed());
         match fetched {

@@ -32,6 +32,7 @@ pub mod property_values;
 pub mod props;
 pub mod quota;
 pub mod read_latency;
+pub(crate) mod readahead;
 pub mod receive;
 pub(crate) mod receive_clone;
 pub mod resilver;

@@ -598,29 +598,73 @@ pub fn plan_read(
         let within = (pos % bs) as usize;
         let n = (bs as usize - within).min(plan.len - done);
         let out = &mut buf[done..done + n];
-        if let Some(block) = st.dirty.get(&blkid) {
-            out.copy_from_slice(&block[within..within + n]);
-        } else if let Some(block) = st.syncing.get(&blkid) {
-            out.copy_from_slice(&block[within..within + n]);
-        } else if !st.written.contains_key(&blkid)
-            && (st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f))
-        {
-            // (A block written early is newer than any punch or truncate: those forget it.)
-            out.fill(0);
-        } else {
-            let bp = match st.written.get(&blkid) {
-                Some(bp) => *bp,
-                None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
-            };
-            if bp.is_hole() {
-                out.fill(0);
-            } else {
-                plan.wanted.push((blkid, bp));
-            }
+        match block_source(pool, cache, object, st, blkid)? {
+            BlockSource::Memory(block) => out.copy_from_slice(&block[within..within + n]),
+            BlockSource::Zeros => out.fill(0),
+            BlockSource::Disk(bp) => plan.wanted.push((blkid, bp)),
         }
         done += n;
     }
     Ok(plan)
+}
+
+/// Where a block's current contents are.
+enum BlockSource<'a> {
+    /// Dirty or being synced.
+    Memory(&'a [u8]),
+    /// A hole, punched, or past a truncate.
+    Zeros,
+    Disk(BlockPointer),
+}
+
+fn block_source<'a>(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &'a ObjectState,
+    blkid: u64,
+) -> Result<BlockSource<'a>, StoreError> {
+    if let Some(block) = st.dirty.get(&blkid) {
+        return Ok(BlockSource::Memory(block));
+    }
+    if let Some(block) = st.syncing.get(&blkid) {
+        return Ok(BlockSource::Memory(block));
+    }
+    if !st.written.contains_key(&blkid)
+        && (st.punched.contains(&blkid) || st.truncate_from.is_some_and(|f| blkid >= f))
+    {
+        // (A block written early is newer than any punch or truncate: those forget it.)
+        return Ok(BlockSource::Zeros);
+    }
+    let bp = match st.written.get(&blkid) {
+        Some(bp) => *bp,
+        None => lookup_bp(pool, cache, object, &st.dnode, blkid)?,
+    };
+    Ok(match bp.is_hole() {
+        true => BlockSource::Zeros,
+        false => BlockSource::Disk(bp),
+    })
+}
+
+/// The on-disk blocks holding bytes `[from, to)` of an object (read-ahead: dirty blocks
+/// and holes are left out).
+pub(crate) fn disk_blocks(
+    pool: &Pool,
+    cache: &mut IndirectCache,
+    object: u64,
+    st: &ObjectState,
+    from: u64,
+    to: u64,
+) -> Result<Vec<BlockPointer>, StoreError> {
+    let bs = u64::from(st.dnode.block_size).max(1);
+    let last = to.min(st.dnode.size).div_ceil(bs);
+    let mut bps = Vec::new();
+    for blkid in from / bs..last {
+        if let BlockSource::Disk(bp) = block_source(pool, cache, object, st, blkid)? {
+            bps.push(bp);
+        }
+    }
+    Ok(bps)
 }
 
 impl ReadPlan {

@@ -22,6 +22,16 @@ impl Pool {
         self.tops.iter().map(|t| t.sector()).max().unwrap_or(512)
     }
 
+    /// Whether a leaf open now has a moving head (a hard disk, or a simulated one): the
+    /// store then reads ahead of sequential streams.
+    pub fn has_rotating_leaf(&self) -> bool {
+        self.tops
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .filter_map(|c| c.leaf.as_ref())
+            .any(|l| !l.nonrot())
+    }
+
     /// Allocates space for every copy and writes them. On failure nothing stays allocated.
     pub fn write_prepared(
         &self,
