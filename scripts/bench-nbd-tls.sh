@@ -2,8 +2,9 @@
 # What TLS costs an NBD export: one `cairn serve --tls=on` (plain and TLS clients both
 # allowed) of a volume on a raidz1 of three files in /dev/shm, and fio's nbd engine
 # (libnbd) connecting plain (nbd://) and with TLS (nbds://, certificates made here with
-# openssl), alternating, for 1 MiB sequential write and read and 4 KiB random read at
-# queue depth 1 and 32. Prints a table with the TLS / plain ratio; JSON with BENCH_JSON.
+# openssl), plain, TLS, TLS, plain for each workload (means of two runs each): 1 MiB
+# sequential write and read, 4 KiB random read at queue depth 1 and 32, 4 KiB random
+# write at 32. Prints a table with the TLS / plain ratio; JSON with BENCH_JSON.
 #
 # usage: scripts/bench-nbd-tls.sh
 # environment:
@@ -11,6 +12,7 @@
 #   BENCH_RUNTIME  seconds per workload (default 8)
 #   BENCH_JSON     where to write the JSON (default: none)
 #   BENCH_PORT     TCP port on 127.0.0.1 (default 10899)
+# (fio's nbd engine prints "fio: connected to NBD server" before its JSON: skipped.)
 # Needs fio with its nbd engine, libnbd with TLS (Debian: fio, libnbd-bin), openssl, python3.
 set -euo pipefail
 
@@ -22,6 +24,7 @@ W=/dev/shm/cairn-bench-tls-$$
 export CAIRN_HOME=$W/home
 server=""
 cleanup() {
+    [[ -s "$W/fio.err" ]] && tail -5 "$W/fio.err" >&2
     [[ -n "$server" ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
     "$CAIRN" export tlsb >/dev/null 2>&1 || true
     rm -rf "$W"
@@ -51,14 +54,17 @@ for _ in $(seq 100); do
 done
 
 plain="nbd://127.0.0.1:$PORT/tlsb/vol"
-tls="nbds://127.0.0.1:$PORT/tlsb/vol?tls-certificates=$W/certs"
-nbdinfo --size "$tls" >/dev/null   # fails here, loudly, if the TLS handshake does not work
+tls="nbds://127.0.0.1:$PORT/tlsb/vol"
+# fio's libnbd may not read files named in a URI; it finds the CA in its default place,
+# $HOME/.pki/libnbd/ca-cert.pem, so fio runs with HOME=$W.
+mkdir -p "$W/.pki/libnbd" && cp "$W/certs/ca-cert.pem" "$W/.pki/libnbd/"
+HOME="$W" nbdinfo --size "$tls" >/dev/null   # fails here, loudly, if TLS does not work
 
 fio_run() { # uri rw bs iodepth -> "iops mbs"
-    fio --name=t --ioengine=nbd --uri="$1" --rw="$2" --bs="$3" --iodepth="$4" \
-        --size=1G --time_based --runtime="$RUNTIME" --output-format=json 2>/dev/null |
+    HOME="$W" fio --name=t --ioengine=nbd --uri="$1" --rw="$2" --bs="$3" --iodepth="$4" \
+        --size=1G --time_based --runtime="$RUNTIME" --output-format=json 2>"$W/fio.err" |
         python3 -c 'import json,sys
-j=json.load(sys.stdin)["jobs"][0]; r,w=j["read"],j["write"]
+t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; r,w=j["read"],j["write"]
 print(round(r["iops"]+w["iops"]), round((r["bw_bytes"]+w["bw_bytes"])/1e6,1))'
 }
 
@@ -69,11 +75,20 @@ printf '%-20s %12s %12s %12s %12s %8s\n' workload "plain IOPS" "plain MB/s" "TLS
 json=()
 for w in "${workloads[@]}"; do
     read -r name rw bs qd <<< "$w"
-    read -r pi pm <<< "$(fio_run "$plain" "$rw" "$bs" "$qd")"
-    read -r ti tm <<< "$(fio_run "$tls" "$rw" "$bs" "$qd")"
+    # plain, TLS, TLS, plain: each side once first and once after the other (the block
+    # cache warms whichever runs second); the mean of the two runs of each.
+    read -r pi1 pm1 <<< "$(fio_run "$plain" "$rw" "$bs" "$qd")"
+    read -r ti1 tm1 <<< "$(fio_run "$tls" "$rw" "$bs" "$qd")"
+    read -r ti2 tm2 <<< "$(fio_run "$tls" "$rw" "$bs" "$qd")"
+    read -r pi2 pm2 <<< "$(fio_run "$plain" "$rw" "$bs" "$qd")"
+    read -r pi pm ti tm <<< "$(python3 -c "print(round(($pi1+$pi2)/2), round(($pm1+$pm2)/2,1), round(($ti1+$ti2)/2), round(($tm1+$tm2)/2,1))")"
+    if [[ "$ti" == 0 || "$pi" == 0 ]]; then
+        echo "$name: a run did no I/O (fio: $(tail -1 "$W/fio.err"))" >&2
+        exit 1
+    fi
     ratio=$(python3 -c "print(round($ti/max($pi,1),2))")
     printf '%-20s %12s %12s %12s %12s %8s\n' "$name" "$pi" "$pm" "$ti" "$tm" "$ratio"
-    json+=("{\"workload\":\"$name\",\"plain_iops\":$pi,\"plain_mbs\":$pm,\"tls_iops\":$ti,\"tls_mbs\":$tm,\"ratio\":$ratio}")
+    json+=("{\"workload\":\"$name\",\"plain_iops\":$pi,\"plain_mbs\":$pm,\"tls_iops\":$ti,\"tls_mbs\":$tm,\"ratio\":$ratio,\"plain_runs_iops\":[$pi1,$pi2],\"tls_runs_iops\":[$ti1,$ti2]}")
 done
 if [[ -n "${BENCH_JSON:-}" ]]; then
     (IFS=,; echo "[${json[*]}]") | python3 -m json.tool > "$BENCH_JSON"
