@@ -166,8 +166,19 @@ impl Pool {
         }
         let mut copies_written = vec![0usize; blocks.len()];
         let mut last_err: Vec<Option<VdevError>> = (0..blocks.len()).map(|_| None).collect();
-        for (v, list) in per_vdev.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
-            for (k, r) in self.tops[v].write_batch(list).into_iter().enumerate() {
+        let lists: Vec<_> = per_vdev
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+            .collect();
+        let bytes: usize = lists
+            .iter()
+            .flat_map(|(_, l)| l.iter())
+            .map(|(_, b)| b.len())
+            .sum();
+        let written = per_top(lists, bytes, |v, list| self.tops[v].write_batch(list));
+        for (v, results) in written {
+            for (k, r) in results.into_iter().enumerate() {
                 match r {
                     Ok(_) => copies_written[owner[v][k]] += 1,
                     Err(e) => last_err[owner[v][k]] = Some(e),
@@ -300,12 +311,15 @@ impl Pool {
                     owner[d.vdev as usize].push(i);
                 }
             }
-            for (v, list) in per_vdev
+            let bytes: usize = per_vdev.iter().flatten().map(|(_, b)| b.len()).sum();
+            let lists: Vec<_> = per_vdev
                 .iter_mut()
                 .enumerate()
                 .filter(|(_, l)| !l.is_empty())
-            {
-                for (k, ok) in self.tops[v].read_batch(list).into_iter().enumerate() {
+                .collect();
+            let read = per_top(lists, bytes, |v, list| self.tops[v].read_batch(list));
+            for (v, oks) in read {
+                for (k, ok) in oks.into_iter().enumerate() {
                     arrived[owner[v][k]] = ok;
                 }
             }
@@ -457,4 +471,22 @@ impl Pool {
             })
             .sum()
     }
+}
+
+/// Batches this large or larger go to several top-level vdevs at once.
+const PER_TOP_PARALLEL_BYTES: usize = 256 << 10;
+
+/// Runs `io` for each top-level vdev's list (`(vdev, list)`), returning `(vdev, result)`:
+/// for a batch worth it, the vdevs at once (`on_own_threads`: each still fans its leaves
+/// out), so a pool of many vdevs keeps all its disks busy; else one after the other.
+fn per_top<T: Send, R: Send>(
+    lists: Vec<(usize, T)>,
+    bytes: usize,
+    io: impl Fn(usize, T) -> R + Sync,
+) -> Vec<(usize, R)> {
+    let run = |(v, l): (usize, T)| (v, io(v, l));
+    if bytes < PER_TOP_PARALLEL_BYTES {
+        return lists.into_iter().map(run).collect();
+    }
+    cairn_vdev::threads::on_own_threads(lists, run)
 }

@@ -168,6 +168,35 @@ pub fn on_leaf_io<T: Send, R: Send>(
     fan_out(items, Some(crate::io_class::for_request(is_read)), f)
 }
 
+/// Runs `f` on each item, each on a scoped thread of its own (not a pool thread, so work
+/// that itself fans out to the pool threads still can: one item per top-level vdev, each
+/// fanning its leaves out), carrying this thread's I/O class. Inline, one after the
+/// other, for a single item or on a pool thread (which must not wait for queued work).
+pub fn on_own_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 || ON_POOL_THREAD.with(|p| p.get()) {
+        return items.into_iter().map(f).collect();
+    }
+    let (f, scope) = (&f, crate::io_class::scope());
+    std::thread::scope(|s| {
+        let running: Vec<_> = items
+            .into_iter()
+            .map(|item| {
+                s.spawn(move || {
+                    let _class = crate::io_class::set_scope(scope);
+                    f(item)
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
 /// `on_io_threads`, counting the queued jobs as pending in `pending`'s class if given.
 fn fan_out<T: Send, R: Send>(
     items: Vec<T>,
