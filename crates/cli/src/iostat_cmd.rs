@@ -326,9 +326,28 @@ fn table(rows: &[Vec<String>], a: &IostatArgs) -> String {
     out
 }
 
-/// `-w`: how many requests took how long, per latency bucket, for the pool.
+/// `-w`: how many requests took how long, per latency bucket, for the pool; with `-v`
+/// then for each top-level vdev and each of its leaves, a block each (as `zpool iostat
+/// -wv`).
 fn render_histogram(v: &View, a: &IostatArgs) -> String {
-    crate::iostat_classes::histogram(&v.io.pool, &v.pool(), a.scripted, a.parsable)
+    let block = |name: &str, c: &IoCounts| {
+        crate::iostat_classes::histogram(name, c, a.scripted, a.parsable)
+    };
+    let mut out = block(&v.io.pool, &v.pool());
+    if !a.verbose {
+        return out;
+    }
+    for (t, top) in v.io.tops.iter().enumerate() {
+        out += "\n";
+        out += &block(&top.name, &v.top(t));
+        if top.leaves.len() > 1 || top.name != top.leaves[0].path {
+            for (l, leaf) in top.leaves.iter().enumerate() {
+                out += "\n";
+                out += &block(&leaf.path, &v.leaf(t, l));
+            }
+        }
+    }
+    out
 }
 
 fn render_json(views: &[View]) -> String {

@@ -373,6 +373,34 @@ fn iostat_counts_scrub_reads_and_async_writes_in_their_classes() {
         table.contains("syncq_wait") && table.contains("asyncq_wait") && table.contains("scrub"),
         "{table}"
     );
+    // -w -v: a block for the pool, then the mirror, then each side; the sides' requests
+    // add up to the mirror's, which are the pool's.
+    let wv = ok(&cairn(&home, &["iostat", "-w", "-v", "-H", "-p", "tank"]));
+    let blocks: Vec<Vec<Vec<u64>>> = wv
+        .split("\n\n")
+        .map(|b| {
+            b.lines()
+                .map(|l| l.split('\t').map(|c| c.parse().unwrap()).collect())
+                .collect()
+        })
+        .collect();
+    assert_eq!(blocks.len(), 4, "pool, mirror, two sides: {wv}");
+    let total = |b: &Vec<Vec<u64>>, i: usize| b.iter().map(|r| r[i]).sum::<u64>();
+    for i in [1, 2, 8, 9] {
+        assert_eq!(total(&blocks[0], i), column(i), "pool block, column {i}");
+        assert_eq!(total(&blocks[1], i), column(i), "mirror block, column {i}");
+        assert_eq!(
+            total(&blocks[2], i) + total(&blocks[3], i),
+            column(i),
+            "sides, column {i}"
+        );
+    }
+    assert!(
+        total(&blocks[2], 9) > 0 && total(&blocks[3], 9) > 0,
+        "both sides scrubbed"
+    );
+    let table = ok(&cairn(&home, &["iostat", "-w", "-v", "tank"]));
+    assert!(table.contains("mirror-0"), "{table}");
 
     // -q -H -p: the pool row has pend and activ for each of the six classes.
     let q = ok(&cairn(&home, &["iostat", "-q", "-H", "-p", "tank"]));
