@@ -395,6 +395,14 @@ fn serve_several(a: &ServeArgs) -> Result<(), String> {
 }
 
 fn serve_one(a: ServeArgs) -> Result<(), String> {
+    // First of all: a SIGINT or SIGTERM while the pool opens and the listeners start
+    // (clients may already connect) asks for the same clean stop as one later; the loop
+    // below sees STOP at once.
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
     let home = crate::home();
     let pool_name = a.pools[0].clone();
     // Bad TLS files are found before the pool is opened.
@@ -439,11 +447,6 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         &STOP,
     )
     .map_err(|e| format!("cannot open the control socket: {e}"))?;
-    // SAFETY: installing a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
     let mut healer = Healer {
         rate: crate::device_cmds::env_rate()?,
         running: None,
