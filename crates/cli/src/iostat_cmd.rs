@@ -165,6 +165,40 @@ impl<'a> View<'a> {
     fn pool(&self) -> IoCounts {
         (0..self.io.tops.len()).fold(IoCounts::default(), |acc, t| &acc + &self.top(t))
     }
+
+    /// What `-v` shows under the pool, in order: each top-level vdev, then its leaves (a
+    /// vdev that is one leaf is not shown twice).
+    fn members(&self) -> Vec<Member<'a>> {
+        let mut out = Vec::new();
+        for (t, top) in self.io.tops.iter().enumerate() {
+            out.push(Member {
+                depth: 1,
+                name: &top.name,
+                space: Some((top.alloc, top.size)),
+                counts: self.top(t),
+            });
+            if top.leaves.len() > 1 || top.name != top.leaves[0].path {
+                for (l, leaf) in top.leaves.iter().enumerate() {
+                    out.push(Member {
+                        depth: 2,
+                        name: &leaf.path,
+                        space: None,
+                        counts: self.leaf(t, l),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A top-level vdev (depth 1) or leaf (depth 2) of a `-v` report.
+struct Member<'a> {
+    depth: usize,
+    name: &'a str,
+    /// (allocated, size) of a top-level vdev.
+    space: Option<(u64, u64)>,
+    counts: IoCounts,
 }
 
 fn render(views: &[View], a: &IostatArgs) -> String {
@@ -188,16 +222,9 @@ fn render(views: &[View], a: &IostatArgs) -> String {
         }
         rows.push(cells);
         if a.verbose {
-            for (t, top) in v.io.tops.iter().enumerate() {
-                let space = Some((top.alloc, top.size));
-                let name = format!("  {}", top.name);
-                rows.push(vdev_row(&name, space, &v.top(t), v.seconds, a));
-                if top.leaves.len() > 1 || top.name != top.leaves[0].path {
-                    for (l, leaf) in top.leaves.iter().enumerate() {
-                        let name = format!("    {}", leaf.path);
-                        rows.push(vdev_row(&name, None, &v.leaf(t, l), v.seconds, a));
-                    }
-                }
+            for m in v.members() {
+                let name = format!("{}{}", "  ".repeat(m.depth), m.name);
+                rows.push(vdev_row(&name, m.space, &m.counts, v.seconds, a));
             }
         }
     }
@@ -337,15 +364,9 @@ fn render_histogram(v: &View, a: &IostatArgs) -> String {
     if !a.verbose {
         return out;
     }
-    for (t, top) in v.io.tops.iter().enumerate() {
+    for m in v.members() {
         out += "\n";
-        out += &block(&top.name, &v.top(t));
-        if top.leaves.len() > 1 || top.name != top.leaves[0].path {
-            for (l, leaf) in top.leaves.iter().enumerate() {
-                out += "\n";
-                out += &block(&leaf.path, &v.leaf(t, l));
-            }
-        }
+        out += &block(m.name, &m.counts);
     }
     out
 }
