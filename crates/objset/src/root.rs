@@ -5,7 +5,8 @@
 //!       0     8  magic "CAIRNOS1" (ROOT_MAGIC)
 //!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`; 3 when
 //!                it has clones, see `crate::clone`; 4 when the intent log is in use)
-//!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log); else 0
+//!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log, 8 log
+//!                records of kind ATTR may be in the chain); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -68,6 +69,11 @@ pub(crate) const ROOT_VERSION_FLAGS: u32 = 4;
 const FLAG_SNAPSHOTS: u32 = 1;
 const FLAG_CLONES: u32 = 2;
 const FLAG_LOG: u32 = 4;
+/// The log chain may hold ATTR records (`crate::intent_format`). Set with every log head:
+/// a build that knows the log but not ATTR would end the chain at such a record and drop
+/// the acknowledged writes after it; the unknown flag makes it refuse the pool instead.
+/// A log head without it (written before ATTR) still imports.
+const FLAG_LOG_ATTR: u32 = 8;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -76,7 +82,7 @@ impl RootBlock {
         let mut w = Writer::new();
         let flags = u32::from(self.snapshots) * FLAG_SNAPSHOTS
             + u32::from(self.clones) * FLAG_CLONES
-            + u32::from(self.log.is_some()) * FLAG_LOG;
+            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR);
         let (version, flags) = match (self.log.is_some(), self.clones, self.snapshots) {
             (true, _, _) => (ROOT_VERSION_FLAGS, flags),
             (false, true, _) => (ROOT_VERSION_CLONES, 0),
@@ -130,7 +136,7 @@ impl RootBlock {
                     + u32::from(v >= ROOT_VERSION_CLONES) * FLAG_CLONES
             }
         };
-        if flags & !(FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG) != 0 {
+        if flags & !(FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG | FLAG_LOG_ATTR) != 0 {
             return Err(StoreError::NewerFormat(format!(
                 "root block feature flags {flags:#x}"
             )));
@@ -263,7 +269,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[12] = 8;
+        unknown_flag[12] = 16;
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -286,8 +292,13 @@ mod tests {
         let bytes = root.encode();
         assert_eq!(bytes.len(), ROOT_BLOCK_SIZE);
         assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
+        assert_eq!(bytes[12] as u32, FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR);
         let back = RootBlock::decode(&bytes).unwrap();
         assert_eq!(back.log, root.log);
+        // A log head written before ATTR records (no flag 8) still imports.
+        let mut before_attr = bytes.clone();
+        before_attr[12] = (FLAG_SNAPSHOTS | FLAG_LOG) as u8;
+        assert_eq!(RootBlock::decode(&before_attr).unwrap().log, root.log);
         assert!(back.snapshots && !back.clones);
         assert_eq!(back.damaged, root.damaged);
         root.log = None;
