@@ -146,11 +146,20 @@ fn in_use_op(
     flags: &ResilverFlags,
     op: impl FnOnce(&Pool) -> Result<DeviceOutcome, cairn_pool::PoolError>,
 ) -> Result<(), String> {
+    in_use_store_op(name, flags, |store| Ok(op(store.pool())?))
+}
+
+/// `in_use_op` for changes the store takes part in (the allocator, a txg sync).
+fn in_use_store_op(
+    name: &str,
+    flags: &ResilverFlags,
+    op: impl FnOnce(&Store) -> Result<DeviceOutcome, cairn_objset::StoreError>,
+) -> Result<(), String> {
     if flags.rate.is_some() {
         return Err(rate_refused(name));
     }
     let store = crate::store_open::open(name)?;
-    if op(store.pool()).map_err(err)? == DeviceOutcome::NeedsResilver {
+    if op(&store).map_err(err)? == DeviceOutcome::NeedsResilver {
         wait_for_service_resilver(&store, flags);
     }
     Ok(())
@@ -179,19 +188,16 @@ pub fn offline(a: OfflineArgs) -> Result<(), String> {
 }
 
 pub fn online(a: OnlineArgs) -> Result<(), String> {
-    if a.expand && crate::served::active() {
-        return Err(format!(
-            "online -e: the service holding '{}' cannot grow a vdev under its store yet; stop it, run `cairn online -e {} DEV`, and start it again (or set autoexpand=on: vdevs grow when the pool is opened)",
-            a.pool, a.pool
-        ));
-    }
     if crate::served::active() {
-        return in_use_op(&a.pool, &a.flags, |pool| {
+        return in_use_store_op(&a.pool, &a.flags, |store| {
             let mut outcome = DeviceOutcome::Done;
             for d in &a.devices {
-                if pool.online_in_use(d)? == DeviceOutcome::NeedsResilver {
+                if store.pool().online_in_use(d)? == DeviceOutcome::NeedsResilver {
                     outcome = DeviceOutcome::NeedsResilver;
                 }
+            }
+            if a.expand {
+                print_expanded(&store.expand_in_use()?);
             }
             Ok(outcome)
         });
@@ -204,16 +210,21 @@ pub fn online(a: OnlineArgs) -> Result<(), String> {
             }
         }
         if a.expand {
-            for (_, old, new) in pool.expand()? {
-                println!(
-                    "expanded a vdev from {} to {}",
-                    format_zfs_size(old),
-                    format_zfs_size(new)
-                );
-            }
+            print_expanded(&pool.expand()?);
         }
         Ok(outcome)
     })
+}
+
+/// "expanded a vdev from OLD to NEW", a line per vdev grown.
+fn print_expanded(grown: &[(usize, u64, u64)]) {
+    for &(_, old, new) in grown {
+        outln!(
+            "expanded a vdev from {} to {}",
+            format_zfs_size(old),
+            format_zfs_size(new)
+        );
+    }
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<(), String> {
@@ -228,12 +239,21 @@ pub fn replace(a: ReplaceArgs) -> Result<(), String> {
 }
 
 pub fn attach(a: AttachArgs) -> Result<(), String> {
+    if crate::served::active() {
+        return in_use_store_op(&a.pool, &a.flags, |store| {
+            store.attach_in_use(&a.existing, &a.new, a.force)
+        });
+    }
     device_op(&a.pool, &a.flags, |pool| {
         pool.attach(&a.existing, &a.new, a.force)
     })
 }
 
 pub fn detach(a: DetachArgs) -> Result<(), String> {
+    if crate::served::active() {
+        let store = crate::store_open::open(&a.pool)?;
+        return store.detach_in_use(&a.device).map_err(err);
+    }
     let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.detach(&a.device).map_err(err)?;
@@ -241,6 +261,10 @@ pub fn detach(a: DetachArgs) -> Result<(), String> {
 }
 
 pub fn add(a: AddArgs) -> Result<(), String> {
+    if crate::served::active() {
+        let store = crate::store_open::open(&a.pool)?;
+        return store.add_in_use(&a.vdevs, a.force).map(|_| ()).map_err(err);
+    }
     let home = crate::home();
     let mut pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.add(&a.vdevs, a.force).map_err(err)?;
@@ -250,6 +274,10 @@ pub fn add(a: AddArgs) -> Result<(), String> {
 /// `cairn remove POOL DEV`: the store retires the intent log on the device (syncs), then
 /// the pool drops it and clears its labels.
 pub fn remove(a: RemoveArgs) -> Result<(), String> {
+    if crate::served::active() {
+        let store = crate::store_open::open(&a.pool)?;
+        return store.remove_log_in_use(&a.device).map_err(err);
+    }
     let home = crate::home();
     let pool = Pool::open(&home, &a.pool).map_err(err)?;
     pool.find_log_device(&a.device).map_err(err)?;

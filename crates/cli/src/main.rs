@@ -394,10 +394,10 @@ fn exit_with(code: i32) -> ! {
 
 /// The pool whose serving process (if one runs) should run `cmd`: the commands that read
 /// or change files, datasets, volumes, dataset and pool properties, scrubs, rollbacks and
-/// the device commands that change no vdev's shape (offline, online, clear, replace). The
+/// the device commands (offline, online, clear, replace, attach, detach, add, remove). The
 /// others either ask the service for what they need themselves (`status`, `list`,
-/// `iostat`, `history`, snapshots), have it let the pool go (`export`, `destroy POOL`:
-/// `released_pool`) or need the pool to themselves (attach, detach, add, remove).
+/// `iostat`, `history`, snapshots) or have it let the pool go (`export`, `destroy POOL`:
+/// `released_pool`).
 fn served_pool(cmd: &Command) -> Option<String> {
     use data_cmds::{DatasetCmd, VolumeCmd};
     use store_open::pool_of;
@@ -421,6 +421,10 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Online(a) => pool(&a.pool),
         Command::Clear(a) => pool(&a.pool),
         Command::Replace(a) => pool(&a.pool),
+        Command::Attach(a) => pool(&a.pool),
+        Command::Detach(a) => pool(&a.pool),
+        Command::Add(a) => pool(&a.pool),
+        Command::Remove(a) => pool(&a.pool),
         Command::Send(a) => a.pool(),
         Command::Receive(a) => pool(&a.target),
         Command::Clone(a) => pool(&a.snapshot),

@@ -209,6 +209,25 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 type ResilverRun = std::thread::JoinHandle<Result<(ResilverProgress, ResilverEnd), StoreError>>;
 
+/// `autoexpand=on`: a vdev whose devices all grew takes the room (`cairn online -e`).
+fn autoexpand(store: &Store) {
+    match store.expand_in_use() {
+        Ok(grown) => {
+            for (t, old, new) in grown {
+                eprintln!("cairn serve: autoexpand: vdev {t} grew from {old} to {new} bytes");
+                crate::history_cmd::record_served(
+                    store,
+                    &format!(
+                        "cairn online -e {} (autoexpand: vdev {t})",
+                        store.pool().name()
+                    ),
+                );
+            }
+        }
+        Err(e) => eprintln!("cairn serve: autoexpand: {e}"),
+    }
+}
+
 /// Puts hot spares in for failed leaves and resilvers in a thread of its own whenever a
 /// leaf needs it; a resilver that failed is retried after `RETRY`.
 struct Healer {
@@ -224,6 +243,9 @@ impl Healer {
 
     fn tick(&mut self, store: &Arc<Store>) {
         self.autoreplace(store);
+        if store.pool().props().autoexpand {
+            autoexpand(store);
+        }
         match store.take_over_failed_leaves() {
             Ok(true) => eprintln!("cairn serve: a hot spare took the place of a failed device"),
             Ok(false) => {}

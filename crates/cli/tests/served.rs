@@ -7,54 +7,13 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use support::served::{check_numbered, put_numbered, scrub_is_clean, serve};
 use support::{
     cairn, cairn_cmd, fails, files, ok, ok_bytes, paused_then_canceled, pseudo_random, MIB,
 };
-
-struct Served {
-    child: Child,
-    socket: PathBuf,
-}
-
-fn serve(home: &Path, pool: &str) -> Served {
-    let socket = home.join("run").join(format!("{pool}.sock"));
-    let child = cairn_cmd(home)
-        .args(["serve", "--sync-interval", "0.5", "--duration", "300", pool])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "serve did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Served { child, socket }
-}
-
-impl Served {
-    fn stop(mut self) {
-        // SAFETY: sending SIGTERM to our own child process.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        assert!(self.child.wait().unwrap().success(), "serve failed");
-        assert!(!self.socket.exists());
-    }
-    fn ask(&self, request: &[u8]) -> String {
-        use std::io::Read;
-        let mut s = UnixStream::connect(&self.socket).unwrap();
-        s.write_all(request).unwrap();
-        let _ = s.shutdown(std::net::Shutdown::Write);
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).unwrap();
-        answer
-    }
-}
 
 /// Exit code, standard output and standard error, `txg` numbers blanked (a served pool may
 /// have synced more often).
@@ -266,12 +225,19 @@ fn changes_made_through_the_service_are_committed_and_in_the_history() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    // What cannot be served says who holds the pool and what to do.
-    let e = fails(&cairn(&home, &["detach", "tank", "x"]));
+    // A device the service holds is refused to another pool, with what to do.
+    let d0 = dir.path().join("d0");
+    let e = fails(&cairn(
+        &home,
+        &["create", "-f", "other", d0.to_str().unwrap()],
+    ));
     assert!(
-        e.contains("in use by PID") && e.contains("cairn serve"),
+        e.contains("in use by another process") && e.contains("stop that process"),
         "{e}"
     );
+    // A device command the service cannot do names the device.
+    let e = fails(&cairn(&home, &["detach", "tank", "x"]));
+    assert!(e.contains("cannot find 'x'"), "{e}");
     // Pool properties change in the service, in force at once and in the labels.
     ok(&cairn(&home, &["set", "readpolicy=md", "tank"]));
     ok(&cairn(&home, &["set", "comment=served", "tank"]));
@@ -1030,35 +996,4 @@ fn a_scrub_with_a_latency_budget_yields_to_readers() {
     ));
     assert!(e.contains("bad latency budget 'soon'"), "{e}");
     served.stop();
-}
-
-/// Puts `tank/f{i}`: 1 MiB and `i` pages of bytes made from `i`.
-fn put_numbered(home: &Path, dir: &Path, i: usize) {
-    let src = dir.join(format!("src{i}"));
-    std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
-    ok(&cairn(
-        home,
-        &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
-    ));
-}
-
-/// `tank/f0` … `tank/f{n-1}` read back as `put_numbered` wrote them.
-fn check_numbered(home: &Path, n: usize) {
-    for i in 0..n {
-        let got = cairn(home, &["cat", &format!("tank/f{i}")]);
-        assert_eq!(
-            got.stdout,
-            pseudo_random(MIB as usize + i * 4096, i as u64),
-            "f{i}"
-        );
-    }
-}
-
-/// A scrub of `tank` repairs nothing and finds no error.
-fn scrub_is_clean(home: &Path) {
-    let scrub = ok(&cairn(home, &["scrub", "tank"]));
-    assert!(
-        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
-        "{scrub}"
-    );
 }

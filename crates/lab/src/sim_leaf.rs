@@ -264,6 +264,9 @@ impl Leaf for SimLeaf {
     fn path(&self) -> &str {
         &self.spec
     }
+    fn release(&self) {
+        self.data.release()
+    }
     fn size(&self) -> u64 {
         self.data.size()
     }

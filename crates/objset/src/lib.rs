@@ -48,6 +48,7 @@ pub mod store;
 pub mod stream;
 pub mod txg;
 pub(crate) mod unlinked;
+pub mod vdev_changes;
 pub mod walk;
 pub mod writer;
 pub mod xattr;

@@ -41,7 +41,7 @@ impl Pool {
         let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
         for (t, top) in self.tops.iter().enumerate() {
             for (c, child) in top.children.iter().enumerate() {
-                let lc = &self.config.vdevs[t].leaves[c];
+                let lc = &top.config.leaves[c];
                 if child.path == device
                     || lc.path == device
                     || child.guid.to_string() == device
@@ -162,7 +162,7 @@ impl Pool {
         let old = &self.tops[t].children[c];
         let child = Child::new(lc.guid, leaf.path().to_string(), Some(leaf));
         child.set_dtl(old.dtl_ranges());
-        self.tops[t].children[c] = child.into();
+        self.tops[t].children[c] = Slot::shared(child);
         Ok(())
     }
 
@@ -253,12 +253,13 @@ impl Pool {
         self.check_fits("replace", t, c, leaf.as_ref())?;
         let newest = self.newest_uberblock();
         let child = new_stale_child(leaf.clone());
-        self.config.vdevs[t].leaves[c] =
-            LeafConfig::new(child.guid, child.path.clone(), leaf_asize(leaf.size()));
+        let lc = LeafConfig::new(child.guid, child.path.clone(), leaf_asize(leaf.size()));
+        self.config.vdevs[t].leaves[c] = lc.clone();
+        self.tops[t].config.leaves[c] = lc;
         let spare_leaf = self.tops[t].children[c]
             .spare()
             .and_then(|s| s.leaf.clone());
-        self.tops[t].children[c] = child.into();
+        self.tops[t].children[c] = Slot::shared(child);
         if let Some(s) = spare_in_use {
             // The spare left its slot: AVAIL again, with the handle it had there (or
             // opened again when the pool was opened without it).
@@ -462,41 +463,33 @@ impl Pool {
         self.settle_spares();
         let mut grown = Vec::new();
         for t in 0..self.tops.len() {
-            let sizes: Option<Vec<u64>> = self.tops[t]
-                .children
-                .iter()
-                .map(|c| c.leaf.as_ref().map(|l| leaf_asize(l.size())))
-                .collect();
-            let Some(sizes) = sizes else { continue };
-            let config = &mut self.config.vdevs[t];
-            let old_min = config.leaves.iter().map(|l| l.asize).min().unwrap_or(0);
-            let new_min = sizes.iter().copied().min().unwrap_or(0);
-            if new_min <= old_min {
+            let Some(config) = grown_config(&self.tops[t]) else {
                 continue;
-            }
-            for (leaf, size) in config.leaves.iter_mut().zip(&sizes) {
-                leaf.asize = leaf.asize.max(*size);
-            }
-            let old = config.asize;
-            config.asize = config.shape.vdev_asize(new_min);
-            grown.push((t, old, config.asize));
-            self.tops[t].config = config.clone();
+            };
+            grown.push((t, self.tops[t].config.asize, config.asize));
+            self.config.vdevs[t] = config.clone();
+            self.tops[t].config = config;
         }
         if !grown.is_empty() {
             self.commit_config()?;
-            for &(t, old, new) in &grown {
-                let name = self.tops[t].display_name();
-                self.post_event(
-                    "sysevent.fs.zfs.vdev_expand",
-                    Some(&name),
-                    &[
-                        ("old_asize", old.to_string()),
-                        ("new_asize", new.to_string()),
-                    ],
-                );
-            }
+            self.post_expand_events(&grown);
         }
         Ok(grown)
+    }
+
+    /// `vdev_expand` events for (vdev, old asize, new asize).
+    pub(crate) fn post_expand_events(&self, grown: &[(usize, u64, u64)]) {
+        for &(t, old, new) in grown {
+            let name = self.tops[t].display_name();
+            self.post_event(
+                "sysevent.fs.zfs.vdev_expand",
+                Some(&name),
+                &[
+                    ("old_asize", old.to_string()),
+                    ("new_asize", new.to_string()),
+                ],
+            );
+        }
     }
 
     /// `cairn attach POOL EXISTING NEW`: a disk becomes a two-way mirror, a mirror one side
@@ -508,9 +501,26 @@ impl Pool {
         force: bool,
     ) -> Result<DeviceOutcome, PoolError> {
         self.settle_spares();
+        let (t, config, child) = self.plan_attach(existing, new, force)?;
+        let newest = self.newest_uberblock();
+        let mut kids = std::mem::take(&mut self.tops[t].children);
+        kids.push(Slot::shared(child));
+        self.rebuild_top(t, config, kids);
+        self.commit_config_keeping(newest)?;
+        self.save_record()?;
+        Ok(DeviceOutcome::NeedsResilver)
+    }
+
+    /// What `attach` changes: the vdev, its new config, and NEW as a stale child that
+    /// misses everything. Checks everything first; changes nothing.
+    pub(crate) fn plan_attach(
+        &self,
+        existing: &str,
+        new: &str,
+        force: bool,
+    ) -> Result<(usize, TopConfig, Child), PoolError> {
         let (t, c) = self.find_leaf(existing)?;
-        let shape = self.tops[t].shape();
-        let children = match shape {
+        let children = match self.tops[t].shape() {
             VdevShape::Disk => 2,
             VdevShape::Mirror { children } => children + 1,
             VdevShape::Raidz { .. } => {
@@ -531,21 +541,15 @@ impl Pool {
         let leaf = open_leaf(new, LeafOptions::default())?;
         refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
         self.check_fits("attach", t, c, leaf.as_ref())?;
-        let newest = self.newest_uberblock();
         let child = new_stale_child(leaf.clone());
-        let mut config = self.config.vdevs[t].clone();
+        let mut config = self.tops[t].config.clone();
         config.shape = VdevShape::Mirror { children };
         config.leaves.push(LeafConfig::new(
             child.guid,
             child.path.clone(),
             leaf_asize(leaf.size()),
         ));
-        let mut kids = std::mem::take(&mut self.tops[t].children);
-        kids.push(child.into());
-        self.rebuild_top(t, config, kids);
-        self.commit_config_keeping(newest)?;
-        self.save_record()?;
-        Ok(DeviceOutcome::NeedsResilver)
+        Ok((t, config, child))
     }
 
     /// `cairn detach POOL DEVICE`: removes a side of a mirror (a two-way mirror becomes a
@@ -555,6 +559,22 @@ impl Pool {
         if let Some((t, c, which)) = self.find_in_spare_group(device) {
             return self.detach_in_spare_group(t, c, which);
         }
+        let (t, c, config) = self.plan_detach(device)?;
+        let newest = self.newest_uberblock();
+        let mut kids = std::mem::take(&mut self.tops[t].children);
+        let gone = kids.remove(c);
+        self.rebuild_top(t, config, kids);
+        self.commit_config_keeping(newest)?;
+        if let Some(leaf) = &gone.leaf {
+            let _ = clear_leaf_labels(leaf.as_ref());
+        }
+        self.save_record()?;
+        Ok(DeviceOutcome::Done)
+    }
+
+    /// What `detach` changes: the vdev, the child that goes, and the vdev's new config.
+    /// Checks everything first; changes nothing.
+    pub(crate) fn plan_detach(&self, device: &str) -> Result<(usize, usize, TopConfig), PoolError> {
         let (t, c) = self.find_leaf(device)?;
         let VdevShape::Mirror { children } = self.tops[t].shape() else {
             return Err(Self::device_error(
@@ -575,8 +595,7 @@ impl Pool {
                 "no valid replicas: it is the only side of the mirror that holds all the data",
             ));
         }
-        let newest = self.newest_uberblock();
-        let mut config = self.config.vdevs[t].clone();
+        let mut config = self.tops[t].config.clone();
         config.leaves.remove(c);
         config.shape = if children == 2 {
             VdevShape::Disk
@@ -585,15 +604,7 @@ impl Pool {
                 children: children - 1,
             }
         };
-        let mut kids = std::mem::take(&mut self.tops[t].children);
-        let gone = kids.remove(c);
-        self.rebuild_top(t, config, kids);
-        self.commit_config_keeping(newest)?;
-        if let Some(leaf) = &gone.leaf {
-            let _ = clear_leaf_labels(leaf.as_ref());
-        }
-        self.save_record()?;
-        Ok(DeviceOutcome::Done)
+        Ok((t, c, config))
     }
 
     /// The `spare-N` group holding `device`: (vdev, slot, which side `device` is).
@@ -625,6 +636,13 @@ impl Pool {
         c: usize,
         which: SpareSide,
     ) -> Result<DeviceOutcome, PoolError> {
+        if Arc::strong_count(&self.tops[t].children[c]) > 1 {
+            return Err(Self::device_error(
+                "detach",
+                &self.tops[t].children[c].path,
+                "a service changed this vdev while it held the pool; export and import the pool, then retry",
+            ));
+        }
         let newest = self.newest_uberblock();
         let spare_guid = self.tops[t].children[c].spare().map(|s| s.guid);
         let s = self
@@ -634,7 +652,9 @@ impl Pool {
             .position(|sp| Some(sp.guid) == spare_guid)
             .expect("a spare in a slot is in the spares list");
         let mut kids = std::mem::take(&mut self.tops[t].children);
-        let (failed, spare) = kids.remove(c).into_parts();
+        let (failed, spare) = Arc::try_unwrap(kids.remove(c))
+            .unwrap_or_else(|_| unreachable!("checked above: no other tree holds the slot"))
+            .into_parts();
         let spare = spare.expect("the slot holds a spare");
         let mut tconfig = self.config.vdevs[t].clone();
         let outcome = match which {
@@ -647,7 +667,7 @@ impl Pool {
                 failed.spare_declined.store(true, Ordering::Relaxed);
                 tconfig.leaves[c] = failed_config;
                 self.spare_leaves[s] = spare.leaf.clone();
-                kids.insert(c, failed.into());
+                kids.insert(c, Slot::shared(failed));
                 DeviceOutcome::Done
             }
             SpareSide::Failed => {
@@ -657,7 +677,7 @@ impl Pool {
                     let _ = clear_leaf_labels(leaf.as_ref());
                 }
                 let stale = spare.stale.load(Ordering::Relaxed);
-                kids.insert(c, spare.into());
+                kids.insert(c, Slot::shared(spare));
                 if stale {
                     DeviceOutcome::NeedsResilver
                 } else {
@@ -681,7 +701,38 @@ impl Pool {
         if tokens.is_empty() && !spares.is_empty() {
             return Ok(DeviceOutcome::Done);
         }
-        let (mut specs, log_specs) = crate::spec::parse_with_logs(&tokens, true)?;
+        let newest = self.newest_uberblock();
+        for top in self.plan_add(&tokens, force)? {
+            self.config.vdevs.push(top.config.clone());
+            self.tops.push(top);
+        }
+        self.config.validate().map_err(PoolError::BadSpec)?;
+        self.commit_config_keeping(newest)?;
+        self.save_record()?;
+        Ok(DeviceOutcome::Done)
+    }
+
+    /// The top-level vdevs `add` appends (data vdevs, then log devices), opened, numbered
+    /// after the pool's. Checks everything first; changes nothing but `notes`.
+    pub(crate) fn plan_add(
+        &mut self,
+        tokens: &[String],
+        force: bool,
+    ) -> Result<Vec<TopVdev>, PoolError> {
+        let mut notes = Vec::new();
+        let tops = self.new_tops(tokens, force, &mut notes)?;
+        self.notes.extend(notes);
+        Ok(tops)
+    }
+
+    /// `plan_add` for a pool in use: the notes are returned.
+    pub(crate) fn new_tops(
+        &self,
+        tokens: &[String],
+        force: bool,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<TopVdev>, PoolError> {
+        let (mut specs, log_specs) = crate::spec::parse_with_logs(tokens, true)?;
         let first_log = specs.len();
         specs.extend(log_specs);
         for spec in &specs {
@@ -706,28 +757,24 @@ impl Pool {
         };
         let leaves = open_new_leaves(&specs, &opts, &self.home)?;
         let ashift = self.tops.iter().map(|t| t.ashift()).max().unwrap_or(12);
-        let newest = self.newest_uberblock();
         let first_id = self.tops.len();
-        let mut notes = Vec::new();
-        let configs =
-            crate::pool::top_configs(&specs, &leaves, ashift, first_id, first_log, &mut notes);
-        self.notes.extend(notes);
-        for (config, tleaves) in configs.into_iter().zip(leaves) {
-            let children = config
-                .leaves
-                .iter()
-                .zip(tleaves)
-                .map(|(lc, l)| Child::new(lc.guid, lc.path.clone(), Some(l)))
-                .collect();
-            self.config.vdevs.push(config.clone());
-            let top = TopVdev::new(config, children);
-            top.set_read_policy(self.props().readpolicy);
-            self.tops.push(top);
-        }
-        self.config.validate().map_err(PoolError::BadSpec)?;
-        self.commit_config_keeping(newest)?;
-        self.save_record()?;
-        Ok(DeviceOutcome::Done)
+        let configs = crate::pool::top_configs(&specs, &leaves, ashift, first_id, first_log, notes);
+        let readpolicy = self.props().readpolicy;
+        Ok(configs
+            .into_iter()
+            .zip(leaves)
+            .map(|(config, tleaves)| {
+                let children = config
+                    .leaves
+                    .iter()
+                    .zip(tleaves)
+                    .map(|(lc, l)| Child::new(lc.guid, lc.path.clone(), Some(l)))
+                    .collect();
+                let top = TopVdev::new(config, children);
+                top.set_read_policy(readpolicy);
+                top
+            })
+            .collect())
     }
 
     /// The log device `device` names (a leaf's path, file name or GUID, or the group's name
@@ -763,15 +810,7 @@ impl Pool {
     /// Only the last top-level vdev can go: DVAs name vdevs by index, and cairn has no
     /// placeholder ("hole") vdevs yet.
     pub fn remove_log(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
-        let t = self.find_log_device(device)?;
-        if t + 1 != self.tops.len() {
-            return Err(Self::device_error(
-                "remove",
-                device,
-                "vdevs were added after this log device, and only the last top-level vdev can \
-                 be removed (cairn has no placeholder vdevs yet); take its leaves offline instead",
-            ));
-        }
+        self.removable_log(device)?;
         let newest = self.newest_uberblock();
         let gone = self.tops.pop().expect("found above");
         self.config.vdevs.pop();
@@ -822,7 +861,7 @@ impl Pool {
         c: usize,
         leaf: &dyn Leaf,
     ) -> Result<(), PoolError> {
-        let need = self.config.vdevs[t].leaves[c].asize;
+        let need = self.tops[t].config.leaves[c].asize;
         let has = leaf_asize(leaf.size());
         if has < need {
             return Err(Self::device_error(
@@ -834,7 +873,7 @@ impl Pool {
         Ok(())
     }
 
-    fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Slot>) {
+    fn rebuild_top(&mut self, t: usize, config: TopConfig, children: Vec<Arc<Slot>>) {
         self.config.vdevs[t] = config.clone();
         self.tops[t] = TopVdev::from_slots(config, children);
         self.tops[t].set_read_policy(self.props().readpolicy);
@@ -860,6 +899,27 @@ impl Pool {
         self.config_txg.store(self.config.txg, Ordering::SeqCst);
         self.write_labels_with_root(newest.map(|u| u.root))
     }
+}
+
+/// The config of `top` grown to its devices' sizes, when every device is open and the
+/// smallest has grown beyond the configured size.
+pub(crate) fn grown_config(top: &TopVdev) -> Option<TopConfig> {
+    let sizes: Vec<u64> = top
+        .children
+        .iter()
+        .map(|c| c.leaf.as_ref().map(|l| leaf_asize(l.size())))
+        .collect::<Option<_>>()?;
+    let mut config = top.config.clone();
+    let old_min = config.leaves.iter().map(|l| l.asize).min().unwrap_or(0);
+    let new_min = sizes.iter().copied().min().unwrap_or(0);
+    if new_min <= old_min {
+        return None;
+    }
+    for (leaf, size) in config.leaves.iter_mut().zip(&sizes) {
+        leaf.asize = leaf.asize.max(*size);
+    }
+    config.asize = config.shape.vdev_asize(new_min);
+    Some(config)
 }
 
 /// A child for a new device that must be resilvered with everything.

@@ -171,13 +171,15 @@ impl Pool {
 
     /// Puts `wrap(device)` in place of the opened device in `slot` (a fault injector, in
     /// tests and the torture harness). Returns false, and calls nothing, when the slot has
-    /// no opened device.
+    /// no opened device (or an older vdev tree of a pool in use shares it).
     pub fn wrap_leaf(
         &mut self,
         slot: LeafSlot,
         wrap: impl FnOnce(Arc<dyn Leaf>) -> Arc<dyn Leaf>,
     ) -> bool {
-        let child = &mut self.tops[slot.top].children[slot.child];
+        let Some(child) = Arc::get_mut(&mut self.tops[slot.top].children[slot.child]) else {
+            return false;
+        };
         match child.leaf.clone() {
             Some(inner) => {
                 child.leaf = Some(wrap(inner));

@@ -14,8 +14,10 @@ pub mod leaf_slots;
 pub mod leaves;
 pub mod owner;
 pub mod pool;
+pub mod reshape_in_use;
 pub mod spec;
 pub mod status;
+pub mod vdev_tree;
 
 pub use error::PoolError;
 pub use home::Home;

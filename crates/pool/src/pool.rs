@@ -52,7 +52,7 @@ pub struct Pool {
     pub config: PoolConfig,
     /// The vdev tree: private to the pool crate. Others read it through `tops()` and ask
     /// for leaves by slot (`crate::leaf_slots`).
-    pub(crate) tops: Vec<TopVdev>,
+    pub(crate) tops: crate::vdev_tree::VdevTree,
     /// Warnings and notes gathered while creating or opening (printed by the CLI).
     pub notes: Vec<String>,
     pub(crate) home: Home,
@@ -86,6 +86,8 @@ pub struct Pool {
     events: std::sync::Mutex<Vec<Event>>,
     /// Each leaf's health and error counters as last reported (events are the changes).
     seen: std::sync::Mutex<crate::home::SeenLeaves>,
+    /// `PoolConfig::prior_guid_sums` in force (a vdev change in use adds one).
+    prior_guid_sums: std::sync::Mutex<Vec<u64>>,
 }
 
 /// Result of `create` (also of `create -n`, which returns no pool).
@@ -192,10 +194,11 @@ fn owner_of(home: &Home) -> Result<Owner, PoolError> {
 
 /// Space inputs for the geometry module: one entry per top-level vdev.
 pub fn space_inputs(config: &PoolConfig) -> Vec<VdevSpaceInput> {
-    config
-        .vdevs
-        .iter()
-        .filter(|t| !t.log)
+    top_space_inputs(config.vdevs.iter())
+}
+
+fn top_space_inputs<'a>(tops: impl Iterator<Item = &'a TopConfig>) -> Vec<VdevSpaceInput> {
+    tops.filter(|t| !t.log)
         .map(|t| VdevSpaceInput {
             shape: t.shape,
             min_leaf_asize: t.leaves.iter().map(|l| l.asize).min().unwrap_or(0),
@@ -396,6 +399,7 @@ impl Pool {
             scrub: None,
             last_resilver: None,
             spares: Vec::new(),
+            prior_guid_sums: Vec::new(),
             props: opts.props,
         };
         config.validate().map_err(PoolError::BadSpec)?;
@@ -649,8 +653,9 @@ impl Pool {
             scrub_running: std::sync::atomic::AtomicBool::new(false),
             props: std::sync::Mutex::new(config.props.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
+            prior_guid_sums: std::sync::Mutex::new(config.prior_guid_sums.clone()),
             config,
-            tops,
+            tops: crate::vdev_tree::VdevTree::new(tops),
             notes: Vec::new(),
             home: home.clone(),
             spare_leaves: Vec::new(),
@@ -665,7 +670,10 @@ impl Pool {
 
     /// Capacity (SIZE, usable, slop, AVAIL) under cairn's rules.
     pub fn space(&self) -> PoolSpace {
-        config_space(&self.config)
+        pool_space(
+            &top_space_inputs(self.tops.iter().map(|t| &t.config)),
+            ZfsEra::Cairn,
+        )
     }
 
     /// Each top-level vdev's allocatable size and ashift, in vdev order (the allocator's
@@ -780,7 +788,7 @@ impl Pool {
 
     /// Flushes every leaf.
     pub fn flush(&self) -> Result<(), PoolError> {
-        for top in &self.tops {
+        for top in self.tops.iter() {
             top.flush()?;
         }
         Ok(())
@@ -797,7 +805,7 @@ impl Pool {
         self.flush_events();
         let mut leaves = BTreeMap::new();
         let mut counters = BTreeMap::new();
-        for top in &self.tops {
+        for top in self.tops.iter() {
             for child in &top.children {
                 leaves.insert(child.guid, child.path.clone());
                 let (read, write, checksum) = child.stats.snapshot();
@@ -975,7 +983,7 @@ impl Pool {
             *props = changed;
             props.readpolicy
         };
-        for top in &self.tops {
+        for top in self.tops.iter() {
             top.set_read_policy(policy);
         }
         self.write_config_labels(0)
@@ -984,6 +992,26 @@ impl Pool {
     /// The pool properties in force.
     pub fn props(&self) -> cairn_vdev::PoolProps {
         self.props.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// GUID sums of earlier vdev trees whose uberblocks still belong to the pool.
+    pub(crate) fn prior_guid_sums(&self) -> Vec<u64> {
+        self.prior_guid_sums
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Remembers `sum`, the GUID sum before a vdev change in use (the newest 8 are kept).
+    pub(crate) fn remember_guid_sum(&self, sum: u64) {
+        let mut sums = self
+            .prior_guid_sums
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        sums.retain(|&s| s != sum);
+        sums.push(sum);
+        let extra = sums.len().saturating_sub(8);
+        sums.drain(..extra);
     }
 
     /// The text form of pool property `name`.
@@ -996,8 +1024,12 @@ impl Pool {
     pub fn live_config(&self) -> PoolConfig {
         let mut config = self.config.clone();
         config.txg = self.config_txg.load(Ordering::SeqCst).max(config.txg);
+        // The vdev tree in use says what the vdevs are (a service may have changed them).
+        let tops: &[TopVdev] = &self.tops;
+        config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
+        config.prior_guid_sums = self.prior_guid_sums();
         let PoolConfig { vdevs, spares, .. } = &mut config;
-        for (tc, top) in vdevs.iter_mut().zip(&self.tops) {
+        for (tc, top) in vdevs.iter_mut().zip(tops) {
             for (lc, child) in tc.leaves.iter_mut().zip(&top.children) {
                 // A spare that took over since `self.config` was last written: the slot
                 // now names the spare, and the spare entry the leaf it stands in for.
@@ -1131,7 +1163,7 @@ impl Pool {
     ) -> Result<(), PoolError> {
         let mut written = 0;
         let mut last_err = None;
-        for top in &self.tops {
+        for top in self.tops.iter() {
             for child in top.children.iter().filter(|c| c.is_usable()) {
                 let Some(leaf) = &child.leaf else { continue };
                 let result = write(top, child, leaf.as_ref()).and_then(|_| {
@@ -1224,7 +1256,7 @@ impl Pool {
         });
         let mut written = 0;
         let mut last_err = None;
-        for top in &self.tops {
+        for top in self.tops.iter() {
             // Faulted and removed leaves are skipped: their labels say what they last held.
             let writable = top.children.iter().filter(|c| {
                 !c.faulted.load(Ordering::Relaxed) && !c.removed.load(Ordering::Relaxed)
@@ -1347,6 +1379,7 @@ fn imported_config(fp: &FoundPool, owner: Owner) -> PoolConfig {
 pub(crate) fn accepted_guid_sums(config: &PoolConfig) -> Vec<u64> {
     let sum = config.guid_sum();
     let mut sums = vec![sum];
+    sums.extend(&config.prior_guid_sums);
     let mut before_all = sum;
     for spare in &config.spares {
         if let Some(failed) = &spare.replacing {
@@ -1447,8 +1480,8 @@ pub(crate) fn build_tops(
                         .find(|s| s.guid == lc.guid)
                         .and_then(|s| s.replacing.as_ref())
                     {
-                        Some(failed) => Slot::with_spare(replaced_child(failed), child),
-                        None => Slot::new(child),
+                        Some(failed) => Arc::new(Slot::with_spare(replaced_child(failed), child)),
+                        None => Slot::shared(child),
                     }
                 })
                 .collect();

@@ -461,7 +461,7 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
         .tops
         .iter()
         .flat_map(|t| t.children.iter())
-        .map(|slot| &**slot)
+        .map(|slot| &***slot)
         .collect();
     let any = |h: Health| leaves.iter().any(|c| Pool::leaf_health(c) == h);
     let name = pool.name();

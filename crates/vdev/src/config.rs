@@ -39,6 +39,11 @@ pub struct PoolConfig {
     /// Hot spares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<SpareConfig>,
+    /// GUID sums of the vdev trees this pool had before a service changed its vdevs
+    /// (attach, detach, add, remove while in use): the uberblocks written before the
+    /// change carry them and still belong to the pool (newest last, at most 8).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prior_guid_sums: Vec<u64>,
     /// Pool properties (absent in labels written before they existed: the defaults).
     #[serde(default, skip_serializing_if = "PoolProps::is_default")]
     pub props: PoolProps,

@@ -371,6 +371,12 @@ fn eio() -> io::Error {
 }
 
 impl Leaf for FaultLeaf {
+    fn refresh_size(&self) -> io::Result<u64> {
+        self.inner.refresh_size()
+    }
+    fn release(&self) {
+        self.inner.release()
+    }
     fn path(&self) -> &str {
         self.shown_path
             .as_deref()
@@ -465,6 +471,12 @@ impl CrashLeaf {
 }
 
 impl Leaf for CrashLeaf {
+    fn refresh_size(&self) -> io::Result<u64> {
+        self.inner.refresh_size()
+    }
+    fn release(&self) {
+        self.inner.release()
+    }
     fn path(&self) -> &str {
         self.inner.path()
     }

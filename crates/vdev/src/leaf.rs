@@ -10,6 +10,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::VdevError;
 
@@ -53,6 +54,15 @@ pub trait Leaf: Send + Sync + fmt::Debug {
     fn nonrot(&self) -> bool {
         true
     }
+    /// Gives up the device's lock (a device that left a pool still open in this process,
+    /// so another pool or process may take it); I/O is not expected afterwards.
+    fn release(&self) {}
+    /// Measures the device again and reports the new size from now on when it grew (a LUN
+    /// resized, a file made longer: `cairn online -e` and `autoexpand` on a pool in use).
+    /// A device never shrinks here.
+    fn refresh_size(&self) -> io::Result<u64> {
+        Ok(self.size())
+    }
 }
 
 /// How to open a leaf.
@@ -85,7 +95,8 @@ pub const FILE_SECTOR_SIZE: u32 = 4096;
 pub struct FileLeaf {
     path: String,
     file: File,
-    size: u64,
+    /// Grows only (`Leaf::refresh_size`).
+    size: AtomicU64,
     sector: u32,
     is_block_device: bool,
     direct: bool,
@@ -97,7 +108,7 @@ impl fmt::Debug for FileLeaf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FileLeaf")
             .field("path", &self.path)
-            .field("size", &self.size)
+            .field("size", &self.size())
             .field("sector", &self.sector)
             .field("block_device", &self.is_block_device)
             .finish()
@@ -149,7 +160,7 @@ impl FileLeaf {
         Ok(FileLeaf {
             path: shown,
             file,
-            size,
+            size: AtomicU64::new(size),
             sector,
             is_block_device,
             direct: opts.direct,
@@ -219,8 +230,21 @@ impl Leaf for FileLeaf {
     fn path(&self) -> &str {
         &self.path
     }
+    fn release(&self) {
+        // SAFETY: flock on a valid, owned descriptor. Failure leaves the lock held, which
+        // is what the process exiting fixes.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Acquire)
+    }
+    fn refresh_size(&self) -> io::Result<u64> {
+        let now = if self.is_block_device {
+            block_device_size(&self.file)?
+        } else {
+            self.file.metadata()?.len()
+        };
+        Ok(self.size.fetch_max(now, Ordering::AcqRel).max(now))
     }
     fn physical_sector_size(&self) -> u32 {
         self.sector

@@ -52,8 +52,14 @@ impl MeteredLeaf {
 }
 
 impl Leaf for MeteredLeaf {
+    fn refresh_size(&self) -> io::Result<u64> {
+        self.inner.refresh_size()
+    }
     fn path(&self) -> &str {
         self.inner.path()
+    }
+    fn release(&self) {
+        self.inner.release()
     }
     fn size(&self) -> u64 {
         self.inner.size()

@@ -287,6 +287,11 @@ impl Slot {
         }
     }
 
+    /// A slot of its own leaf, to share between versions of a vdev tree.
+    pub fn shared(leaf: Child) -> Arc<Slot> {
+        Arc::new(Slot::new(leaf))
+    }
+
     /// A slot where `spare` stands in for the failed `leaf`.
     pub fn with_spare(leaf: Child, spare: Child) -> Slot {
         Slot {
@@ -371,7 +376,7 @@ struct MirrorReads {
 }
 
 impl MirrorReads {
-    fn new(children: &[Slot]) -> MirrorReads {
+    fn new(children: &[Arc<Slot>]) -> MirrorReads {
         let nonrot: Vec<bool> = children
             .iter()
             .map(|slot| {
@@ -437,19 +442,28 @@ pub(crate) const PARALLEL_MIN_BYTES: u64 = 64 << 10;
 #[derive(Debug)]
 pub struct TopVdev {
     pub config: TopConfig,
-    /// One slot per configured leaf; each dereferences to the device serving it.
-    pub children: Vec<Slot>,
+    /// One slot per configured leaf; each dereferences to the device serving it. Slots are
+    /// shared: a pool in use that changes a vdev's shape (attach, detach) builds a new
+    /// `TopVdev` over the same slots, so I/O still in flight on the old one updates the
+    /// same leaf states and counters.
+    pub children: Vec<Arc<Slot>>,
     mirror: MirrorReads,
     parity: &'static RaidzParity,
 }
 
 impl TopVdev {
     pub fn new(config: TopConfig, children: Vec<Child>) -> TopVdev {
-        TopVdev::from_slots(config, children.into_iter().map(Slot::new).collect())
+        TopVdev::from_slots(
+            config,
+            children
+                .into_iter()
+                .map(|c| Arc::new(Slot::new(c)))
+                .collect(),
+        )
     }
 
     /// A top-level vdev over slots (some may hold a hot spare).
-    pub fn from_slots(config: TopConfig, children: Vec<Slot>) -> TopVdev {
+    pub fn from_slots(config: TopConfig, children: Vec<Arc<Slot>>) -> TopVdev {
         assert_eq!(
             config.leaves.len(),
             children.len(),

@@ -3,6 +3,8 @@
 //! (a file may use only part of it).
 #![allow(dead_code)]
 
+pub mod served;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

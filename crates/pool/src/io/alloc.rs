@@ -121,6 +121,9 @@ pub struct VdevAllocator {
     cursor: u64,
     /// A log device: only intent-log blocks are allocated here (`Allocator::alloc_log`).
     pub log: bool,
+    /// A log device on its way out of the pool in use (`cairn remove`): nothing more is
+    /// allocated here.
+    pub retired: bool,
 }
 
 impl VdevAllocator {
@@ -136,7 +139,22 @@ impl VdevAllocator {
             sector: 1 << ashift,
             cursor: 0,
             log: false,
+            retired: false,
         }
+    }
+
+    /// This vdev's allocator over the vdev grown to `vdev_asize` (`cairn online -e` on a
+    /// pool in use): metaslabs as `new` lays them out for the new size, with the same
+    /// extents allocated (each lies inside one old metaslab, and a larger vdev's metaslabs
+    /// are the same size or a power-of-two multiple, aligned alike: as at an open).
+    pub fn regrown(&self, vdev_asize: u64) -> Result<VdevAllocator, String> {
+        let mut grown = VdevAllocator::new(vdev_asize, self.sector.trailing_zeros());
+        grown.log = self.log;
+        grown.retired = self.retired;
+        for (offset, len) in self.allocated_extents() {
+            grown.claim(offset, len)?;
+        }
+        Ok(grown)
     }
 
     /// Total bytes in metaslabs (zpool list SIZE for this vdev).
@@ -440,7 +458,7 @@ impl Allocator {
         usable: &dyn Fn(usize) -> bool,
     ) -> Option<Dva> {
         let logs: Vec<usize> = (0..self.vdevs.len())
-            .filter(|&v| self.vdevs[v].log && usable(v))
+            .filter(|&v| self.vdevs[v].log && !self.vdevs[v].retired && usable(v))
             .collect();
         for k in 0..logs.len() {
             let v = logs[(self.rotor + k) % logs.len()];

@@ -1,0 +1,210 @@
+//! `attach`, `detach`, `add` and `remove` against a pool that `cairn serve` holds: they run
+//! in the service while clients write (issue 14), and the pool reads back whole, after a
+//! re-import too.
+
+mod support;
+
+use std::time::Duration;
+
+use support::served::{check_numbered, put_numbered, scrub_is_clean, serve};
+use support::{cairn, fails, files, ok, pseudo_random, MIB};
+
+/// A disk becomes a mirror and a three-way mirror while a client writes; the new sides
+/// are resilvered by the service and hold everything; a detached side is free for reuse
+/// at once (labels cleared, its lock released) while the service goes on.
+#[test]
+fn attach_and_detach_run_in_the_service_while_clients_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", &d[0]]));
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
+    (0..4).for_each(put);
+    let served = serve(&home, "tank");
+    let attached = std::thread::scope(|s| {
+        let w = s.spawn(|| (4..12).for_each(put));
+        std::thread::sleep(Duration::from_millis(200));
+        let out = ok(&cairn(&home, &["attach", "tank", &d[0], &d[1]]));
+        w.join().unwrap();
+        out
+    });
+    assert!(
+        attached.starts_with("resilvered ") && attached.contains("with 0 errors"),
+        "{attached}"
+    );
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("mirror-0") && st.contains(&d[1]), "{st}");
+    // Writes taken while the attach ran reached d1 too (or its DTL, resilvered since).
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["offline", "tank", &d[0]]));
+    check_numbered(&home, 12);
+    ok(&cairn(&home, &["online", "tank", &d[0]]));
+    ok(&cairn(&home, &["resilver", "tank"]));
+    ok(&cairn(&home, &["attach", "tank", &d[1], &d[2]]));
+    let e = fails(&cairn(&home, &["attach", "tank", &d[0], &d[2]]));
+    assert!(e.contains("already part of this pool"), "{e}");
+    // Detach while a client writes; the side that left is free at once.
+    std::thread::scope(|s| {
+        let w = s.spawn(|| (12..16).for_each(put));
+        std::thread::sleep(Duration::from_millis(100));
+        ok(&cairn(&home, &["detach", "tank", &d[0]]));
+        w.join().unwrap();
+    });
+    let e = fails(&cairn(&home, &["labels", &d[0]]));
+    assert!(e.contains("no valid cairn label"), "{e}");
+    ok(&cairn(&home, &["create", "other", &d[0]]));
+    ok(&cairn(&home, &["destroy", "other"]));
+    ok(&cairn(&home, &["detach", "tank", &d[1]]));
+    let e = fails(&cairn(&home, &["detach", "tank", &d[2]]));
+    assert!(e.contains("only a side of a mirror"), "{e}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(!st.contains("mirror-0") && st.contains(&d[2]), "{st}");
+    let history = ok(&cairn(&home, &["history", "tank"]));
+    assert!(
+        history.contains(&format!("cairn detach tank {}", d[1])),
+        "{history}"
+    );
+    check_numbered(&home, 16);
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    check_numbered(&home, 16);
+    scrub_is_clean(&home);
+}
+
+/// A data mirror and a log device are added while a client writes; new writes use the
+/// new vdev; the log device is removed again (labels cleared) and the pool re-imports
+/// with everything. What cannot be done in the service is refused with what to do.
+#[test]
+fn add_and_remove_run_in_the_service_while_clients_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 6, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
+    (0..4).for_each(put);
+    let served = serve(&home, "tank");
+    let size =
+        |home: &std::path::Path| ok(&cairn(home, &["list", "-H", "-p", "-o", "size", "tank"]));
+    let before = size(&home);
+    std::thread::scope(|s| {
+        let w = s.spawn(|| (4..10).for_each(put));
+        std::thread::sleep(Duration::from_millis(200));
+        ok(&cairn(&home, &["add", "tank", "mirror", &d[2], &d[3]]));
+        w.join().unwrap();
+    });
+    let after = size(&home);
+    assert!(
+        after.trim().parse::<u64>().unwrap() > before.trim().parse::<u64>().unwrap(),
+        "size {before} -> {after}"
+    );
+    (10..24).for_each(put);
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("mirror-1") && st.contains(&d[3]), "{st}");
+    let iostat = ok(&cairn(&home, &["iostat", "-v", "-H", "-p", "tank"]));
+    let mirror1 = iostat
+        .lines()
+        .find(|l| l.trim_start().starts_with("mirror-1"))
+        .unwrap_or_else(|| panic!("{iostat}"));
+    let alloc: u64 = mirror1.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(alloc > 0, "nothing was written to the new vdev: {iostat}");
+    // Refusals, as in-process.
+    let e = fails(&cairn(&home, &["add", "tank", &d[4]]));
+    assert!(e.contains("mismatched replication"), "{e}");
+    let e = fails(&cairn(&home, &["add", "tank", "spare", &d[5]]));
+    assert!(e.contains("stop it") && e.contains("spare"), "{e}");
+    let e = fails(&cairn(&home, &["remove", "tank", "mirror-1"]));
+    assert!(e.contains("only log devices can be removed"), "{e}");
+    // A log device comes and goes while fsync'd writes would use it.
+    ok(&cairn(&home, &["add", "tank", "log", &d[4]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("logs") && st.contains(&d[4]), "{st}");
+    (24..26).for_each(put);
+    ok(&cairn(&home, &["remove", "tank", &d[4]]));
+    let e = fails(&cairn(&home, &["labels", &d[4]]));
+    assert!(e.contains("no valid cairn label"), "{e}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(!st.contains(&d[4]), "{st}");
+    check_numbered(&home, 26);
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("mirror-1") && !st.contains(&d[4]), "{st}");
+    check_numbered(&home, 26);
+    scrub_is_clean(&home);
+}
+
+/// Vdevs grow under the service: by `online -e`, and with `autoexpand=on` by themselves
+/// (the service measures its devices every second); the new room takes data the old
+/// vdev could not hold, and the pool re-imports with it.
+#[test]
+fn vdevs_grow_under_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    let size = || -> u64 {
+        ok(&cairn(&home, &["list", "-H", "-p", "-o", "size", "tank"]))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let grow = |len: u64| {
+        for p in &d {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.set_len(len).unwrap();
+        }
+    };
+    let big = |name: &str, mib: usize, seed: u64| {
+        let src = dir.path().join(name);
+        std::fs::write(&src, pseudo_random(mib * MIB as usize, seed)).unwrap();
+        src.to_str().unwrap().to_string()
+    };
+    let (first, second, third) = (
+        big("first", 40, 1),
+        big("second", 60, 2),
+        big("third", 100, 3),
+    );
+    ok(&cairn(&home, &["put", &first, "tank/first"]));
+    let served = serve(&home, "tank");
+    let before = size();
+    grow(256 * MIB);
+    let e = fails(&cairn(&home, &["put", &second, "tank/second"]));
+    assert!(e.contains("out of space"), "{e}");
+    let out = ok(&cairn(&home, &["online", "-e", "tank", &d[0]]));
+    assert!(out.contains("expanded a vdev from"), "{out}");
+    let grown = size();
+    assert!(grown > before + 100 * MIB, "{before} -> {grown}");
+    ok(&cairn(&home, &["put", &second, "tank/second"]));
+    ok(&cairn(&home, &["set", "autoexpand=on", "tank"]));
+    grow(384 * MIB);
+    let start = std::time::Instant::now();
+    while size() < grown + 100 * MIB {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "autoexpand did not grow the vdev"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ok(&cairn(&home, &["put", &third, "tank/third"]));
+    let events = ok(&cairn(&home, &["events", "-H", "tank"]));
+    assert_eq!(events.matches("vdev_expand").count(), 2, "{events}");
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    for (name, src) in [("first", &first), ("second", &second), ("third", &third)] {
+        let got = cairn(&home, &["cat", &format!("tank/{name}")]).stdout;
+        assert!(got == std::fs::read(src).unwrap(), "{name} differs");
+    }
+    scrub_is_clean(&home);
+}

@@ -1,0 +1,83 @@
+//! A pool served by `cairn serve` for a test, and numbered files to write through it and
+//! check afterwards.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{cairn, cairn_cmd, ok, pseudo_random, MIB};
+
+pub struct Served {
+    pub child: Child,
+    pub socket: PathBuf,
+}
+
+pub fn serve(home: &Path, pool: &str) -> Served {
+    let socket = home.join("run").join(format!("{pool}.sock"));
+    let child = cairn_cmd(home)
+        .args(["serve", "--sync-interval", "0.5", "--duration", "300", pool])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Served { child, socket }
+}
+
+impl Served {
+    pub fn stop(mut self) {
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert!(self.child.wait().unwrap().success(), "serve failed");
+        assert!(!self.socket.exists());
+    }
+    pub fn ask(&self, request: &[u8]) -> String {
+        use std::io::Read;
+        let mut s = UnixStream::connect(&self.socket).unwrap();
+        s.write_all(request).unwrap();
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    }
+}
+
+/// Puts `tank/f{i}`: 1 MiB and `i` pages of bytes made from `i`.
+pub fn put_numbered(home: &Path, dir: &Path, i: usize) {
+    let src = dir.join(format!("src{i}"));
+    std::fs::write(&src, pseudo_random(MIB as usize + i * 4096, i as u64)).unwrap();
+    ok(&cairn(
+        home,
+        &["put", src.to_str().unwrap(), &format!("tank/f{i}")],
+    ));
+}
+
+/// `tank/f0` … `tank/f{n-1}` read back as `put_numbered` wrote them.
+pub fn check_numbered(home: &Path, n: usize) {
+    for i in 0..n {
+        let got = cairn(home, &["cat", &format!("tank/f{i}")]);
+        assert_eq!(
+            got.stdout,
+            pseudo_random(MIB as usize + i * 4096, i as u64),
+            "f{i}"
+        );
+    }
+}
+
+/// A scrub of `tank` repairs nothing and finds no error.
+pub fn scrub_is_clean(home: &Path) {
+    let scrub = ok(&cairn(home, &["scrub", "tank"]));
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(" 0 errors"),
+        "{scrub}"
+    );
+}

@@ -1,0 +1,281 @@
+//! `attach`, `detach`, `add` and `remove` on a pool in use: the service that holds the
+//! pool runs them for a client while readers, writers and txg syncs go on. Each builds a
+//! new vdev tree over the same slots and publishes it (`crate::vdev_tree`); I/O in flight
+//! finishes on the tree it started on.
+//!
+//! ```text
+//!  check (plan_*) ─► new tree ─► remember the GUID sum ─► publish ─► config to labels
+//!                                 before the change
+//!  then the store:  sync a txg (its uberblock carries the new GUID sum)
+//!                   ─► a device that left: its labels cleared, its lock released
+//! ```
+//!
+//! Invariants:
+//! - One vdev change at a time, and none while hot spares are put in (`spare_lock`):
+//!   every tree swap happens under it.
+//! - The uberblocks written before the change still belong to the pool: the GUID sum of
+//!   the tree before is kept in the config (`prior_guid_sums`), so a crash between the
+//!   new config reaching the labels and the next txg leaves an importable pool.
+//! - An attached device is stale with everything to copy before any reader can see it;
+//!   the service's resilver (which syncs first, so writes in flight on the old tree are
+//!   in its walk) fills it.
+//! - A device that leaves (detach, remove) takes no new I/O from an old tree either: it is
+//!   marked offline there at once, and its labels are cleared only after the caller has
+//!   synced a txg (no write issued through the old tree is in flight any more).
+//! - Scrubs and resilvers address leaves by slot (vdev, child index): `detach` and
+//!   `remove`, which move slots, refuse while one runs or a leaf waits for a resilver,
+//!   and hold off new scrubs until the new tree is in use (`hold_off_scans`). `attach` and
+//!   `add` only append, so slots in use keep their meaning.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cairn_vdev::label_io::clear_leaf_labels;
+use cairn_vdev::{Child, Slot, TopConfig, TopVdev};
+
+use crate::devices::DeviceOutcome;
+use crate::error::PoolError;
+use crate::pool::Pool;
+
+/// Devices that left the pool in use: their labels are cleared (and their locks
+/// released) once the caller has synced a txg after the change.
+#[must_use = "clear the labels after the next txg sync"]
+pub struct LeftDevices(Vec<Child>);
+
+impl LeftDevices {
+    /// Clears the labels of every device that left, so it can be used again.
+    pub fn clear_labels(self) {
+        for child in &self.0 {
+            if let Some(leaf) = &child.leaf {
+                let _ = clear_leaf_labels(leaf.as_ref());
+                leaf.release();
+            }
+        }
+    }
+}
+
+impl Pool {
+    /// `cairn attach POOL EXISTING NEW` while the pool is in use: NEW serves the mirror at
+    /// once, stale with everything to copy (the service's resilver fills it).
+    pub fn attach_in_use(
+        &self,
+        existing: &str,
+        new: &str,
+        force: bool,
+    ) -> Result<DeviceOutcome, PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.refuse_spare_group("attach", existing)?;
+        let (t, config, child) = self.plan_attach(existing, new, force)?;
+        let mut tops = self.tree_over_same_slots();
+        let mut kids = tops[t].children.clone();
+        kids.push(Slot::shared(child));
+        tops[t] = self.top_over(config, kids);
+        self.publish_tree("attach", new, tops)?;
+        Ok(DeviceOutcome::NeedsResilver)
+    }
+
+    /// `cairn detach POOL DEVICE` while the pool is in use. The caller syncs a txg, then
+    /// clears the returned device's labels.
+    pub fn detach_in_use(&self, device: &str) -> Result<LeftDevices, PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.refuse_spare_group("detach", device)?;
+        let _no_scrub = self.hold_off_scans("detach", device)?;
+        let (t, c, config) = self.plan_detach(device)?;
+        let mut tops = self.tree_over_same_slots();
+        let mut kids = tops[t].children.clone();
+        let gone = kids.remove(c);
+        tops[t] = self.top_over(config, kids);
+        gone.offline.store(true, Ordering::SeqCst);
+        self.publish_tree("detach", device, tops)?;
+        Ok(LeftDevices(vec![take_child(&gone)]))
+    }
+
+    /// `cairn add POOL VDEV…` (data and log vdevs) while the pool is in use; returns the
+    /// indices of the new top-level vdevs (the store gives them space to allocate from).
+    /// Hot spares are added with the pool not in use.
+    pub fn add_in_use(
+        &self,
+        tokens: &[String],
+        force: bool,
+    ) -> Result<(std::ops::Range<usize>, Vec<String>), PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, spares) = crate::spec::split_spares(tokens)?;
+        if !spares.is_empty() {
+            return Err(Self::device_error(
+                "add spare",
+                &spares[0],
+                format!(
+                    "hot spares cannot be added while the service holds the pool yet; stop it, run `cairn add {} spare …`, and start it again",
+                    self.name()
+                ),
+            ));
+        }
+        let mut notes = Vec::new();
+        let added = self.new_tops(&tokens, force, &mut notes)?;
+        let mut tops = self.tree_over_same_slots();
+        let first = tops.len();
+        tops.extend(added);
+        let range = first..tops.len();
+        let mut config = self.live_config();
+        config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
+        config.validate().map_err(PoolError::BadSpec)?;
+        self.publish_tree("add", &tokens.join(" "), tops)?;
+        Ok((range, notes))
+    }
+
+    /// `cairn remove POOL DEV` (a log device) while the pool is in use. The store must
+    /// have stopped allocating on it and retired its log (`StoreCore::remove_log_in_use`).
+    pub fn remove_log_in_use(&self, device: &str) -> Result<LeftDevices, PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _no_scrub = self.hold_off_scans("remove", device)?;
+        let t = self.removable_log(device)?;
+        let mut tops = self.tree_over_same_slots();
+        let gone = tops.remove(t);
+        for child in gone.children.iter() {
+            child.offline.store(true, Ordering::SeqCst);
+        }
+        let name = gone.display_name();
+        self.publish_tree("remove", device, tops)?;
+        self.post_event("sysevent.fs.zfs.vdev_remove", Some(&name), &[]);
+        Ok(LeftDevices(gone.children.iter().map(take_child).collect()))
+    }
+
+    /// `cairn online -e` and `autoexpand=on` while the pool is in use: every device is
+    /// measured again, and each vdev whose devices all grew takes the room. Returns
+    /// (vdev, old asize, new asize) per vdev grown; the store then lets its allocator
+    /// cover them (`StoreCore::expand_in_use`).
+    pub fn expand_in_use(&self) -> Result<Vec<(usize, u64, u64)>, PoolError> {
+        let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        for top in self.tops.iter() {
+            for leaf in top.children.iter().filter_map(|c| c.leaf.as_ref()) {
+                // A device that cannot be measured keeps its size (its vdev waits).
+                let _ = leaf.refresh_size();
+            }
+        }
+        let mut grown = Vec::new();
+        let mut tops = self.tree_over_same_slots();
+        for (t, top) in tops.iter_mut().enumerate() {
+            if let Some(config) = crate::devices::grown_config(top) {
+                grown.push((t, top.config.asize, config.asize));
+                *top = self.top_over(config, top.children.clone());
+            }
+        }
+        if grown.is_empty() {
+            return Ok(grown);
+        }
+        self.publish_tree("online -e", "the grown devices", tops)?;
+        self.post_expand_events(&grown);
+        Ok(grown)
+    }
+
+    /// The log device `device` names, if it can be removed: the last top-level vdev.
+    pub fn removable_log(&self, device: &str) -> Result<usize, PoolError> {
+        let t = self.find_log_device(device)?;
+        if t + 1 != self.tops.len() {
+            return Err(Self::device_error(
+                "remove",
+                device,
+                "vdevs were added after this log device, and only the last top-level vdev can \
+                 be removed (cairn has no placeholder vdevs yet); take its leaves offline instead",
+            ));
+        }
+        Ok(t)
+    }
+
+    /// The vdev tree in use, rebuilt over the same slots (each vdev's config kept).
+    fn tree_over_same_slots(&self) -> Vec<TopVdev> {
+        self.tops
+            .iter()
+            .map(|top| self.top_over(top.config.clone(), top.children.clone()))
+            .collect()
+    }
+
+    fn top_over(&self, config: TopConfig, children: Vec<Arc<Slot>>) -> TopVdev {
+        let top = TopVdev::from_slots(config, children);
+        top.set_read_policy(self.props().readpolicy);
+        top
+    }
+
+    /// Makes `tops` the vdev tree in use and writes the new config to every label (the
+    /// GUID sum before the change is kept with it; see the module comment).
+    fn publish_tree(
+        &self,
+        op: &'static str,
+        what: &str,
+        tops: Vec<TopVdev>,
+    ) -> Result<(), PoolError> {
+        let before = self.live_config().guid_sum();
+        if self.tops.versions_left() == 0 {
+            return Err(Self::device_error(
+                op,
+                what,
+                format!(
+                    "the service has changed this pool's vdevs {} times since it opened it; restart it (`cairn serve`), then retry",
+                    crate::vdev_tree::MAX_VERSIONS - 1
+                ),
+            ));
+        }
+        self.remember_guid_sum(before);
+        self.tops
+            .replace(tops)
+            .unwrap_or_else(|_| unreachable!("versions left: checked under the lock held"));
+        self.write_config_labels(0)?;
+        self.save_record()
+    }
+
+    fn refuse_spare_group(&self, op: &'static str, device: &str) -> Result<(), PoolError> {
+        if self.find_in_spare_group(device).is_some() {
+            return Err(Self::device_error(
+                op,
+                device,
+                format!(
+                    "it is in a spare-N group, which the service cannot change yet; stop it, run `cairn {op} {} {device}`, and start it again",
+                    self.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Holds off scrubs while a detach or remove moves slots, and refuses while a scrub
+    /// or resilver (which address leaves by slot) runs or a leaf waits for a resilver.
+    fn hold_off_scans(&self, op: &'static str, device: &str) -> Result<NoScrub<'_>, PoolError> {
+        if !self.claim_scrub() {
+            return Err(Self::device_error(
+                op,
+                device,
+                format!(
+                    "a scrub is running; wait for it or stop it (`cairn scrub -s {}`), then retry",
+                    self.name()
+                ),
+            ));
+        }
+        let claim = NoScrub(self);
+        if self.needs_resilver() || self.resilver_checkpoint().is_some() {
+            return Err(Self::device_error(
+                op,
+                device,
+                format!(
+                    "a resilver is in progress or waiting; wait for it (`cairn resilver -w {}`), then retry",
+                    self.name()
+                ),
+            ));
+        }
+        Ok(claim)
+    }
+}
+
+/// The scrub claim `hold_off_scans` took, given back when dropped.
+struct NoScrub<'a>(&'a Pool);
+
+impl Drop for NoScrub<'_> {
+    fn drop(&mut self) {
+        self.0.release_scrub();
+    }
+}
+
+/// A handle on a slot's device for clearing its labels (the slot itself stays with the
+/// old trees).
+fn take_child(slot: &Arc<Slot>) -> Child {
+    Child::new(slot.guid, slot.path.clone(), slot.leaf.clone())
+}
