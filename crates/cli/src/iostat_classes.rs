@@ -28,22 +28,21 @@ fn count(n: u64, parsable: bool) -> String {
     }
 }
 
-/// `-q`'s cells of a row: per class, pend ("-" without `pending`) then activ.
-pub(crate) fn queue_cells(
-    c: &IoCounts,
-    pending: Option<&BTreeMap<IoClass, u64>>,
-    parsable: bool,
-) -> Vec<String> {
+/// `-q`'s cells of a row: per class, pend (jobs queued for an I/O thread for the row's
+/// leaves) then activ (their requests inside the devices).
+pub(crate) fn queue_cells(c: &IoCounts, parsable: bool) -> Vec<String> {
     let mut cells = Vec::with_capacity(2 * QUEUES.len());
     for (_, class) in QUEUES {
-        cells.push(match pending {
-            Some(p) => count(p.get(&class).copied().unwrap_or(0), parsable),
-            None => "-".into(),
-        });
-        let active = c.classes.get(&class).map_or(0, |k| k.active);
-        cells.push(count(active, parsable));
+        let k = c.classes.get(&class);
+        cells.push(count(k.map_or(0, |k| k.pending), parsable));
+        cells.push(count(k.map_or(0, |k| k.active), parsable));
     }
     cells
+}
+
+/// Jobs queued for an I/O thread now, per class (`--json`'s `pending`).
+pub(crate) fn pending_of(c: &IoCounts) -> BTreeMap<IoClass, u64> {
+    c.classes.iter().map(|(&k, v)| (k, v.pending)).collect()
 }
 
 /// `-w`'s columns, left to right: the histogram each shows.

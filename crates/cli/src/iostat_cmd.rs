@@ -214,11 +214,7 @@ fn render(views: &[View], a: &IostatArgs) -> String {
         let pool = v.pool();
         let mut cells = row(&v.io.pool, Some((alloc, size)), &pool, v.seconds, a);
         if a.queues {
-            cells.extend(crate::iostat_classes::queue_cells(
-                &pool,
-                Some(&v.io.pending),
-                a.parsable,
-            ));
+            cells.extend(crate::iostat_classes::queue_cells(&pool, a.parsable));
         }
         rows.push(cells);
         if a.verbose {
@@ -231,8 +227,7 @@ fn render(views: &[View], a: &IostatArgs) -> String {
     table(&rows, a)
 }
 
-/// A top-level vdev's or leaf's row: `row` and, with -q, its requests per class (no
-/// pend: jobs wait for an I/O thread before anyone knows which leaf they are for).
+/// A top-level vdev's or leaf's row: `row` and, with -q, its jobs and requests per class.
 fn vdev_row(
     name: &str,
     space: Option<(u64, u64)>,
@@ -242,7 +237,7 @@ fn vdev_row(
 ) -> Vec<String> {
     let mut cells = row(name, space, c, secs, a);
     if a.queues {
-        cells.extend(crate::iostat_classes::queue_cells(c, None, a.parsable));
+        cells.extend(crate::iostat_classes::queue_cells(c, a.parsable));
     }
     cells
 }
@@ -386,7 +381,7 @@ fn render_json(views: &[View]) -> String {
                 // The interval's counts per I/O class (-q activ, -w histograms) and the
                 // jobs waiting for an I/O thread now (-q pend).
                 "classes": c.classes,
-                "pending": v.io.pending,
+                "pending": crate::iostat_classes::pending_of(&v.io.total().2),
             })
         })
         .collect();

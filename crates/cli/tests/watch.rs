@@ -406,6 +406,14 @@ fn iostat_counts_scrub_reads_and_async_writes_in_their_classes() {
     let q = ok(&cairn(&home, &["iostat", "-q", "-H", "-p", "tank"]));
     let cells: Vec<&str> = q.trim().split('\t').collect();
     assert_eq!(cells.len(), 7 + 12, "{q}");
+    // -v: every vdev and leaf row has them too, as numbers (pend: its leaves' jobs).
+    let qv = ok(&cairn(&home, &["iostat", "-q", "-v", "-H", "-p", "tank"]));
+    for line in qv.lines() {
+        let cells: Vec<&str> = line.trim().split('\t').collect();
+        assert_eq!(cells.len(), 7 + 12, "{qv}");
+        assert!(cells[7..].iter().all(|c| c.parse::<u64>().is_ok()), "{qv}");
+    }
+    assert!(qv.lines().count() > 3, "{qv}");
     let q = ok(&cairn(&home, &["iostat", "-q", "tank"]));
     assert!(
         q.contains("syncq_read") && q.contains("scrubq_read") && q.contains("pend"),

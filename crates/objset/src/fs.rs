@@ -708,7 +708,9 @@ impl StoreCore {
         };
         let fetched = plan.fetch(self.pool(), buf);
         if fetched.is_ok() && !ahead.is_empty() {
-            // Into the block cache for the reads to come (best effort: see readahead).
+            // Into the block cache for the reads to come (best effort: see readahead);
+            // counted as async reads, as zpool counts prefetch.
+            let _prefetch = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::AsyncRead);
             let _ = self.pool().read_bps_shared(&ahead);
         }
         drop(gate);

@@ -29,8 +29,9 @@ fn pool(dir: &std::path::Path, simulated: bool) -> Home {
     home
 }
 
-/// Writes 16 MiB, reopens (cold cache), reads it back 1 MiB a call; the cache hits.
-fn stream_hits(simulated: bool, readahead_max: u64) -> u64 {
+/// Writes 16 MiB, reopens (cold cache), reads it back 1 MiB a call; the cache hits and
+/// the leaves' async (read-ahead) read requests.
+fn stream_hits(simulated: bool, readahead_max: u64) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let home = pool(dir.path(), simulated);
     let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 131 % 251) as u8).collect();
@@ -52,21 +53,32 @@ fn stream_hits(simulated: bool, readahead_max: u64) -> u64 {
         assert_eq!(store.read(&f, (k * MIB) as u64, &mut buf).unwrap(), MIB);
         assert!(buf == data[k * MIB..(k + 1) * MIB], "MiB {k}");
     }
-    store.pool().cache.stats().hits - before
+    let async_reads = store
+        .pool()
+        .io_snapshot()
+        .total()
+        .2
+        .classes
+        .get(&cairn_vdev::io_class::IoClass::AsyncRead)
+        .map_or(0, |c| c.ops);
+    (store.pool().cache.stats().hits - before, async_reads)
 }
 
 #[test]
 fn a_sequential_stream_on_rotating_disks_is_read_ahead() {
-    let hits = stream_hits(true, 8 << 20);
+    let (hits, async_reads) = stream_hits(true, 8 << 20);
     // 128 blocks of 128 KiB; the first two MiB are read before any window is fetched.
     assert!(hits >= 100, "{hits} of 128 blocks came from the read-ahead");
+    // Its requests count as async reads (`iostat -q`/`-w`), as zpool counts prefetch.
+    assert!(async_reads > 0, "no async reads counted");
 }
 
 #[test]
 fn no_read_ahead_when_turned_off_or_on_files() {
     // (A hit or two come from blocks the reads themselves cached, not from read-ahead.)
-    let off = stream_hits(true, 0);
+    let (off, off_async) = stream_hits(true, 0);
     assert!(off <= 2, "readahead_max 0: {off} hits");
-    let files = stream_hits(false, 8 << 20);
+    assert_eq!(off_async, 0, "async reads without read-ahead");
+    let (files, _) = stream_hits(false, 8 << 20);
     assert!(files <= 2, "files do not rotate: {files} hits");
 }

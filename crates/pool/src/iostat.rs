@@ -6,9 +6,6 @@
 //! counting from there, and `cairn iostat` can read it without opening the pool while
 //! another process holds it. A serving process answers with a live snapshot instead.
 
-use std::collections::BTreeMap;
-
-use cairn_vdev::io_class::IoClass;
 use cairn_vdev::iostat::IoCounts;
 use serde::{Deserialize, Serialize};
 
@@ -42,11 +39,6 @@ pub struct PoolIo {
     /// When this snapshot was taken, nanoseconds since the Unix epoch.
     pub taken_at_ns: u64,
     pub tops: Vec<TopIo>,
-    /// Leaf-I/O jobs waiting for an I/O thread when the snapshot was taken, per class
-    /// (`iostat -q`'s pend). The queue is the process's: a process holding two pools
-    /// shows the same figures for both.
-    #[serde(default)]
-    pub pending: BTreeMap<IoClass, u64>,
 }
 
 impl PoolIo {

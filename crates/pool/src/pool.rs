@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_geometry::{leaf_asize, pool_space, PoolSpace, VdevSpaceInput, ZfsEra};
-use cairn_vdev::io_class::IoClass;
 use cairn_vdev::label::LeafLabels;
 use cairn_vdev::label_io::{read_leaf_labels, write_leaf_config, write_leaf_uberblock};
 use cairn_vdev::scan::{ResilverRecord, ScanRecords, ScrubState};
@@ -940,13 +939,6 @@ impl Pool {
                     crate::iostat::TopIo::of(top, allocated.get(t).copied().unwrap_or(0))
                 })
                 .collect(),
-            pending: {
-                let waiting = cairn_vdev::threads::pending_by_class();
-                IoClass::ALL
-                    .iter()
-                    .map(|&c| (c, waiting[c.index()]))
-                    .collect()
-            },
         }
     }
 

@@ -128,6 +128,7 @@ impl TopVdev {
         crate::threads::on_leaf_io(
             false,
             jobs.into_iter().enumerate().collect(),
+            |(c, _)| self.leaf_stats(*c),
             |(c, list)| self.write_child_jobs(c, list),
         )
     }
@@ -241,7 +242,7 @@ impl TopVdev {
         let failed: Vec<Vec<usize>> = if total < PARALLEL_MIN_BYTES {
             lists.into_iter().map(read_list).collect()
         } else {
-            crate::threads::on_leaf_io(true, lists, read_list)
+            crate::threads::on_leaf_io(true, lists, |(c, _)| self.leaf_stats(*c), read_list)
         };
         self.batch_reads_completed(&issued);
         for b in failed.into_iter().flatten() {

@@ -19,6 +19,8 @@ pub(crate) struct ClassStats {
     queue_ns: AtomicU64,
     /// Requests of the class inside the device right now.
     pub(crate) active: AtomicU64,
+    /// Jobs of the class for this leaf queued for an I/O thread and not started yet.
+    pub(crate) pending: AtomicU64,
     disk_hist: [AtomicU64; HIST_BUCKETS],
     queue_hist: [AtomicU64; HIST_BUCKETS],
 }
@@ -33,6 +35,10 @@ pub struct ClassCounts {
     pub queue_ns: u64,
     /// Requests inside the device when the snapshot was taken (not summed over time).
     pub active: u64,
+    /// Jobs for the leaf waiting for an I/O thread when the snapshot was taken (`iostat
+    /// -q`'s pend; not summed over time).
+    #[serde(default)]
+    pub pending: u64,
     pub disk_hist: Vec<u64>,
     /// Requests issued outside I/O thread jobs count as 0 ns here (the first bucket).
     pub queue_hist: Vec<u64>,
@@ -49,6 +55,7 @@ impl Default for ClassStats {
             disk_ns: AtomicU64::new(0),
             queue_ns: AtomicU64::new(0),
             active: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
             disk_hist: std::array::from_fn(|_| AtomicU64::new(0)),
             queue_hist: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -76,6 +83,7 @@ impl ClassStats {
             disk_ns: get(&self.disk_ns),
             queue_ns: get(&self.queue_ns),
             active: get(&self.active),
+            pending: get(&self.pending),
             disk_hist: self.disk_hist.iter().map(get).collect(),
             queue_hist: self.queue_hist.iter().map(get).collect(),
         }
@@ -91,8 +99,9 @@ pub(crate) fn snapshot_all(classes: &[ClassStats; CLASSES]) -> ClassMap {
 }
 
 /// `a` and `b` combined class by class with `f` (a class missing on one side — an older
-/// pool record has none — counts as zeros); `active` is `a`'s plus `b`'s if `add_active`,
-/// else `a`'s (a difference covers an interval, and what is active now is `a`'s).
+/// pool record has none — counts as zeros); `active` and `pending` are `a`'s plus `b`'s if
+/// `add_active`, else `a`'s (a difference covers an interval, and what is queued now is
+/// `a`'s).
 pub(crate) fn zip_classes(
     a: &ClassMap,
     b: &ClassMap,
@@ -110,6 +119,7 @@ pub(crate) fn zip_classes(
                 disk_ns: f(x.disk_ns, y.disk_ns),
                 queue_ns: f(x.queue_ns, y.queue_ns),
                 active: x.active + if add_active { y.active } else { 0 },
+                pending: x.pending + if add_active { y.pending } else { 0 },
                 disk_hist: zip_hist(&x.disk_hist, &y.disk_hist, f),
                 queue_hist: zip_hist(&x.queue_hist, &y.queue_hist, f),
             };

@@ -99,6 +99,11 @@ impl Default for IoStats {
 }
 
 impl IoStats {
+    /// The counter of `class`'s jobs queued for this leaf (`threads::on_leaf_io`).
+    pub(crate) fn pending_counter(&self, class: IoClass) -> &AtomicU64 {
+        &self.classes[class.index()].pending
+    }
+
     /// One finished request of `class` in direction `dir`, started in the device at
     /// `started` after waiting `queued` (if it was issued from an I/O thread job).
     pub(crate) fn record(

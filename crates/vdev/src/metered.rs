@@ -200,10 +200,15 @@ mod tests {
             // Four jobs of a scrub: three run on I/O threads and must count as scrub
             // reads there too; a repair write in the same scope is an async write.
             let _scrub = io_class::enter(IoClass::Scrub);
-            crate::threads::on_leaf_io(true, vec![0u64, 1, 2, 3], |i| {
-                let mut b = [0u8; 4096];
-                leaf.read_at(&mut b, i * 4096).unwrap();
-            });
+            crate::threads::on_leaf_io(
+                true,
+                vec![0u64, 1, 2, 3],
+                |_| None,
+                |i| {
+                    let mut b = [0u8; 4096];
+                    leaf.read_at(&mut b, i * 4096).unwrap();
+                },
+            );
             crate::threads::on_io_threads(vec![0u64, 1], |i| {
                 let _read_ahead = io_class::enter(IoClass::AsyncRead);
                 let mut b = [0u8; 4096];
@@ -229,19 +234,37 @@ mod tests {
     }
 
     #[test]
-    fn jobs_waiting_for_an_io_thread_are_pending_in_their_class() {
+    fn jobs_waiting_for_an_io_thread_are_pending_in_their_class_and_leaf() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = metered_file(&dir);
+        let stats = leaf.io_stats().unwrap();
+        let leaf_pending = || stats.snapshot().classes[&IoClass::Scrub].pending;
         let n = crate::threads::io_threads() + 16;
         let _scrub = io_class::enter(IoClass::Scrub);
-        let seen = crate::threads::on_leaf_io(true, (0..n).collect(), |i| {
-            // Every thread busy: the jobs queued behind them wait.
-            std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
-                30
-            } else {
-                100
-            }));
-            crate::threads::pending_by_class()[IoClass::Scrub.index()]
-        });
-        assert!(seen[0] >= 8, "pending scrub jobs seen: {}", seen[0]);
+        let seen = crate::threads::on_leaf_io(
+            true,
+            (0..n).collect(),
+            |_| Some(&**stats),
+            |i| {
+                // Every thread busy: the jobs queued behind them wait.
+                std::thread::sleep(std::time::Duration::from_millis(if i == 0 {
+                    30
+                } else {
+                    100
+                }));
+                (
+                    crate::threads::pending_by_class()[IoClass::Scrub.index()],
+                    leaf_pending(),
+                )
+            },
+        );
+        assert!(seen[0].0 >= 8, "pending scrub jobs seen: {:?}", seen[0]);
+        assert!(
+            seen[0].1 >= 8,
+            "pending scrub jobs of the leaf: {:?}",
+            seen[0]
+        );
+        assert_eq!(leaf_pending(), 0);
         assert_eq!(
             crate::threads::pending_by_class()[IoClass::Scrub.index()],
             0

@@ -148,8 +148,12 @@ impl TopVdev {
             .enumerate()
             .filter(|(_, list)| !list.is_empty())
             .collect();
-        let failed: Vec<(usize, Vec<usize>)> =
-            crate::threads::on_leaf_io(true, lists, |(c, list)| (c, self.read_child_jobs(c, list)));
+        let failed: Vec<(usize, Vec<usize>)> = crate::threads::on_leaf_io(
+            true,
+            lists,
+            |(c, _)| self.leaf_stats(*c),
+            |(c, list)| (c, self.read_child_jobs(c, list)),
+        );
         for (c, blocks) in failed {
             for (i, col_index) in planned[c]
                 .iter()

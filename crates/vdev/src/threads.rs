@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use crate::io_class::{IoClass, CLASSES};
+use crate::iostat::IoStats;
 
 /// Threads kept for jobs unless the binary chose another count.
 pub const DEFAULT_IO_THREADS: usize = 32;
@@ -158,14 +159,22 @@ pub fn on_io_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync)
     fan_out(items, None, f)
 }
 
-/// `on_io_threads` for jobs that each issue leaf reads (`is_read`) or writes: while a job
-/// waits for a thread it counts as pending in the class its requests will be counted in.
-pub fn on_leaf_io<T: Send, R: Send>(
+/// `on_io_threads` for jobs that each issue reads (`is_read`) or writes to one leaf, whose
+/// counters `stats_of` gives (none for an unmetered leaf): while a job waits for a thread
+/// it counts as pending in the class its requests will be counted in, for the process
+/// and for its leaf (`iostat -q`'s pend).
+pub fn on_leaf_io<'s, T: Send, R: Send>(
     is_read: bool,
     items: Vec<T>,
+    stats_of: impl Fn(&T) -> Option<&'s IoStats>,
     f: impl Fn(T) -> R + Sync,
 ) -> Vec<R> {
-    fan_out(items, Some(crate::io_class::for_request(is_read)), f)
+    let class = crate::io_class::for_request(is_read);
+    let leaves = items
+        .iter()
+        .map(|item| stats_of(item).map(|s| s.pending_counter(class)))
+        .collect();
+    fan_out(items, Some((class, leaves)), f)
 }
 
 /// Runs `f` on each item, each on a scoped thread of its own (not a pool thread, so work
@@ -197,10 +206,14 @@ pub fn on_own_threads<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync
     })
 }
 
-/// `on_io_threads`, counting the queued jobs as pending in `pending`'s class if given.
+/// Counters a queued job of `on_leaf_io` is pending in: its class's (the process's), and
+/// per item its leaf's, if metered.
+type PendingIn<'s> = Option<(IoClass, Vec<Option<&'s AtomicU64>>)>;
+
+/// `on_io_threads`, counting the queued jobs as pending where `pending` says.
 fn fan_out<T: Send, R: Send>(
     items: Vec<T>,
-    pending: Option<IoClass>,
+    pending: PendingIn<'_>,
     f: impl Fn(T) -> R + Sync,
 ) -> Vec<R> {
     if items.len() <= 1 || ON_POOL_THREAD.with(|p| p.get()) {
@@ -220,15 +233,21 @@ fn fan_out<T: Send, R: Send>(
         let q = queue();
         let queued = std::time::Instant::now();
         let scope = crate::io_class::scope();
-        let waiting = pending.map(|c| &PENDING[c.index()]);
+        let (class, leaves) = match pending {
+            Some((class, leaves)) => (Some(&PENDING[class.index()]), leaves),
+            None => (None, Vec::new()),
+        };
         {
             let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            for (slot, item) in other_slots.iter_mut().zip(items) {
-                if let Some(w) = waiting {
+            for (i, (slot, item)) in other_slots.iter_mut().zip(items).enumerate() {
+                // Item 0 runs on the caller: the queued ones are items 1…
+                let leaf = leaves.get(i + 1).copied().flatten();
+                let waiting = [class, leaf];
+                for w in waiting.iter().flatten() {
                     w.fetch_add(1, Ordering::Relaxed);
                 }
                 let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
-                    if let Some(w) = waiting {
+                    for w in waiting.iter().flatten() {
                         w.fetch_sub(1, Ordering::Relaxed);
                     }
                     *slot = Some(catch_unwind(AssertUnwindSafe(|| {

@@ -520,6 +520,12 @@ impl TopVdev {
     pub fn block_asize(&self, psize: u64) -> u64 {
         self.config.shape.block_asize(psize, self.config.ashift)
     }
+    /// The I/O counters of child `c`'s device, if metered.
+    pub(crate) fn leaf_stats(&self, c: usize) -> Option<&crate::iostat::IoStats> {
+        let child: &Child = self.children.get(c)?;
+        child.leaf.as_ref()?.io_stats().map(|s| &**s)
+    }
+
     /// Number of children reads cannot use (missing, offline, faulted or resilvering).
     pub fn unusable_children(&self) -> usize {
         self.children.iter().filter(|c| !c.is_readable()).count()
@@ -1377,7 +1383,12 @@ impl TopVdev {
             }
         };
         let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            crate::threads::on_leaf_io(false, jobs.iter().collect(), write_one)
+            crate::threads::on_leaf_io(
+                false,
+                jobs.iter().collect(),
+                |j| self.leaf_stats(j.0),
+                write_one,
+            )
         } else {
             jobs.iter().map(write_one).collect()
         };
@@ -1405,7 +1416,7 @@ impl TopVdev {
             }
         };
         if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
-            crate::threads::on_leaf_io(true, jobs, read_one)
+            crate::threads::on_leaf_io(true, jobs, |j| self.leaf_stats(j.0), read_one)
         } else {
             jobs.into_iter().map(read_one).collect()
         }
