@@ -302,6 +302,13 @@ impl NbdServer {
                 Err(_) => thread::sleep(POLL_INTERVAL),
             }
         }
+        // Connections see the stop flag within a poll interval and end their sessions
+        // themselves (TLS: close_notify); what is still running after a second (a client
+        // that takes no reply bytes) is cut off.
+        let ends_by = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < ends_by && connections.iter().any(|(t, _)| !t.is_finished()) {
+            thread::sleep(Duration::from_millis(10));
+        }
         for (_, socket) in &connections {
             socket.shutdown_both();
         }
@@ -332,6 +339,8 @@ impl NbdServer {
             input.deadline = None;
             transmit(session, input, output, self.config, &self.shared);
         } else {
+            // After STARTTLS the output is the TLS half: close_notify first.
+            output.close_gracefully();
             output.shutdown_both();
         }
     }
@@ -1158,7 +1167,7 @@ fn transmit(
     // Started when requests wait for one (an idle connection costs only this thread);
     // they run until the queue closes, so a queued job always has a worker.
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let mut client_left = false;
+    let mut polite = true;
     while !replies.broken.load(Ordering::SeqCst) {
         match next_job(&mut input, &replies, &session, &budgets) {
             // Run a quick request here and save the thread hand-off when nothing else is in
@@ -1198,7 +1207,7 @@ fn transmit(
             }
             Ok(None) => {}
             Err(closed) => {
-                client_left = matches!(closed, Closed::Eof);
+                polite = !matches!(closed, Closed::Io);
                 break;
             }
         }
@@ -1208,7 +1217,9 @@ fn transmit(
         let _ = w.join();
     }
     let mut out = lock(&replies.out);
-    if client_left && !replies.broken.load(Ordering::SeqCst) {
+    // TLS: close_notify whoever ends the session (the NBD spec: the side that ends it
+    // shuts TLS down first; a client that left gets it back), unless the socket failed.
+    if polite && !replies.broken.load(Ordering::SeqCst) {
         out.close_gracefully();
     }
     out.shutdown_both();

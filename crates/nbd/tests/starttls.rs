@@ -49,13 +49,19 @@ fn server(mode: TlsMode) -> NbdServer {
 
 /// One client connection served on its own thread; the handle tells whether it panicked.
 fn connect(server: &NbdServer) -> (Client<UnixStream>, JoinHandle<()>) {
+    connect_until(server, Arc::new(AtomicBool::new(false)))
+}
+
+/// `connect`, with the flag that stops the server.
+fn connect_until(
+    server: &NbdServer,
+    stop: Arc<AtomicBool>,
+) -> (Client<UnixStream>, JoinHandle<()>) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     ours.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let server = server.clone();
-    let thread = std::thread::spawn(move || {
-        server.serve_connection(Box::new(theirs), Arc::new(AtomicBool::new(false)))
-    });
+    let thread = std::thread::spawn(move || server.serve_connection(Box::new(theirs), stop));
     let mut client = Client { s: ours };
     let flags = parse_greeting(&client.read_n(18)).unwrap();
     assert_eq!(
@@ -220,6 +226,50 @@ fn starttls_without_tls_is_refused_by_policy() {
     assert_eq!(c.option(&ClientOption::StartTls), vec![REP_ERR_POLICY]);
     assert_eq!(c.option(&ClientOption::List), vec![REP_SERVER, REP_ACK]);
     drop(c);
+    thread.join().unwrap();
+}
+
+/// Reads until the session ends: whether it ended with TLS close_notify (rustls reads
+/// 0 bytes then; a socket closed without it is an UnexpectedEof error).
+fn ends_with_close_notify(c: &mut Client<StreamOwned<ClientConnection, UnixStream>>) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+                return false;
+            }
+        }
+    }
+}
+
+/// The side that ends a TLS session shuts TLS down first (NBD spec): the server sends
+/// close_notify when it stops, when a client breaks the protocol, and when the client
+/// disconnects.
+#[test]
+fn the_server_ends_tls_sessions_with_close_notify() {
+    let server = server(TlsMode::Require);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c, thread) = connect_until(&server, stop.clone());
+    let mut c = upgrade(c);
+    assert_eq!(c.option(&go()), vec![REP_INFO, REP_INFO, REP_ACK]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(ends_with_close_notify(&mut c), "stopping");
+    thread.join().unwrap();
+
+    let (c, thread) = connect(&server);
+    let mut c = upgrade(c);
+    assert_eq!(c.option(&go()), vec![REP_INFO, REP_INFO, REP_ACK]);
+    c.send(&[0xde; 28]); // no request magic
+    assert!(ends_with_close_notify(&mut c), "a broken request");
+    thread.join().unwrap();
+
+    let (c, thread) = connect(&server);
+    let mut c = upgrade(c);
+    assert_eq!(c.option(&ClientOption::Abort), vec![REP_ACK]);
+    assert!(ends_with_close_notify(&mut c), "an aborted negotiation");
     thread.join().unwrap();
 }
 
