@@ -77,7 +77,7 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
 
 /// A data mirror and a log device are added while a client writes; new writes use the
 /// new vdev; the log device is removed again (labels cleared) and the pool re-imports
-/// with everything. What cannot be done in the service is refused with what to do.
+/// with everything. What cannot be done is refused as in-process.
 #[test]
 fn add_and_remove_run_in_the_service_while_clients_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,8 +114,6 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
     // Refusals, as in-process.
     let e = fails(&cairn(&home, &["add", "tank", &d[4]]));
     assert!(e.contains("mismatched replication"), "{e}");
-    let e = fails(&cairn(&home, &["add", "tank", "spare", &d[5]]));
-    assert!(e.contains("stop it") && e.contains("spare"), "{e}");
     let e = fails(&cairn(&home, &["remove", "tank", "mirror-1"]));
     assert!(e.contains("only log devices can be removed"), "{e}");
     // A log device comes and goes while fsync'd writes would use it.
@@ -207,4 +205,52 @@ fn vdevs_grow_under_the_service() {
         assert!(got == std::fs::read(src).unwrap(), "{name} differs");
     }
     scrub_is_clean(&home);
+}
+
+/// A hot spare added in the service is AVAIL at once, and takes the place of a leaf that
+/// fails afterwards (the service puts it in and resilvers it); the pool re-imports with
+/// it in use and everything readable.
+#[test]
+fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 128 * MIB);
+    let failing = format!("fault:{}", d[0]);
+    ok(&cairn(
+        &home,
+        &["create", "tank", "mirror", &failing, &d[1]],
+    ));
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
+    (0..4).for_each(put);
+    let served = serve(&home, "tank");
+    ok(&cairn(&home, &["add", "tank", "spare", &d[2]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("spares") && st.contains("AVAIL"), "{st}");
+    let e = fails(&cairn(&home, &["add", "tank", "spare", &d[2]]));
+    assert!(e.contains("already part of this pool"), "{e}");
+    // d0 fails every read and write from now on (the fault leaf polls its control file).
+    std::fs::write(format!("{}.fault", d[0]), "fail_reads=1&fail_writes=1").unwrap();
+    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
+    (4..8).for_each(put);
+    let start = std::time::Instant::now();
+    let st = loop {
+        let st = ok(&cairn(&home, &["status", "tank"]));
+        if st.contains("INUSE")
+            && !st.contains("resilver in progress")
+            && !st.contains("needs resilver")
+        {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no spare in use: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(st.contains("spare-0"), "{st}");
+    check_numbered(&home, 8);
+    served.stop();
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(st.contains("spare-0") && st.contains("INUSE"), "{st}");
+    check_numbered(&home, 8);
 }

@@ -314,10 +314,10 @@ impl Pool {
     }
 
     /// Writes the config to the labels of spares not in use (a spare in use is a leaf).
-    fn write_spare_labels(&self) {
+    pub(crate) fn write_spare_labels(&self) {
         let config = self.live_config();
-        for (spare, leaf) in config.spares.iter().zip(&self.spare_leaves) {
-            let Some(leaf) = leaf.as_ref().filter(|_| spare.replacing.is_none()) else {
+        for (s, spare) in config.spares.iter().enumerate() {
+            let Some(leaf) = self.spare_leaf(s).filter(|_| spare.replacing.is_none()) else {
                 continue;
             };
             let label = LabelConfig {
@@ -354,9 +354,16 @@ impl Pool {
     }
 
     /// Folds hot spares that took over while the pool was in use (`take_over_failed_leaves`)
-    /// into `config` and `spare_leaves`, so the device operations see them.
+    /// into `config` and `spare_leaves`, so the device operations see them, and spares
+    /// added in use (`live_config` lists them after the others).
     fn settle_spares(&mut self) {
         self.config = self.live_config();
+        let added = self
+            .added_spares
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
+        self.spare_leaves
+            .extend(added.drain(..).map(|(_, leaf)| Some(leaf)));
         for (spare, leaf) in self.config.spares.iter().zip(self.spare_leaves.iter_mut()) {
             if spare.replacing.is_some() {
                 // In use: its slot holds the device.
@@ -403,7 +410,7 @@ impl Pool {
 
     /// Puts spares in the slots of failed leaves (in memory); whether any was put in.
     fn put_in_spares(&self) -> bool {
-        if self.config.spares.is_empty() {
+        if self.config.spares.is_empty() && self.added_spare_configs().is_empty() {
             return false;
         }
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -429,15 +436,12 @@ impl Pool {
                 }
                 let need = config.vdevs[t].leaves[c].asize;
                 let Some(s) = (0..config.spares.len()).find(|&s| {
-                    !in_use[s]
-                        && config.spares[s].asize >= need
-                        && self.spare_leaves.get(s).is_some_and(|l| l.is_some())
+                    !in_use[s] && config.spares[s].asize >= need && self.spare_leaf(s).is_some()
                 }) else {
                     continue;
                 };
                 let spare = &config.spares[s];
-                let child =
-                    Child::new(spare.guid, spare.path.clone(), self.spare_leaves[s].clone());
+                let child = Child::new(spare.guid, spare.path.clone(), self.spare_leaf(s));
                 child.stale.store(true, Ordering::Relaxed);
                 child.set_dtl(vec![DTL_EVERYTHING]);
                 if slot.take_spare(child) {

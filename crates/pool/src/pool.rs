@@ -70,6 +70,9 @@ pub struct Pool {
     /// Hot spare devices, one per `config.spares` entry (`None`: could not be opened, or
     /// in use since the pool was opened).
     pub spare_leaves: Vec<Option<Arc<dyn Leaf>>>,
+    /// Hot spares added while the pool is in use (`add_spares_in_use`), after
+    /// `config.spares` / `spare_leaves`; `settle_spares` folds them in.
+    pub(crate) added_spares: std::sync::Mutex<Vec<(cairn_vdev::SpareConfig, Arc<dyn Leaf>)>>,
     /// Held while hot spares are put in, so two threads never pick the same spare.
     pub(crate) spare_lock: std::sync::Mutex<()>,
     /// Verified contents of recently read blocks.
@@ -658,6 +661,7 @@ impl Pool {
             notes: Vec::new(),
             home: home.clone(),
             spare_leaves: Vec::new(),
+            added_spares: std::sync::Mutex::new(Vec::new()),
             spare_lock: std::sync::Mutex::new(()),
             cache: Default::default(),
         }
@@ -986,6 +990,25 @@ impl Pool {
         self.props.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Hot spares added while the pool is in use.
+    pub(crate) fn added_spare_configs(&self) -> Vec<cairn_vdev::SpareConfig> {
+        let added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
+        added.iter().map(|(c, _)| c.clone()).collect()
+    }
+
+    /// The open device of hot spare `s` (in `live_config().spares` order), if any.
+    pub fn spare_leaf(&self, s: usize) -> Option<Arc<dyn Leaf>> {
+        match self.spare_leaves.get(s) {
+            Some(leaf) => leaf.clone(),
+            None => {
+                let added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
+                added
+                    .get(s - self.spare_leaves.len())
+                    .map(|(_, l)| l.clone())
+            }
+        }
+    }
+
     /// GUID sums of earlier vdev trees whose uberblocks still belong to the pool.
     pub(crate) fn prior_guid_sums(&self) -> Vec<u64> {
         self.prior_guid_sums
@@ -1020,6 +1043,7 @@ impl Pool {
         let tops: &[TopVdev] = &self.tops;
         config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
         config.prior_guid_sums = self.prior_guid_sums();
+        config.spares.extend(self.added_spare_configs());
         let PoolConfig { vdevs, spares, .. } = &mut config;
         for (tc, top) in vdevs.iter_mut().zip(tops) {
             for (lc, child) in tc.leaves.iter_mut().zip(&top.children) {

@@ -30,12 +30,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use cairn_geometry::leaf_asize;
 use cairn_vdev::label_io::clear_leaf_labels;
-use cairn_vdev::{Child, Slot, TopConfig, TopVdev};
+use cairn_vdev::{new_guid, Child, LeafOptions, Slot, SpareConfig, TopConfig, TopVdev};
 
 use crate::devices::DeviceOutcome;
 use crate::error::PoolError;
-use crate::pool::Pool;
+use crate::leaves::open_leaf;
+use crate::pool::{refuse_if_in_use, Pool};
 
 /// Devices that left the pool in use: their labels are cleared (and their locks
 /// released) once the caller has synced a txg after the change.
@@ -100,15 +102,10 @@ impl Pool {
     ) -> Result<(std::ops::Range<usize>, Vec<String>), PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
         let (tokens, spares) = crate::spec::split_spares(tokens)?;
-        if !spares.is_empty() {
-            return Err(Self::device_error(
-                "add spare",
-                &spares[0],
-                format!(
-                    "hot spares cannot be added while the service holds the pool yet; stop it, run `cairn add {} spare …`, and start it again",
-                    self.name()
-                ),
-            ));
+        self.add_spares_in_use(&spares, force)?;
+        if tokens.is_empty() {
+            let none = self.tops.len()..self.tops.len();
+            return Ok((none, Vec::new()));
         }
         let mut notes = Vec::new();
         let added = self.new_tops(&tokens, force, &mut notes)?;
@@ -121,6 +118,37 @@ impl Pool {
         config.validate().map_err(PoolError::BadSpec)?;
         self.publish_tree("add", &tokens.join(" "), tops)?;
         Ok((range, notes))
+    }
+
+    /// `add POOL spare DEV…` while the pool is in use: the spares are AVAIL at once (the
+    /// service puts them in for leaves that fail from then on). Called under `spare_lock`.
+    fn add_spares_in_use(&self, devices: &[String], force: bool) -> Result<(), PoolError> {
+        for dev in devices {
+            let known = self.live_config().spares.iter().any(|s| &s.path == dev);
+            if self.find_leaf(dev).is_ok() || known {
+                return Err(Self::device_error(
+                    "add spare",
+                    dev,
+                    "it is already part of this pool",
+                ));
+            }
+            let leaf = open_leaf(dev, LeafOptions::default())?;
+            refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
+            let spare = SpareConfig {
+                guid: new_guid(),
+                path: leaf.path().to_string(),
+                asize: leaf_asize(leaf.size()),
+                replacing: None,
+            };
+            let mut added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
+            added.push((spare, leaf));
+        }
+        if !devices.is_empty() {
+            self.write_config_labels(0)?;
+            self.write_spare_labels();
+            self.save_record()?;
+        }
+        Ok(())
     }
 
     /// `cairn remove POOL DEV` (a log device) while the pool is in use. The store must

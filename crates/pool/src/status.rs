@@ -126,7 +126,7 @@ fn spares_json(pool: &Pool) -> Vec<SpareStatusJson> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let open = pool.spare_leaves.get(i).is_some_and(|l| l.is_some());
+            let open = pool.spare_leaf(i).is_some();
             let state = match (&s.replacing, open) {
                 (Some(_), _) => "INUSE",
                 (None, true) => "AVAIL",
