@@ -415,26 +415,12 @@ fn a_vdev_grows_with_its_devices() {
     let home = dir.path().join("home");
     let d = files(dir.path(), 2, 128 * MIB);
     ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
-    let size = || -> u64 {
-        ok(&cairn(&home, &["list", "-H", "-p", "-o", "size", "tank"]))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let size = || support::pool_size(&home);
     let first = pseudo_random(40 * MIB as usize, 1);
     let src = dir.path().join("first");
     std::fs::write(&src, &first).unwrap();
     ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/first"]));
-    let grow = |len: u64| {
-        for p in &d {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)
-                .unwrap()
-                .set_len(len)
-                .unwrap();
-        }
-    };
+    let grow = |len: u64| support::grow_files(&d, len);
     let before = size();
     grow(256 * MIB);
     assert_eq!(size(), before, "grew without autoexpand or online -e");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::served::{check_numbered, put_numbered, scrub_is_clean, serve};
+use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, while_putting};
 use support::{
     cairn, cairn_cmd, fails, files, ok, ok_bytes, paused_then_canceled, pseudo_random, MIB,
 };
@@ -697,13 +697,13 @@ fn offline_online_and_clear_run_in_the_service_while_clients_write() {
     for i in 0..4 {
         put(i);
     }
-    let writer = std::thread::scope(|s| {
-        let w = s.spawn(|| (4..16).for_each(put));
-        std::thread::sleep(Duration::from_millis(300));
-        let back = ok(&cairn(&home, &["online", "tank", &d[1]]));
-        w.join().unwrap();
-        back
-    });
+    let writer = while_putting(
+        &home,
+        dir.path(),
+        4..16,
+        Duration::from_millis(300),
+        &["online", "tank", &d[1]],
+    );
     assert!(
         writer.starts_with("resilvered ") && writer.contains("with 0 errors"),
         "{writer}"
@@ -831,13 +831,13 @@ fn replace_runs_in_the_service_while_clients_write() {
     let put = |i: usize| put_numbered(&home, dir.path(), i);
     (0..4).for_each(put);
     let served = serve(&home, "tank");
-    let replaced = std::thread::scope(|s| {
-        let w = s.spawn(|| (4..12).for_each(put));
-        std::thread::sleep(Duration::from_millis(200));
-        let out = ok(&cairn(&home, &["replace", "tank", &d[1], &d[3]]));
-        w.join().unwrap();
-        out
-    });
+    let replaced = while_putting(
+        &home,
+        dir.path(),
+        4..12,
+        Duration::from_millis(200),
+        &["replace", "tank", &d[1], &d[3]],
+    );
     assert!(
         replaced.starts_with("resilvered ") && replaced.contains("with 0 errors"),
         "{replaced}"

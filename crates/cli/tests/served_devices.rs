@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::served::{check_numbered, put_numbered, scrub_is_clean, serve};
-use support::{cairn, fails, files, ok, pseudo_random, MIB};
+use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, while_putting};
+use support::{cairn, fails, files, grow_files, ok, pool_size, pseudo_random, MIB};
 
 /// A disk becomes a mirror and a three-way mirror while a client writes; the new sides
 /// are resilvered by the service and hold everything; a detached side is free for reuse
@@ -21,13 +21,13 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
     let put = |i: usize| put_numbered(&home, dir.path(), i);
     (0..4).for_each(put);
     let served = serve(&home, "tank");
-    let attached = std::thread::scope(|s| {
-        let w = s.spawn(|| (4..12).for_each(put));
-        std::thread::sleep(Duration::from_millis(200));
-        let out = ok(&cairn(&home, &["attach", "tank", &d[0], &d[1]]));
-        w.join().unwrap();
-        out
-    });
+    let attached = while_putting(
+        &home,
+        dir.path(),
+        4..12,
+        Duration::from_millis(200),
+        &["attach", "tank", &d[0], &d[1]],
+    );
     assert!(
         attached.starts_with("resilvered ") && attached.contains("with 0 errors"),
         "{attached}"
@@ -44,12 +44,13 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
     let e = fails(&cairn(&home, &["attach", "tank", &d[0], &d[2]]));
     assert!(e.contains("already part of this pool"), "{e}");
     // Detach while a client writes; the side that left is free at once.
-    std::thread::scope(|s| {
-        let w = s.spawn(|| (12..16).for_each(put));
-        std::thread::sleep(Duration::from_millis(100));
-        ok(&cairn(&home, &["detach", "tank", &d[0]]));
-        w.join().unwrap();
-    });
+    while_putting(
+        &home,
+        dir.path(),
+        12..16,
+        Duration::from_millis(100),
+        &["detach", "tank", &d[0]],
+    );
     let e = fails(&cairn(&home, &["labels", &d[0]]));
     assert!(e.contains("no valid cairn label"), "{e}");
     ok(&cairn(&home, &["create", "other", &d[0]]));
@@ -87,20 +88,16 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
     let put = |i: usize| put_numbered(&home, dir.path(), i);
     (0..4).for_each(put);
     let served = serve(&home, "tank");
-    let size =
-        |home: &std::path::Path| ok(&cairn(home, &["list", "-H", "-p", "-o", "size", "tank"]));
-    let before = size(&home);
-    std::thread::scope(|s| {
-        let w = s.spawn(|| (4..10).for_each(put));
-        std::thread::sleep(Duration::from_millis(200));
-        ok(&cairn(&home, &["add", "tank", "mirror", &d[2], &d[3]]));
-        w.join().unwrap();
-    });
-    let after = size(&home);
-    assert!(
-        after.trim().parse::<u64>().unwrap() > before.trim().parse::<u64>().unwrap(),
-        "size {before} -> {after}"
+    let before = pool_size(&home);
+    while_putting(
+        &home,
+        dir.path(),
+        4..10,
+        Duration::from_millis(200),
+        &["add", "tank", "mirror", &d[2], &d[3]],
     );
+    let after = pool_size(&home);
+    assert!(after > before, "size {before} -> {after}");
     (10..24).for_each(put);
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("mirror-1") && st.contains(&d[3]), "{st}");
@@ -148,18 +145,8 @@ fn vdevs_grow_under_the_service() {
     let home = dir.path().join("home");
     let d = files(dir.path(), 2, 128 * MIB);
     ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
-    let size = || -> u64 {
-        ok(&cairn(&home, &["list", "-H", "-p", "-o", "size", "tank"]))
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let grow = |len: u64| {
-        for p in &d {
-            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
-            f.set_len(len).unwrap();
-        }
-    };
+    let size = || pool_size(&home);
+    let grow = |len: u64| grow_files(&d, len);
     let big = |name: &str, mib: usize, seed: u64| {
         let src = dir.path().join(name);
         std::fs::write(&src, pseudo_random(mib * MIB as usize, seed)).unwrap();

@@ -1093,12 +1093,24 @@ fn served_commands_and_fio_agree_with_the_model() {
         .map(|t| Worker::new(t, seed, &home, dir.path()))
         .collect();
     let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        for w in workers.iter_mut() {
-            let stop = &stop;
-            s.spawn(move || w.run(Some(120), stop));
+    let done = AtomicBool::new(false);
+    let admin = std::thread::scope(|s| {
+        let admin = s.spawn(|| change_vdevs_until(&home, dir.path(), &done));
+        let running: Vec<_> = workers
+            .iter_mut()
+            .map(|w| {
+                let stop = &stop;
+                s.spawn(move || w.run(Some(120), stop))
+            })
+            .collect();
+        for r in running {
+            r.join().unwrap();
         }
+        done.store(true, Ordering::SeqCst);
+        admin.join().unwrap()
     });
+    eprintln!("served model: {admin} vdev changes beside the clients");
+    assert!(admin >= 5, "only {admin} vdev changes ran");
     let clients = start.elapsed();
     let fio = fio.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&fio.stdout);
@@ -1135,6 +1147,35 @@ fn served_commands_and_fio_agree_with_the_model() {
         "served model: seed {seed}: {commands} commands ({acked} changes) in {clients:?} beside fio, {:?} in all",
         start.elapsed()
     );
+}
+
+/// The administrator's part: while the clients and fio run, the pool's vdevs change in the
+/// service — a mirror is added, then a log device comes and goes and a third side is
+/// attached to the mirror and detached again, round after round until `done` (at most 14
+/// rounds: a service start allows 63 vdev trees). Every command must succeed. Returns the
+/// number of changes made.
+fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
+    let more = dir.join("more");
+    std::fs::create_dir_all(&more).unwrap();
+    let e = files(&more, 4, 128 * MIB);
+    // A mirror beside raidz1 is a mismatched replication level: -f.
+    ok(&cairn(home, &["add", "-f", "tank", "mirror", &e[0], &e[1]]));
+    let mut changes = 1;
+    for _ in 0..14 {
+        if done.load(Ordering::SeqCst) {
+            break;
+        }
+        for args in [
+            ["add", "tank", "log", &e[3]].as_slice(),
+            &["remove", "tank", &e[3]],
+            &["attach", "tank", &e[0], &e[2]],
+            &["detach", "tank", &e[2]],
+        ] {
+            ok(&cairn(home, args));
+            changes += 1;
+        }
+    }
+    changes
 }
 
 fn kill_rounds() -> usize {

@@ -289,21 +289,8 @@ impl Pool {
     pub fn add_spares(&mut self, devices: &[String], force: bool) -> Result<(), PoolError> {
         self.settle_spares();
         for dev in devices {
-            if self.find_leaf(dev).is_ok() || self.config.spares.iter().any(|s| &s.path == dev) {
-                return Err(Self::device_error(
-                    "add spare",
-                    dev,
-                    "it is already part of this pool",
-                ));
-            }
-            let leaf = open_leaf(dev, LeafOptions::default())?;
-            refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
-            self.config.spares.push(SpareConfig {
-                guid: new_guid(),
-                path: leaf.path().to_string(),
-                asize: leaf_asize(leaf.size()),
-                replacing: None,
-            });
+            let (spare, leaf) = self.new_spare(dev, force)?;
+            self.config.spares.push(spare);
             self.spare_leaves.push(Some(leaf));
         }
         if !devices.is_empty() {
@@ -311,6 +298,32 @@ impl Pool {
             self.write_spare_labels();
         }
         Ok(())
+    }
+
+    /// A new hot spare on `dev`, opened: refused when the device is part of this pool
+    /// already or in use elsewhere (unless `force` allows an exported pool's).
+    pub(crate) fn new_spare(
+        &self,
+        dev: &str,
+        force: bool,
+    ) -> Result<(SpareConfig, Arc<dyn Leaf>), PoolError> {
+        let known = self.live_config().spares.iter().any(|s| s.path == dev);
+        if self.find_leaf(dev).is_ok() || known {
+            return Err(Self::device_error(
+                "add spare",
+                dev,
+                "it is already part of this pool",
+            ));
+        }
+        let leaf = open_leaf(dev, LeafOptions::default())?;
+        refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
+        let spare = SpareConfig {
+            guid: new_guid(),
+            path: leaf.path().to_string(),
+            asize: leaf_asize(leaf.size()),
+            replacing: None,
+        };
+        Ok((spare, leaf))
     }
 
     /// Writes the config to the labels of spares not in use (a spare in use is a leaf).

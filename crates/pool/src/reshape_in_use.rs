@@ -30,14 +30,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cairn_geometry::leaf_asize;
 use cairn_vdev::label_io::clear_leaf_labels;
-use cairn_vdev::{new_guid, Child, LeafOptions, Slot, SpareConfig, TopConfig, TopVdev};
+use cairn_vdev::{Child, Slot, TopConfig, TopVdev};
 
 use crate::devices::DeviceOutcome;
 use crate::error::PoolError;
-use crate::leaves::open_leaf;
-use crate::pool::{refuse_if_in_use, Pool};
+use crate::pool::Pool;
 
 /// Devices that left the pool in use: their labels are cleared (and their locks
 /// released) once the caller has synced a txg after the change.
@@ -124,22 +122,7 @@ impl Pool {
     /// service puts them in for leaves that fail from then on). Called under `spare_lock`.
     fn add_spares_in_use(&self, devices: &[String], force: bool) -> Result<(), PoolError> {
         for dev in devices {
-            let known = self.live_config().spares.iter().any(|s| &s.path == dev);
-            if self.find_leaf(dev).is_ok() || known {
-                return Err(Self::device_error(
-                    "add spare",
-                    dev,
-                    "it is already part of this pool",
-                ));
-            }
-            let leaf = open_leaf(dev, LeafOptions::default())?;
-            refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
-            let spare = SpareConfig {
-                guid: new_guid(),
-                path: leaf.path().to_string(),
-                asize: leaf_asize(leaf.size()),
-                replacing: None,
-            };
+            let (spare, leaf) = self.new_spare(dev, force)?;
             let mut added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
             added.push((spare, leaf));
         }

@@ -113,3 +113,19 @@ pub fn paused_then_canceled(home: &Path, scrub: std::process::Child) {
     let status = ok(&cairn(home, &["status", "tank"]));
     assert!(status.contains("scan: scrub canceled"), "{status}");
 }
+
+/// `tank`'s SIZE in bytes (`list -H -p -o size`).
+pub fn pool_size(home: &Path) -> u64 {
+    ok(&cairn(home, &["list", "-H", "-p", "-o", "size", "tank"]))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Makes each file `len` bytes long (a device that grew).
+pub fn grow_files(paths: &[String], len: u64) {
+    for p in paths {
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.set_len(len).unwrap();
+    }
+}

@@ -81,3 +81,21 @@ pub fn scrub_is_clean(home: &Path) {
         "{scrub}"
     );
 }
+
+/// Runs `cairn ARGS` (which must succeed; its output is returned) while another thread
+/// puts `tank/f{i}` for every `i` in `files`, starting `head_start` before it.
+pub fn while_putting(
+    home: &Path,
+    dir: &Path,
+    files: std::ops::Range<usize>,
+    head_start: Duration,
+    args: &[&str],
+) -> String {
+    std::thread::scope(|s| {
+        let w = s.spawn(|| files.for_each(|i| put_numbered(home, dir, i)));
+        std::thread::sleep(head_start);
+        let out = ok(&cairn(home, args));
+        w.join().unwrap();
+        out
+    })
+}
