@@ -1152,8 +1152,8 @@ fn served_commands_and_fio_agree_with_the_model() {
 /// The administrator's part: while the clients and fio run, the pool's vdevs change in the
 /// service — a mirror is added, then a log device comes and goes and a third side is
 /// attached to the mirror and detached again, round after round until `done` (at most 14
-/// rounds: a service start allows 63 vdev trees). Every command must succeed. Returns the
-/// number of changes made.
+/// rounds, well within the 255 vdev changes a service start allows). Every command must
+/// succeed. Returns the number of changes made.
 fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
     let more = dir.join("more");
     std::fs::create_dir_all(&more).unwrap();

@@ -32,7 +32,7 @@ use std::sync::{Mutex, OnceLock};
 use cairn_vdev::TopVdev;
 
 /// Vdev trees one pool opening can publish (the first included).
-pub const MAX_VERSIONS: usize = 64;
+pub const MAX_VERSIONS: usize = 256;
 
 pub(crate) struct VdevTree {
     versions: Box<[OnceLock<Vec<TopVdev>>]>,
