@@ -141,6 +141,11 @@ fn attach_detach_add_and_clear() {
     assert!(cat(&home, "b") == b, "b differs");
     let e = fails(&cairn(&home, &["replace", "tank", "nonesuch", &d[5]]));
     assert!(e.contains("no such device"), "{e}");
+    // Each change is an event, as zpool's: two attaches, two detaches, one add.
+    let events = ok(&cairn(&home, &["events", "-H", "tank"]));
+    for (class, n) in [("vdev_attach", 2), ("vdev_remove", 2), ("vdev_add", 1)] {
+        assert_eq!(events.matches(class).count(), n, "{class}: {events}");
+    }
 }
 
 #[test]

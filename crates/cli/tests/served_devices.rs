@@ -9,6 +9,24 @@ use std::time::Duration;
 use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, while_putting};
 use support::{cairn, fails, files, grow_files, ok, pool_size, pseudo_random, MIB};
 
+/// Waits until `cairn events` shows `n` events of `class` (the service writes its events
+/// within a second); more is a failure too.
+fn events_reach(home: &std::path::Path, class: &str, n: usize) {
+    let start = std::time::Instant::now();
+    loop {
+        let events = ok(&cairn(home, &["events", "-H", "tank"]));
+        let seen = events.matches(class).count();
+        if seen == n {
+            return;
+        }
+        assert!(
+            seen < n && start.elapsed() < Duration::from_secs(10),
+            "{seen} {class} events, {n} expected: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A disk becomes a mirror and a three-way mirror while a client writes; the new sides
 /// are resilvered by the service and hold everything; a detached side is free for reuse
 /// at once (labels cleared, its lock released) while the service goes on.
@@ -65,6 +83,8 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
         history.contains(&format!("cairn detach tank {}", d[1])),
         "{history}"
     );
+    events_reach(&home, "vdev_attach", 2);
+    events_reach(&home, "vdev_remove", 2);
     check_numbered(&home, 16);
     served.stop();
     ok(&cairn(&home, &["export", "tank"]));
@@ -113,6 +133,7 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
     assert!(e.contains("mismatched replication"), "{e}");
     let e = fails(&cairn(&home, &["remove", "tank", "mirror-1"]));
     assert!(e.contains("only log devices can be removed"), "{e}");
+    events_reach(&home, "vdev_add", 1);
     // A log device comes and goes while fsync'd writes would use it.
     ok(&cairn(&home, &["add", "tank", "log", &d[4]]));
     let st = ok(&cairn(&home, &["status", "tank"]));

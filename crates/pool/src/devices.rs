@@ -494,6 +494,25 @@ impl Pool {
         Ok(grown)
     }
 
+    /// `sysevent.fs.zfs.CLASS` for the leaf at `path`, whose vdev `parent` names (attach:
+    /// the side it joined; detach: the vdev it left).
+    pub(crate) fn post_vdev_event(&self, class: &str, path: &str, parent: &str) {
+        let class = format!("sysevent.fs.zfs.{class}");
+        self.post_event(&class, Some(path), &[("parent", parent.to_string())]);
+    }
+
+    /// `vdev_add` events for the top-level vdevs from `first` on.
+    pub(crate) fn post_add_events(&self, first: usize) {
+        for top in &self.tops[first..] {
+            let kind = if top.is_log() { "log" } else { "data" };
+            self.post_event(
+                "sysevent.fs.zfs.vdev_add",
+                Some(&top.display_name()),
+                &[("class", kind.to_string())],
+            );
+        }
+    }
+
     /// `vdev_expand` events for (vdev, old asize, new asize).
     pub(crate) fn post_expand_events(&self, grown: &[(usize, u64, u64)]) {
         for &(t, old, new) in grown {
@@ -520,10 +539,12 @@ impl Pool {
         self.settle_spares();
         let (t, config, child) = self.plan_attach(existing, new, force)?;
         let newest = self.newest_uberblock();
+        let path = child.path.clone();
         let mut kids = std::mem::take(&mut self.tops[t].children);
         kids.push(Slot::shared(child));
         self.rebuild_top(t, config, kids);
         self.commit_config_keeping(newest)?;
+        self.post_vdev_event("vdev_attach", &path, existing);
         self.save_record()?;
         Ok(DeviceOutcome::NeedsResilver)
     }
@@ -578,6 +599,7 @@ impl Pool {
         }
         let (t, c, config) = self.plan_detach(device)?;
         let newest = self.newest_uberblock();
+        let parent = self.tops[t].display_name();
         let mut kids = std::mem::take(&mut self.tops[t].children);
         let gone = kids.remove(c);
         self.rebuild_top(t, config, kids);
@@ -585,6 +607,7 @@ impl Pool {
         if let Some(leaf) = &gone.leaf {
             let _ = clear_leaf_labels(leaf.as_ref());
         }
+        self.post_vdev_event("vdev_remove", &gone.path, &parent);
         self.save_record()?;
         Ok(DeviceOutcome::Done)
     }
@@ -719,12 +742,14 @@ impl Pool {
             return Ok(DeviceOutcome::Done);
         }
         let newest = self.newest_uberblock();
+        let first = self.tops.len();
         for top in self.plan_add(&tokens, force)? {
             self.config.vdevs.push(top.config.clone());
             self.tops.push(top);
         }
         self.config.validate().map_err(PoolError::BadSpec)?;
         self.commit_config_keeping(newest)?;
+        self.post_add_events(first);
         self.save_record()?;
         Ok(DeviceOutcome::Done)
     }

@@ -66,11 +66,13 @@ impl Pool {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.refuse_spare_group("attach", existing)?;
         let (t, config, child) = self.plan_attach(existing, new, force)?;
+        let path = child.path.clone();
         let mut tops = self.tree_over_same_slots();
         let mut kids = tops[t].children.clone();
         kids.push(Slot::shared(child));
         tops[t] = self.top_over(config, kids);
         self.publish_tree("attach", new, tops)?;
+        self.post_vdev_event("vdev_attach", &path, existing);
         Ok(DeviceOutcome::NeedsResilver)
     }
 
@@ -84,9 +86,11 @@ impl Pool {
         let mut tops = self.tree_over_same_slots();
         let mut kids = tops[t].children.clone();
         let gone = kids.remove(c);
+        let parent = tops[t].display_name();
         tops[t] = self.top_over(config, kids);
         gone.offline.store(true, Ordering::SeqCst);
         self.publish_tree("detach", device, tops)?;
+        self.post_vdev_event("vdev_remove", &gone.path, &parent);
         Ok(LeftDevices(vec![take_child(&gone)]))
     }
 
@@ -115,6 +119,7 @@ impl Pool {
         config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
         config.validate().map_err(PoolError::BadSpec)?;
         self.publish_tree("add", &tokens.join(" "), tops)?;
+        self.post_add_events(range.start);
         Ok((range, notes))
     }
 
