@@ -236,6 +236,18 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
     assert!(st.contains("spares") && st.contains("AVAIL"), "{st}");
     let e = fails(&cairn(&home, &["add", "tank", "spare", &d[2]]));
     assert!(e.contains("already part of this pool"), "{e}");
+    std::fs::create_dir(dir.path().join("x")).unwrap();
+    let extra = files(&dir.path().join("x"), 1, 128 * MIB);
+    let e = fails(&cairn(
+        &home,
+        &["add", "tank", "spare", &extra[0], &extra[0]],
+    ));
+    assert!(e.contains("named twice"), "{e}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        !st.contains(&extra[0]),
+        "nothing of a refused add is kept: {st}"
+    );
     // d0 fails every read and write from now on (the fault leaf polls its control file).
     std::fs::write(format!("{}.fault", d[0]), "fail_reads=1&fail_writes=1").unwrap();
     std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));

@@ -94,9 +94,9 @@ impl Pool {
         Ok(LeftDevices(vec![take_child(&gone)]))
     }
 
-    /// `cairn add POOL VDEV…` (data and log vdevs) while the pool is in use; returns the
-    /// indices of the new top-level vdevs (the store gives them space to allocate from).
-    /// Hot spares are added with the pool not in use.
+    /// `cairn add POOL VDEV…` (data and log vdevs, hot spares) while the pool is in use;
+    /// returns the indices of the new top-level vdevs (the store gives them space to
+    /// allocate from) and the notes on them.
     pub fn add_in_use(
         &self,
         tokens: &[String],
@@ -124,13 +124,20 @@ impl Pool {
     }
 
     /// `add POOL spare DEV…` while the pool is in use: the spares are AVAIL at once (the
-    /// service puts them in for leaves that fail from then on). Called under `spare_lock`.
+    /// service puts them in for failed leaves). All or none: every device is checked and
+    /// opened before any is added. Called under `spare_lock`.
     fn add_spares_in_use(&self, devices: &[String], force: bool) -> Result<(), PoolError> {
-        for dev in devices {
-            let (spare, leaf) = self.new_spare(dev, force)?;
-            let mut added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
-            added.push((spare, leaf));
+        let mut new = Vec::with_capacity(devices.len());
+        for (i, dev) in devices.iter().enumerate() {
+            if devices[..i].contains(dev) {
+                return Err(Self::device_error("add spare", dev, "it is named twice"));
+            }
+            new.push(self.new_spare(dev, force)?);
         }
+        self.added_spares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(new);
         if !devices.is_empty() {
             self.write_config_labels(0)?;
             self.write_spare_labels();
