@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, while_putting};
+use support::served::{
+    check_numbered, put_numbered, scrub_is_clean, serve, wait_for_socket, while_putting,
+};
 use support::{
     cairn, cairn_cmd, fails, files, ok, ok_bytes, paused_then_canceled, pseudo_random, MIB,
 };
@@ -545,13 +547,7 @@ fn resilver_waits_for_the_service_resilvering_a_spare() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "serve did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_socket(&socket);
     let e = fails(&cairn(&home, &["resilver", "--rate", "1M", "tank"]));
     assert!(e.contains("resilver_rate"), "{e}");
     let out = cairn(&home, &["resilver", "-w", "tank"]);

@@ -22,15 +22,20 @@ pub fn serve(home: &Path, pool: &str) -> Served {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    wait_for_socket(&socket);
+    Served { child, socket }
+}
+
+/// Waits (up to 30 s) until a service answers on its control socket.
+pub fn wait_for_socket(socket: &Path) {
     let start = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
+    while UnixStream::connect(socket).is_err() {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "serve did not start"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    Served { child, socket }
 }
 
 impl Served {
