@@ -78,6 +78,9 @@ enum Command {
     /// A writable dataset that starts as a snapshot and shares its blocks:
     /// `cairn clone POOL/DS@SNAP POOL/NEW`.
     Clone(snapshot_cmds::CloneArgs),
+    /// `cairn promote POOL/CLONE`: the clone takes its origin's snapshots up to the one it
+    /// was cloned from, and the origin becomes its clone (so it can be destroyed).
+    Promote(snapshot_cmds::PromoteArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
     /// Hold snapshots (a held one cannot be destroyed): `cairn hold [-r] TAG POOL/DS@SNAP…`.
@@ -428,6 +431,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Send(a) => a.pool(),
         Command::Receive(a) => pool(&a.target),
         Command::Clone(a) => pool(&a.snapshot),
+        Command::Promote(a) => pool(&a.clone),
         Command::Rollback(a) => pool(&a.name),
         _ => None,
     }
@@ -520,6 +524,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Snapshot(a) => snapshot_cmds::snapshot(a),
         Command::Rollback(a) => snapshot_cmds::rollback(a),
         Command::Clone(a) => snapshot_cmds::clone(a),
+        Command::Promote(a) => snapshot_cmds::promote(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Send(a) => snapshot_cmds::send(a),
         Command::Hold(a) => snapshot_cmds::hold(a, true),
@@ -602,6 +607,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Snapshot(a) => after(a.names.first()?),
         Command::Rollback(a) => after(&a.name),
         Command::Clone(a) => after(&a.target),
+        Command::Promote(a) => after(&a.clone),
         Command::Receive(a) => after(&a.target),
         Command::Hold(a) | Command::Release(a) => after(a.names.first()?),
         Command::Clear(a) => after(&a.pool),

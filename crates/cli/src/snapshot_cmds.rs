@@ -408,6 +408,33 @@ pub fn clone(a: CloneArgs) -> Result<(), String> {
     made
 }
 
+#[derive(Args, Debug)]
+pub struct PromoteArgs {
+    /// POOL/CLONE: a clone; it takes its origin's snapshots up to its origin snapshot.
+    pub clone: String,
+    /// Print which snapshots moved and the space that changed hands.
+    #[arg(short)]
+    pub verbose: bool,
+}
+
+/// `cairn promote POOL/CLONE`.
+pub fn promote(a: PromoteArgs) -> Result<(), String> {
+    let store = open(pool_of(&a.clone))?;
+    let done = store.promote(&a.clone).map_err(err);
+    finish(store)?;
+    let report = done?;
+    if a.verbose {
+        let names: Vec<String> = report.moved.iter().map(|n| format!("@{n}")).collect();
+        outln!("{}: took {} from its origin", a.clone, names.join(" "));
+        outln!(
+            "  {} of the origin snapshot now on its dead lists; {} left to it by the old origin",
+            cairn_objset::dataset::format_size(report.adopted),
+            cairn_objset::dataset::format_size(report.released)
+        );
+    }
+    Ok(())
+}
+
 /// `cairn destroy` of snapshots: `DS@A` (one), `DS@A%B` (A to B in txg order; either end
 /// may be left out), `DS@A,B,C`; `-r` the same names in every descendant.
 pub fn destroy(spec: &str, recursive: bool, dry_run: bool, verbose: bool) -> Result<(), String> {

@@ -625,10 +625,23 @@ fn send_receive_and_clone_run_in_the_service() {
     assert!(ok_bytes(&cairn(&home, &["cat", "tank/fork/big"])) == big);
     let e = fails(&cairn(&home, &["receive", "tank/copy"]));
     assert!(e.contains("empty"), "{e}");
+    // Promote: the fork takes @a, tank/docs becomes its clone.
+    let said = run_with(&["promote", "-v", "tank/fork"], None, None);
+    assert!(said.contains("took @a"), "{said}");
+    let origin = ok(&cairn(&home, &["get", "-H", "origin", "tank/docs"]));
+    assert!(origin.contains("tank/fork@a"), "{origin}");
+    let snaps = ok(&cairn(&home, &["list", "-H", "-t", "snapshot", "tank"]));
+    assert!(
+        snaps.contains("tank/fork@a") && !snaps.contains("tank/docs@a"),
+        "{snaps}"
+    );
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/fork@a/big"])) == big);
     served.stop();
     let history = ok(&cairn(&home, &["history"]));
     assert!(
-        history.contains("receive tank/copy") && history.contains("clone tank/docs@a"),
+        history.contains("receive tank/copy")
+            && history.contains("clone tank/docs@a")
+            && history.contains("promote -v tank/fork"),
         "{history}"
     );
 }

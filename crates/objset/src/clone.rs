@@ -14,8 +14,8 @@
 //! directory's entries name objects). Taking a clone therefore costs time in proportion to
 //! the number of files and the size of the directories, not to the data. Which copy each
 //! object became is kept (the clone map, `crate::id_map`) for `send -i ORIGIN CLONE@SNAP`.
-//! The origin snapshot cannot be destroyed while a clone of it exists (`promote` is not
-//! built).
+//! The origin snapshot cannot be destroyed while a clone of it exists; `promote`
+//! (`crate::promote`) turns the roles around.
 //!
 //! Space: a clone's REFER starts at the snapshot's; its USED counts only what it does not
 //! share with the origin (REFER − (snapshot's REFER − what it stopped using)).
@@ -23,7 +23,9 @@
 use std::collections::HashMap;
 
 use crate::core::{State, StoreCore};
-use crate::dataset::{DatasetKind, CLONE_MAP_PROP, ORIGIN_PROP, ORIGIN_RELEASED_PROP};
+use crate::dataset::{
+    DatasetKind, CLONE_MAP_PROP, ORIGIN_PROP, ORIGIN_RELEASED_PROP, POOL_OBJECTS,
+};
 use crate::dir::DirEntry;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
@@ -111,16 +113,28 @@ impl StoreCore {
 
     /// Keeps which object of the clone each object of the origin snapshot became: an
     /// incremental from the origin (`crate::clone_send`) names the clone's objects by it.
-    fn save_clone_map(&self, dataset: u32, ids: HashMap<u64, u64>) -> Result<(), StoreError> {
+    /// `dataset_destroy` frees it with the dataset.
+    pub(crate) fn save_clone_map(
+        &self,
+        dataset: u32,
+        ids: HashMap<u64, u64>,
+    ) -> Result<(), StoreError> {
         let map = IdMap {
             ids,
             xattr_links: Vec::new(),
         };
-        let object = self.write_id_map(dataset, None, CLONE_MAGIC, &map)?;
+        // A pool object, not one of the dataset's: no snapshot keeps it and no rollback
+        // frees it (maps made before 2026-11-26 are the clone's own objects; both read and
+        // free the same way).
+        let object = self.write_id_map(POOL_OBJECTS, None, CLONE_MAGIC, &map)?;
         let mut st = self.lock();
         let d = st.datasets.by_id_mut(dataset).expect("just created");
-        d.props.insert(CLONE_MAP_PROP.into(), object.to_string());
+        let old = d.props.insert(CLONE_MAP_PROP.into(), object.to_string());
         st.datasets_dirty = true;
+        // (A dataset promoted and then made a clone again had one already.)
+        if let Some(old) = old.and_then(|o| o.parse().ok()) {
+            self.free_object_locked(&mut st, old)?;
+        }
         Ok(())
     }
 

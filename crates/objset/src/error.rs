@@ -278,8 +278,9 @@ mod tests {
                 unit(DatasetTable::decode(&bumped(table, 15)).map(drop)),
             ),
             (
+                // (SNP2 is the section with roots, `crate::promote`: SNP3 is newer.)
                 "SNP1",
-                unit(DatasetTable::decode(&bumped(with_snapshots, 27)).map(drop)),
+                unit(DatasetTable::decode(&bumped(bumped(with_snapshots, 27), 27)).map(drop)),
             ),
         ];
         for (magic, kind) in cases {

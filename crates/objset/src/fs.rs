@@ -230,8 +230,11 @@ impl StoreCore {
         }
         let mut st = self.wait_for_writer(self.lock());
         self.destroy_all_snapshots_locked(&mut st, ds.id)?;
-        if let Some(map) = ds.props.get(crate::dataset::RECEIVE_MAP_PROP) {
-            if let Ok(object) = map.parse() {
+        for prop in [
+            crate::dataset::RECEIVE_MAP_PROP,
+            crate::dataset::CLONE_MAP_PROP,
+        ] {
+            if let Some(Ok(object)) = ds.props.get(prop).map(|m| m.parse()) {
                 self.free_object_locked(&mut st, object)?;
             }
         }

@@ -28,6 +28,7 @@ pub mod intent_state;
 pub mod object;
 pub mod object_io;
 pub mod posix;
+pub mod promote;
 pub mod property_values;
 pub mod props;
 pub mod quota;

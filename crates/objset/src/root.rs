@@ -6,7 +6,8 @@
 //!       8     4  version (1; 2 when the pool has snapshots, see `crate::snapshot`; 3 when
 //!                it has clones, see `crate::clone`; 4 when the intent log is in use)
 //!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log, 8 log
-//!                records of kind ATTR may be in the chain); else 0
+//!                records of kind ATTR may be in the chain, 16 promoted snapshots: the
+//!                snapshot section is "SNP2"); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -57,6 +58,9 @@ pub(crate) struct RootBlock {
     /// The intent log's chain for the txg after this one (`crate::intent_log`): version 4,
     /// which builds without the log refuse (they would drop acknowledged writes).
     pub(crate) log: Option<LogHead>,
+    /// A snapshot came to its dataset by `promote` (`crate::promote`): the dataset table's
+    /// snapshot section records roots ("SNP2"), which builds without promote cannot read.
+    pub(crate) promoted: bool,
 }
 
 /// Root block versions: 1, 2 (snapshots in use), 3 (clones in use), 4 (feature flags at
@@ -74,6 +78,8 @@ const FLAG_LOG: u32 = 4;
 /// the acknowledged writes after it; the unknown flag makes it refuse the pool instead.
 /// A log head without it (written before ATTR) still imports.
 const FLAG_LOG_ATTR: u32 = 8;
+/// Some snapshot shows another dataset's objects (see `RootBlock::promoted`).
+const FLAG_PROMOTED: u32 = 16;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -82,8 +88,10 @@ impl RootBlock {
         let mut w = Writer::new();
         let flags = u32::from(self.snapshots) * FLAG_SNAPSHOTS
             + u32::from(self.clones) * FLAG_CLONES
-            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR);
-        let (version, flags) = match (self.log.is_some(), self.clones, self.snapshots) {
+            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR)
+            + u32::from(self.promoted) * FLAG_PROMOTED;
+        let with_flags = self.log.is_some() || self.promoted;
+        let (version, flags) = match (with_flags, self.clones, self.snapshots) {
             (true, _, _) => (ROOT_VERSION_FLAGS, flags),
             (false, true, _) => (ROOT_VERSION_CLONES, 0),
             (false, false, true) => (ROOT_VERSION_SNAPSHOTS, 0),
@@ -136,7 +144,8 @@ impl RootBlock {
                     + u32::from(v >= ROOT_VERSION_CLONES) * FLAG_CLONES
             }
         };
-        if flags & !(FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG | FLAG_LOG_ATTR) != 0 {
+        let known = FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG | FLAG_LOG_ATTR | FLAG_PROMOTED;
+        if flags & !known != 0 {
             return Err(StoreError::NewerFormat(format!(
                 "root block feature flags {flags:#x}"
             )));
@@ -177,6 +186,7 @@ impl RootBlock {
             snapshots: flags & FLAG_SNAPSHOTS != 0,
             clones: flags & FLAG_CLONES != 0,
             log,
+            promoted: flags & FLAG_PROMOTED != 0,
         })
     }
 }
@@ -234,6 +244,7 @@ mod tests {
             snapshots: false,
             clones: false,
             log: None,
+            promoted: false,
         }
     }
 
@@ -269,7 +280,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[12] = 16;
+        unknown_flag[12] = 32;
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -304,6 +315,24 @@ mod tests {
         root.log = None;
         let back = RootBlock::decode(&root.encode()).unwrap();
         assert!(back.log.is_none() && back.snapshots);
+    }
+
+    #[test]
+    fn promoted_snapshots_make_version_4_with_their_flag() {
+        let mut root = root_with(1, 0);
+        root.snapshots = true;
+        root.clones = true;
+        root.promoted = true;
+        let bytes = root.encode();
+        assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
+        assert_eq!(
+            bytes[12] as u32,
+            FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_PROMOTED
+        );
+        let back = RootBlock::decode(&bytes).unwrap();
+        assert!(back.promoted && back.clones && back.log.is_none());
+        root.promoted = false;
+        assert_eq!(root.encode()[8], ROOT_VERSION_CLONES as u8);
     }
 
     #[test]

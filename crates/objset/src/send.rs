@@ -219,6 +219,12 @@ impl StoreCore {
             Some(a) => Some(self.snapshot_view(a)?),
             None => None,
         };
+        if let Some(a) = va
+            .as_ref()
+            .filter(|a| a.dataset == vb.dataset && a.root != vb.root)
+        {
+            return Err(crate::diff::promoted_apart(&a.name, &vb.name));
+        }
         let table = self.datasets();
         let ds = table.by_id(vb.dataset).expect("a view names its dataset");
         let guid_of = |v: &SnapshotView| {

@@ -57,6 +57,10 @@ pub struct SnapshotRecord {
     pub override_object: u64,
     /// User holds (`cairn hold TAG`): a held snapshot cannot be destroyed.
     pub holds: Vec<String>,
+    /// The root object it shows, when that is not its dataset's: a snapshot that came to
+    /// its dataset by `promote` shows the objects of the dataset it was taken of
+    /// (`crate::promote`). 0: the dataset's root.
+    pub root: u64,
 }
 
 /// The snapshots of a pool: a section of the dataset table after the pool section.
@@ -71,6 +75,9 @@ pub struct SnapshotRecord {
 /// Records are kept in (dataset, txg) order, oldest first. A pool with snapshots writes
 /// root block version 2, so a cairn that does not know them refuses it instead of freeing
 /// their blocks.
+///
+/// Magic "SNP2" instead (written only when a snapshot came by `promote`, which also sets a
+/// root block feature flag): each record ends with `root u64` (0: the dataset's root).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotSection {
     pub records: Vec<SnapshotRecord>,
@@ -79,6 +86,7 @@ pub struct SnapshotSection {
 }
 
 const SECTION_MAGIC: u32 = 0x3150_4e53; // "SNP1"
+const SECTION_MAGIC_ROOTS: u32 = 0x3250_4e53; // "SNP2"
 /// Bytes of one record besides its name (for `Reader::count`).
 const RECORD_MIN: usize = 4 + 4 + 9 * 8;
 
@@ -106,6 +114,11 @@ impl SnapshotSection {
         self.of(dataset).last()
     }
 
+    /// Whether some snapshot shows objects of another dataset (it came by `promote`).
+    pub fn has_promoted(&self) -> bool {
+        self.records.iter().any(|r| r.root != 0)
+    }
+
     /// Inserts a record after every older or equally old one of its dataset.
     pub fn insert(&mut self, record: SnapshotRecord) {
         let at = self
@@ -120,7 +133,13 @@ impl SnapshotSection {
         if self.is_empty() {
             return;
         }
-        w.u32(SECTION_MAGIC).u64(self.heads.len() as u64);
+        let roots = self.has_promoted();
+        let magic = if roots {
+            SECTION_MAGIC_ROOTS
+        } else {
+            SECTION_MAGIC
+        };
+        w.u32(magic).u64(self.heads.len() as u64);
         for (&ds, &obj) in &self.heads {
             w.u32(ds).u64(obj);
         }
@@ -136,6 +155,9 @@ impl SnapshotSection {
             for tag in &r.holds {
                 w.str(tag);
             }
+            if roots {
+                w.u64(r.root);
+            }
         }
     }
 
@@ -143,7 +165,17 @@ impl SnapshotSection {
         if r.is_at_end() {
             return Ok(SnapshotSection::default());
         }
-        r.magic(&SECTION_MAGIC.to_le_bytes())?;
+        let roots = match r.u32()? {
+            SECTION_MAGIC => false,
+            SECTION_MAGIC_ROOTS => true,
+            other => {
+                // SNP3 and later are "upgrade cairn", anything else damage (`Reader::magic`).
+                let found = other.to_le_bytes();
+                let mut alone = Reader::new(&found, "snapshot section");
+                let e = alone.magic(&SECTION_MAGIC_ROOTS.to_le_bytes()).err();
+                return Err(e.unwrap_or_else(|| r.err("bad magic")));
+            }
+        };
         let nheads = r.count(12)?;
         let mut heads = BTreeMap::new();
         for _ in 0..nheads {
@@ -168,6 +200,7 @@ impl SnapshotSection {
                     let n = r.count(4)?;
                     (0..n).map(|_| r.str()).collect::<Result<_, _>>()?
                 },
+                root: if roots { r.u64()? } else { 0 },
             });
         }
         let section = SnapshotSection { records, heads };
@@ -351,6 +384,7 @@ mod tests {
             dead_object: objects.0,
             override_object: objects.1,
             holds: vec!["keep".into()],
+            root: 0,
         }
     }
 
@@ -369,6 +403,29 @@ mod tests {
         s.encode(&mut w);
         let back = SnapshotSection::decode(&mut Reader::new(&w.buf, "t")).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_promoted_snapshot_writes_roots_and_round_trips() {
+        let mut s = SnapshotSection::default();
+        s.heads.insert(3, 90);
+        s.insert(record(3, "a", 10, (10, 11)));
+        let mut w = Writer::new();
+        s.encode(&mut w);
+        assert_eq!(&w.buf[..4], b"SNP1");
+        s.records[0].root = 77;
+        assert!(s.has_promoted());
+        let mut w = Writer::new();
+        s.encode(&mut w);
+        assert_eq!(&w.buf[..4], b"SNP2");
+        let back = SnapshotSection::decode(&mut Reader::new(&w.buf, "t")).unwrap();
+        assert_eq!(back, s);
+        for n in 1..w.buf.len() {
+            assert!(SnapshotSection::decode(&mut Reader::new(&w.buf[..n], "t")).is_err());
+        }
+        w.buf[3] = b'3';
+        let e = SnapshotSection::decode(&mut Reader::new(&w.buf, "t")).unwrap_err();
+        assert_eq!(e.kind, crate::codec::DecodeKind::NewerVersion, "{e}");
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl StoreCore {
             dead_object,
             override_object,
             holds: Vec::new(),
+            root: 0,
         };
         st.datasets.snapshots.heads.insert(id, head);
         st.datasets.snapshots.insert(record);
@@ -369,7 +370,7 @@ impl StoreCore {
         let clones = st.datasets.clones_of(&format!("{ds_name}@{}", rec.name));
         if !clones.is_empty() {
             return Err(StoreError::NotPermitted(format!(
-                "{ds_name}@{} has clones ({}); destroy them first (promote is not built)",
+                "{ds_name}@{} has clones ({}); destroy them first, or `cairn promote` one",
                 rec.name,
                 clones.join(", ")
             )));
@@ -400,24 +401,7 @@ impl StoreCore {
             freed += self.pool.deflated_size(bp);
             st.deferred.extend(bp.copies().map(|d| (txg, *d)));
         }
-        let saved = st.snaps.overrides.remove(&rec.override_object);
-        let prev = st
-            .datasets
-            .snapshots
-            .of(rec.dataset)
-            .take_while(|r| r.name != rec.name)
-            .last()
-            .map(|r| r.override_object);
-        if let (Some(prev), Some(saved)) = (prev, saved) {
-            // The previous snapshot read these dnodes through ours: they become its own.
-            let into = st.snaps.overrides.entry(prev).or_default();
-            for (id, dn) in saved.dnodes {
-                if let std::collections::btree_map::Entry::Vacant(e) = into.dnodes.entry(id) {
-                    e.insert(dn);
-                    into.pending.push(id);
-                }
-            }
-        }
+        merge_overrides_into_previous(st, rec);
         for obj in [rec.dead_object, rec.override_object] {
             self.free_object_locked(st, obj)?;
         }
@@ -456,6 +440,11 @@ impl StoreCore {
         let mut st = self.wait_for_writer(self.lock());
         let rec = find_snapshot(&st, full)?;
         let (ds_name, id) = (full.split_once('@').expect("checked").0, rec.dataset);
+        if rec.root != 0 {
+            return Err(StoreError::NotPermitted(format!(
+                "{full} came to {ds_name} by `promote` and shows other objects than                  {ds_name}'s; rolling back to it is not built: `cairn clone {full} NEW`                  gives a writable copy of it"
+            )));
+        }
         let newer: Vec<SnapshotRecord> = st
             .datasets
             .snapshots
@@ -527,6 +516,30 @@ impl StoreCore {
         (ds.used, ds.logical, ds.physical) = (rec.referenced, rec.logical, rec.physical);
         st.datasets_dirty = true;
         Ok(())
+    }
+}
+
+/// The previous snapshot read the dnodes on `rec`'s override list through it: they become
+/// its own. (Not into a snapshot that came by `promote` from a snapshot taken since: its
+/// objects are other ones, and it already holds each of them, `crate::promote`.)
+fn merge_overrides_into_previous(st: &mut State, rec: &SnapshotRecord) {
+    let saved = st.snaps.overrides.remove(&rec.override_object);
+    let prev = st
+        .datasets
+        .snapshots
+        .of(rec.dataset)
+        .take_while(|r| r.name != rec.name)
+        .last()
+        .filter(|r| r.root == rec.root)
+        .map(|r| r.override_object);
+    if let (Some(prev), Some(saved)) = (prev, saved) {
+        let into = st.snaps.overrides.entry(prev).or_default();
+        for (id, dn) in saved.dnodes {
+            if let std::collections::btree_map::Entry::Vacant(e) = into.dnodes.entry(id) {
+                e.insert(dn);
+                into.pending.push(id);
+            }
+        }
     }
 }
 

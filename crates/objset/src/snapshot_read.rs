@@ -60,7 +60,7 @@ impl StoreCore {
             dataset: ds.id,
             snapshot: snap.to_string(),
             txg: rec.txg,
-            root: ds.object,
+            root: if rec.root != 0 { rec.root } else { ds.object },
         })
     }
 

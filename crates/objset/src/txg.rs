@@ -344,6 +344,7 @@ impl TxgSync<'_> {
                 .iter()
                 .any(|d| d.props.contains_key(crate::dataset::ORIGIN_PROP)),
             log: self.st.log.next_head(),
+            promoted: self.st.datasets.snapshots.has_promoted(),
         };
         let block = prepare(
             &root.encode(),

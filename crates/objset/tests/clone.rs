@@ -52,26 +52,6 @@ fn assert_same(got: &Files, want: &Files) {
     }
 }
 
-fn live_tree(store: &Store, ds: &str) -> Files {
-    let mut out = Files::new();
-    let mut dirs = vec![String::new()];
-    while let Some(dir) = dirs.pop() {
-        for e in store.list(&format!("{ds}{dir}")).unwrap() {
-            let path = format!("{dir}/{}", e.name);
-            if e.kind == "dir" {
-                dirs.push(path.clone());
-                out.insert(format!("{}/", &path[1..]), Vec::new());
-            } else {
-                out.insert(
-                    path[1..].to_string(),
-                    read_live(store, &format!("{ds}{path}")),
-                );
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn a_clone_shares_its_snapshot_and_takes_writes_apart() {
     let dir = tempfile::tempdir().unwrap();

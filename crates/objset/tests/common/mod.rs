@@ -89,3 +89,24 @@ pub fn read_snapshot_dir(store: &Store, v: &SnapshotView, dir: u64, prefix: &str
         out.insert(format!("{prefix}{name}"), buf);
     }
 }
+
+/// Every file of a live dataset by path (a directory as `path/`, with no contents).
+pub fn live_tree(store: &Store, ds: &str) -> Files {
+    let mut out = Files::new();
+    let mut dirs = vec![String::new()];
+    while let Some(dir) = dirs.pop() {
+        for e in store.list(&format!("{ds}{dir}")).unwrap() {
+            let path = format!("{dir}/{}", e.name);
+            if e.kind == "dir" {
+                dirs.push(path.clone());
+                out.insert(format!("{}/", &path[1..]), Vec::new());
+            } else {
+                out.insert(
+                    path[1..].to_string(),
+                    read_live(store, &format!("{ds}{path}")),
+                );
+            }
+        }
+    }
+    out
+}
