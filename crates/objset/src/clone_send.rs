@@ -1,4 +1,5 @@
-//! `cairn send -i POOL/DS@O POOL/CLONE@S`: an incremental from a clone's origin.
+//! `cairn send -i POOL/DS@O POOL/CLONE@S`: an incremental from a clone's origin (with `-I`,
+//! followed by an incremental per later snapshot of the clone).
 //!
 //! A clone starts as copies of its origin's dnodes under new ids (`crate::clone`), and its
 //! clone map says which copy each origin object became. What changed since:
@@ -60,21 +61,31 @@ impl StoreCore {
                 ))
             }
         }
-        if opts.intermediates || opts.replicate {
+        if opts.replicate {
             return Err(StoreError::NotPermitted(format!(
-                "-I and -R do not start from a clone's origin; send `-i {origin} {ds_name}@{to}`, then -I from @{to}"
+                "-R does not start from a clone's origin; send `-I {origin} {ds_name}@{to}`"
             )));
         }
-        if table.snapshots.find(ds.id, to).is_none() {
-            return Err(StoreError::NotFound(format!("{ds_name}@{to}")));
-        }
-        Ok(vec![Step {
+        let names: Vec<&str> = table.snapshots.of(ds.id).map(|r| r.name.as_str()).collect();
+        let end = names
+            .iter()
+            .position(|n| *n == to)
+            .ok_or_else(|| StoreError::NotFound(format!("{ds_name}@{to}")))?;
+        let step = |from: String, to: &str| Step {
             dataset: ds_name.to_string(),
-            from: Some(origin.to_string()),
+            from: Some(from),
             to: to.to_string(),
             path: String::new(),
             resume: None,
-        }])
+        };
+        if !opts.intermediates {
+            return Ok(vec![step(origin.to_string(), to)]);
+        }
+        // -I: from the origin to the clone's first snapshot, then one incremental per
+        // snapshot of the clone up to `to` (the receiver makes the clone with the first).
+        let mut steps = vec![step(origin.to_string(), names[0])];
+        steps.extend((1..=end).map(|k| step(format!("{ds_name}@{}", names[k - 1]), names[k])));
+        Ok(steps)
     }
 
     /// What changed in clone snapshot `vb` since its origin `va` (see the module's

@@ -782,6 +782,47 @@ fn a_clone_goes_as_an_incremental_from_its_origin() {
     same(&src, "tank/cl@d", &dst, "tank/cl3@d");
 }
 
+/// `send -I ORIGIN CLONE@S`: the clone stream, then one incremental per later snapshot of
+/// the clone, received in one go; `-R` from an origin is refused with what to do.
+#[test]
+fn send_capital_i_from_a_clones_origin_carries_every_snapshot() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    clone_with_changes(&src);
+    src.write(&src.resolve("tank/cl/new").unwrap(), 0, b"B")
+        .unwrap();
+    snap(&src, "tank/cl@d");
+    src.remove("tank/cl/new", false).unwrap();
+    snap(&src, "tank/cl@e");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@o", None, false, false),
+        false,
+    )
+    .unwrap();
+    let stream = send(&src, "tank/cl@e", Some("tank/fs@o"), true, false);
+    let got = receive(&dst, "tank/cl", &stream, false).unwrap();
+    assert_eq!(got.streams, 3, "{got:?}");
+    for s in ["c", "d", "e"] {
+        same(&src, &format!("tank/cl@{s}"), &dst, &format!("tank/cl@{s}"));
+    }
+    assert_eq!(
+        dst.get_property("tank/cl", "origin").unwrap().0,
+        "tank/fs@o"
+    );
+    // Only as far as asked.
+    let partial = send(&src, "tank/cl@d", Some("tank/fs@o"), true, false);
+    receive(&dst, "tank/cl4", &partial, false).unwrap();
+    assert_eq!(dst.snapshots(Some("tank/cl4")).unwrap().len(), 2);
+    let opts = SendOptions {
+        from: Some("tank/fs@o".into()),
+        intermediates: true,
+        replicate: true,
+    };
+    let e = src.send("tank/cl@e", &opts, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("-I tank/fs@o"), "{e}");
+}
+
 /// The short form `-i @o` is the clone's own snapshot (named in full, the origin is
 /// taken); a stream received with another snapshot as origin is refused, nothing made.
 #[test]
