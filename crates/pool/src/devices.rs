@@ -190,7 +190,7 @@ impl Pool {
             child.clear_fault();
             child.stats.reset();
             if !child.dtl_ranges().is_empty() && child.is_usable() {
-                child.stale.store(true, Ordering::Relaxed);
+                child.mark_stale();
                 outcome = DeviceOutcome::NeedsResilver;
             }
         }
@@ -455,7 +455,7 @@ impl Pool {
                 };
                 let spare = &config.spares[s];
                 let child = Child::new(spare.guid, spare.path.clone(), self.spare_leaf(s));
-                child.stale.store(true, Ordering::Relaxed);
+                child.mark_stale();
                 child.set_dtl(vec![DTL_EVERYTHING]);
                 if slot.take_spare(child) {
                     in_use[s] = true;
@@ -967,7 +967,7 @@ pub(crate) fn grown_config(top: &TopVdev) -> Option<TopConfig> {
 /// A child for a new device that must be resilvered with everything.
 fn new_stale_child(leaf: Arc<dyn Leaf>) -> Child {
     let child = Child::new(new_guid(), leaf.path().to_string(), Some(leaf));
-    child.stale.store(true, Ordering::Relaxed);
+    child.mark_stale();
     child.set_dtl(vec![DTL_EVERYTHING]);
     child
 }

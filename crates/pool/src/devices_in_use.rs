@@ -89,7 +89,7 @@ impl Pool {
                 self.bring_back(child);
             } else if !child.dtl_ranges().is_empty() && child.is_usable() {
                 // It missed txgs (as `clear_device`): the resilver copies them.
-                child.stale.store(true, Ordering::SeqCst);
+                child.mark_stale();
             }
             child.stats.reset();
             if outcome_of(child) == DeviceOutcome::NeedsResilver {
@@ -136,7 +136,7 @@ impl Pool {
         refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
         self.check_fits("replace", t, c, leaf.as_ref())?;
         let device = Child::new(slot.guid, leaf.path().to_string(), Some(leaf));
-        device.stale.store(true, Ordering::SeqCst);
+        device.mark_stale();
         device.set_dtl(vec![DTL_EVERYTHING]);
         let old_leaf = slot.leaf.clone();
         if !slot.take_replacement(device) {
@@ -208,7 +208,7 @@ impl Pool {
             let mut dtl = child.dtl.lock().unwrap_or_else(|p| p.into_inner());
             cairn_vdev::dtl::add_range(&mut dtl, in_flight_txgs(newest));
         }
-        child.stale.store(true, Ordering::SeqCst);
+        child.mark_stale();
         child.missed_write.store(true, Ordering::SeqCst);
         child.clear_fault();
     }

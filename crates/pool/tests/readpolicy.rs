@@ -1,6 +1,6 @@
 //! The `readpolicy` pool property on real mirrors: which side serves reads when one side is
 //! slow, persistence across export/import, bad values, and reads from a side being
-//! resilvered (only where the resilver already wrote it).
+//! resilvered (only where the resilver, or a write since it started, already wrote it).
 
 mod common;
 
@@ -203,7 +203,7 @@ fn labels_without_props_read_as_defaults() {
 /// Side 1 is being resilvered: the "resilver" has written the first half of the blocks
 /// to it; the second half holds garbage. Side 0 is slow. Returns the reads side 1 served
 /// in each half.
-fn resync_reads(policy: Policy) -> (u64, u64) {
+fn resync_reads(policy: Policy) -> (u64, u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut pool = mirror_pool(dir.path(), policy);
     fill(&pool.tops()[0]);
@@ -223,26 +223,42 @@ fn resync_reads(policy: Policy) -> (u64, u64) {
     let stats = [s0, s1];
     let below = read_many(ReadPath::Block, top, &stats, 4, 50, 0..half)[1];
     let above = read_many(ReadPath::Block, top, &stats, 4, 50, half..BLOCKS)[1];
+    // New writes during the resync reach side 1 too: it may serve them at once, whether
+    // written one block at a time or in a batch.
+    let fresh = half..half + 64;
+    for i in half..half + 32 {
+        top.write_block(i * BLOCK as u64, &block_data(i)).unwrap();
+    }
+    let batch: Vec<(u64, Vec<u8>)> = (half + 32..fresh.end)
+        .map(|i| (i * BLOCK as u64, block_data(i)))
+        .collect();
+    let refs: Vec<(u64, &[u8])> = batch.iter().map(|(o, d)| (*o, d.as_slice())).collect();
+    assert!(top.write_batch(&refs).iter().all(|r| r.is_ok()));
+    let rewritten = read_many(ReadPath::Block, top, &stats, 4, 50, fresh)[1];
     let (r, w, c) = top.children[1].stats.snapshot();
     assert_eq!(
         (r, w, c),
         (0, 0, 0),
         "{policy}: no error is charged to side 1"
     );
-    (below, above)
+    (below, above, rewritten)
 }
 
 #[test]
 fn a_resilvering_side_serves_reads_only_where_it_was_already_written() {
     for policy in [Policy::Md, Policy::Nearest, Policy::Auto] {
-        let (below, above) = resync_reads(policy);
+        let (below, above, rewritten) = resync_reads(policy);
         assert!(
             below > 20,
             "{policy}: side 1 served {below} of 200 copied reads"
         );
         assert_eq!(above, 0, "{policy}: side 1 served not-yet-copied blocks");
+        assert!(
+            rewritten > 20,
+            "{policy}: side 1 served {rewritten} of 200 reads of blocks written since"
+        );
     }
     for policy in [Policy::RoundRobin, Policy::LeastQueue, Policy::Load] {
-        assert_eq!(resync_reads(policy), (0, 0), "{policy}");
+        assert_eq!(resync_reads(policy), (0, 0, 0), "{policy}");
     }
 }

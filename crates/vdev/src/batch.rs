@@ -10,6 +10,8 @@
 //! and report per block whether it arrived; the caller verifies checksums and sends any
 //! block that failed through `read_block`, which reconstructs and self-heals.
 
+use std::sync::atomic::Ordering;
+
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
 
 use crate::error::VdevError;
@@ -149,9 +151,16 @@ impl TopVdev {
                 end += 1;
             }
             let bufs: Vec<&[u8]> = list[start..end].iter().map(|j| j.1).collect();
-            if let Err(e) = leaf.write_vectored_at(&bufs, list[start].0) {
-                child.note_error(&child.stats.write_errors, &e);
-                failed.extend(list[start..end].iter().map(|j| j.2));
+            match leaf.write_vectored_at(&bufs, list[start].0) {
+                Err(e) => {
+                    child.note_error(&child.stats.write_errors, &e);
+                    failed.extend(list[start..end].iter().map(|j| j.2));
+                }
+                // (A stale leaf may serve what it was just written: `Child::note_resilvered`.)
+                Ok(()) if child.stale.load(Ordering::Relaxed) => {
+                    child.note_resilvered(list[start].0, next - list[start].0);
+                }
+                Ok(()) => {}
             }
             start = end;
         }

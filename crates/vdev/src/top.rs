@@ -186,10 +186,20 @@ impl Child {
         }
     }
 
-    /// Records that the resilver wrote current data to `[start, start + len)`.
+    /// Records that current data reached `[start, start + len)` of this leaf: the resilver
+    /// wrote it, or a write did while the leaf is stale (it takes every new write, so a
+    /// block written since the resilver began is whole on it: reads may use it at once).
     pub(crate) fn note_resilvered(&self, start: u64, len: u64) {
         let mut ranges = self.resilvered.lock().unwrap_or_else(|p| p.into_inner());
         crate::dtl::add_range(&mut ranges, (start, start.saturating_add(len)));
+    }
+
+    /// Marks the leaf as missing blocks (it takes writes, reads do not trust it). What an
+    /// earlier resilver or write left current on it is forgotten: while it was away (offline,
+    /// faulted) its ranges may have been freed and written elsewhere.
+    pub fn mark_stale(&self) {
+        self.forget_resilvered();
+        self.stale.store(true, Ordering::SeqCst);
     }
 
     /// Forgets what the resilver wrote (it finished, or a write failed).
@@ -1374,7 +1384,12 @@ impl TopVdev {
             match child.usable() {
                 None => false,
                 Some(leaf) => match leaf.write_at(buf, off) {
-                    Ok(()) => true,
+                    Ok(()) => {
+                        if child.stale.load(Ordering::Relaxed) {
+                            child.note_resilvered(off, buf.len() as u64);
+                        }
+                        true
+                    }
                     Err(e) => {
                         child.note_error(&child.stats.write_errors, &e);
                         false
