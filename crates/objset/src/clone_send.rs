@@ -97,6 +97,9 @@ impl StoreCore {
         s: &mut Sender<'_>,
     ) -> Result<ChangeSet, StoreError> {
         let map = self.load_clone_map(vb.dataset)?;
+        if va.dataset == vb.dataset {
+            self.check_promoted_map(va, vb, &map)?;
+        }
         send_clone_ids(&map, s)?;
         let back: HashMap<u64, u64> = map.iter().map(|(&o, &c)| (c, o)).collect();
         let (objects, _) = self.collect(vb)?;
@@ -132,6 +135,27 @@ impl StoreCore {
             .collect();
         set.freed.sort_unstable();
         Ok(set)
+    }
+
+    /// `send -i DS@B DS@T` where `@B` came to DS by `promote` and `@T` was taken after:
+    /// DS's clone map (made when DS was cloned) must be from exactly `@B`'s objects to
+    /// DS's own. Otherwise (an older moved snapshot, or a map replaced by a later promote)
+    /// the stream cannot name what changed.
+    fn check_promoted_map(
+        &self,
+        va: &SnapshotView,
+        vb: &SnapshotView,
+        map: &HashMap<u64, u64>,
+    ) -> Result<(), StoreError> {
+        let own_root = self.datasets().by_id(vb.dataset).map(|d| d.object);
+        let (objects, _) = self.collect(va)?;
+        let fits = own_root == Some(vb.root)
+            && objects.len() == map.len()
+            && objects.iter().all(|(id, _)| map.contains_key(id));
+        if fits {
+            return Ok(());
+        }
+        Err(crate::diff::promoted_apart(&va.name, &vb.name))
     }
 
     /// Whether clone object `b` (of `vb`) is not what origin object `a` (of `va`) was:

@@ -132,8 +132,9 @@ impl StoreCore {
 pub(crate) fn promoted_apart(from: &str, to: &str) -> StoreError {
     StoreError::NotPermitted(format!(
         "{from} came to its dataset by `promote`, {to} is from after it, and their objects \
-         are numbered apart; comparing or sending from one to the other is not built (send \
-         a full stream of {to})"
+         are numbered apart; comparing them is not built, and an incremental across a \
+         promote only from the snapshot the dataset was cloned from (or send a full stream \
+         of {to})"
     ))
 }
 

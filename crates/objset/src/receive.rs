@@ -2,8 +2,11 @@
 //!
 //! A full stream makes a new dataset; an incremental updates one that holds the stream's
 //! origin snapshot (same guid), or (`-o origin=`, or a stream from a clone's origin) is made
-//! a new clone of the snapshot it starts from (`crate::receive_clone`). Each ends with the sent snapshot taken (same name, same
-//! guid), so the next incremental can start from it.
+//! a new clone of the snapshot it starts from (`crate::receive_clone`). A stream from a
+//! clone's origin into a dataset that has that origin (the sender promoted the clone, and
+//! this dataset received the origin's history) updates it in place, its objects found
+//! through the stream's clone ids and this dataset's receive map. Each ends with the sent
+//! snapshot taken (same name, same guid), so the next incremental can start from it.
 //!
 //! The sender's object ids are not ours (the object table is shared by every dataset of a
 //! pool). The receiver keeps the mapping in an object of the dataset — its *receive map*,
@@ -136,6 +139,12 @@ impl StoreCore {
                     ))
                 }
                 None if h.from_guid == 0 => self.start_full(&name, &h, undo)?,
+                None if h.clone && self.has_snapshot_guid(&name, h.from_guid) => {
+                    // Across a promote on the sender: our dataset has the origin.
+                    let mut rx = self.start_incremental(&name, &h, opts, undo)?;
+                    rx.origin_ids = Some(std::mem::take(&mut rx.map));
+                    rx
+                }
                 None if h.clone || self.receives_as_clone(&name, opts) => {
                     self.start_clone(&name, &h, opts, undo)?
                 }
@@ -169,6 +178,14 @@ impl StoreCore {
         }
         total.stream_bytes = input.bytes;
         Ok(total)
+    }
+
+    /// Whether dataset `name` exists and has the snapshot with `guid`.
+    fn has_snapshot_guid(&self, name: &str, guid: u64) -> bool {
+        let table = self.datasets();
+        table
+            .by_name(name)
+            .is_some_and(|d| table.snapshots.of(d.id).any(|r| r.guid == guid))
     }
 
     /// `-o origin=` into a dataset that does not exist yet: the incremental makes a clone.

@@ -219,12 +219,11 @@ impl StoreCore {
             Some(a) => Some(self.snapshot_view(a)?),
             None => None,
         };
-        if let Some(a) = va
+        // From a snapshot that came by `promote` to one taken after it: their objects are
+        // numbered apart, so the stream goes as from a clone's origin (`crate::clone_send`).
+        let through_clone_map = va
             .as_ref()
-            .filter(|a| a.dataset == vb.dataset && a.root != vb.root)
-        {
-            return Err(crate::diff::promoted_apart(&a.name, &vb.name));
-        }
+            .is_some_and(|a| a.dataset != vb.dataset || a.root != vb.root);
         let table = self.datasets();
         let ds = table.by_id(vb.dataset).expect("a view names its dataset");
         let guid_of = |v: &SnapshotView| {
@@ -246,7 +245,7 @@ impl StoreCore {
             path: step.path.clone(),
             source: step.dataset.clone(),
             resume: step.resume.as_ref().map(|t| t.at),
-            clone: va.as_ref().is_some_and(|a| a.dataset != vb.dataset),
+            clone: through_clone_map,
         };
         if let Some(t) = &step.resume {
             // The snapshots must be the very ones the token names.
@@ -291,7 +290,7 @@ impl StoreCore {
         vb: &SnapshotView,
         s: &mut Sender<'_>,
     ) -> Result<(), StoreError> {
-        let changes = if va.dataset == vb.dataset {
+        let changes = if va.dataset == vb.dataset && va.root == vb.root {
             self.changes(va, vb)?
         } else {
             self.clone_changes(va, vb, s)?

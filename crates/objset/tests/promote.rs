@@ -189,14 +189,22 @@ fn promote_moves_history_and_loses_nothing() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("promote"), "{e}");
-    let opts = SendOptions {
-        from: Some("@b".into()),
+    // Across the promote, an incremental goes only from the snapshot tank/c was cloned
+    // from (its clone map names what became of each object: send_receive.rs follows a
+    // backup through it).
+    let opts = |from: &str| SendOptions {
+        from: Some(from.into()),
         ..Default::default()
     };
+    store
+        .send("tank/c@t", &opts("@b"), &mut Vec::new())
+        .unwrap();
     let e = store
-        .send("tank/c@t", &opts, &mut Vec::new())
+        .send("tank/c@t", &opts("@a"), &mut Vec::new())
         .unwrap_err()
         .to_string();
+    assert!(e.contains("promote"), "{e}");
+    let e = store.diff("tank/c@b", "tank/c@t").unwrap_err().to_string();
     assert!(e.contains("promote"), "{e}");
     let e = store.snapshot_destroy("tank/c@b").unwrap_err().to_string();
     assert!(e.contains("clones") && e.contains("tank/fs"), "{e}");

@@ -823,6 +823,72 @@ fn send_capital_i_from_a_clones_origin_carries_every_snapshot() {
     assert!(e.to_string().contains("-I tank/fs@o"), "{e}");
 }
 
+/// A backup follows a promote, as with zfs: the backup received tank/fs's @a and @b; on the
+/// source tank/fs@b is cloned, the clone promoted (it takes @a and @b) and snapshotted;
+/// `send -i @b CLONE@t` then updates the same backup dataset, and later incrementals
+/// follow.
+#[test]
+fn a_backup_follows_a_promote_with_incrementals() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    let put = |s: &Store, path: &str, data: &[u8]| {
+        if s.resolve(path).is_err() {
+            s.create_file(path, false).unwrap();
+        }
+        s.write(&s.resolve(path).unwrap(), 0, data).unwrap();
+    };
+    fs(&src, "tank/fs");
+    src.mkdir("tank/fs/d").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    for i in 0..40 {
+        let mut data = vec![0u8; 4096 * (1 + i % 5)];
+        rng.fill_bytes(&mut data);
+        put(&src, &format!("tank/fs/d/f{i}"), &data);
+    }
+    snap(&src, "tank/fs@a");
+    put(&src, "tank/fs/d/f1", b"changed before b");
+    snap(&src, "tank/fs@b");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@a", None, false, false),
+        false,
+    )
+    .unwrap();
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@b", Some("@a"), false, false),
+        false,
+    )
+    .unwrap();
+    src.clone_create("tank/fs@b", "tank/new").unwrap();
+    put(&src, "tank/new/d/f2", b"the clone's change");
+    src.remove("tank/new/d/f3", false).unwrap();
+    put(&src, "tank/new/added", b"a new file");
+    src.promote("tank/new").unwrap();
+    snap(&src, "tank/new@t");
+    let stream = send(&src, "tank/new@t", Some("@b"), false, false);
+    assert!(
+        stream.len() < 64 << 10,
+        "{} bytes: only the change",
+        stream.len()
+    );
+    receive(&dst, "tank/fs", &stream, false).unwrap();
+    same(&src, "tank/new@t", &dst, "tank/fs@t");
+    same(&src, "tank/new@b", &dst, "tank/fs@b");
+    // The next incremental is an ordinary one.
+    put(&src, "tank/new/added", b"A");
+    snap(&src, "tank/new@u");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/new@u", Some("@t"), false, false),
+        false,
+    )
+    .unwrap();
+    same(&src, "tank/new@u", &dst, "tank/fs@u");
+}
+
 /// The short form `-i @o` is the clone's own snapshot (named in full, the origin is
 /// taken); a stream received with another snapshot as origin is refused, nothing made.
 #[test]
