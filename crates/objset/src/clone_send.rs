@@ -158,6 +158,22 @@ impl StoreCore {
         Err(crate::diff::promoted_apart(&va.name, &vb.name))
     }
 
+    /// The clone map of `va`'s dataset, when it names exactly `va`'s objects (`va` came by
+    /// `promote`; see `check_promoted_map`) and `to_root` is the dataset's own root.
+    pub(crate) fn promoted_map(
+        &self,
+        va: &SnapshotView,
+        to_root: u64,
+    ) -> Result<HashMap<u64, u64>, StoreError> {
+        let map = self.load_clone_map(va.dataset)?;
+        let vb = SnapshotView {
+            root: to_root,
+            ..va.clone()
+        };
+        self.check_promoted_map(va, &vb, &map)?;
+        Ok(map)
+    }
+
     /// Whether clone object `b` (of `vb`) is not what origin object `a` (of `va`) was:
     /// attributes, extended attributes object, block tree or (directories) entries.
     fn differs_from_origin(

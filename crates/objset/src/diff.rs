@@ -70,12 +70,20 @@ impl StoreCore {
             Side::Snapshot(v) => v.root,
             Side::Live { root } => *root,
         };
-        if to_root != a.root {
-            return Err(promoted_apart(from, to));
-        }
-        let before = self.walk(&Side::Snapshot(a))?;
+        let mut before = self.walk(&Side::Snapshot(a.clone()))?;
         let after = self.walk(&b)?;
-        Ok(compare(&before, &after))
+        if to_root == a.root {
+            return Ok(compare(&before, &after, false));
+        }
+        // `from` came by `promote`: its objects are named by the dataset's clone map.
+        let map = self
+            .promoted_map(&a, to_root)
+            .map_err(|_| promoted_apart(from, to))?;
+        before = before
+            .into_iter()
+            .filter_map(|(id, v)| map.get(&id).map(|&ours| (ours, v)))
+            .collect();
+        Ok(compare(&before, &after, true))
     }
 
     fn side_dnode(&self, side: &Side, id: u64) -> Result<Dnode, StoreError> {
@@ -172,7 +180,17 @@ fn changed(a: &Dnode, b: &Dnode) -> bool {
     )
 }
 
-fn compare(before: &Objects, after: &Objects) -> Vec<DiffEntry> {
+/// `copied_dirs`: the after side's directories are copies (a clone's), whose blocks and
+/// size differ from the originals' whatever happened: they count as changed only by their
+/// attributes (an entry added, removed or renamed sets a directory's mtime and ctime).
+fn compare(before: &Objects, after: &Objects, copied_dirs: bool) -> Vec<DiffEntry> {
+    let differs = |a: &Dnode, b: &Dnode| match copied_dirs && a.kind == ObjectKind::Directory {
+        true => {
+            (a.mtime_ns, a.ctime_ns, a.mode, a.uid, a.gid)
+                != (b.mtime_ns, b.ctime_ns, b.mode, b.uid, b.gid)
+        }
+        false => changed(a, b),
+    };
     let mut out = Vec::new();
     for (id, (path, dn)) in before {
         let entry = |change, path: &str, new_path| DiffEntry {
@@ -184,7 +202,7 @@ fn compare(before: &Objects, after: &Objects) -> Vec<DiffEntry> {
         match after.get(id) {
             None => out.push(entry('-', path, None)),
             Some((p2, _)) if p2 != path => out.push(entry('R', path, Some(p2.clone()))),
-            Some((_, d2)) if changed(dn, d2) => out.push(entry('M', path, None)),
+            Some((_, d2)) if differs(dn, d2) => out.push(entry('M', path, None)),
             Some(_) => {}
         }
     }

@@ -32,8 +32,9 @@
 //! One txg: a crash leaves the pool before or after the promote. Limits: the origin must
 //! not itself be a clone (promote it first); a clone's snapshot name that the origin's
 //! moved snapshots also use is refused; the moved snapshots cannot be rolled back to, and
-//! only the newest (the one the dataset was cloned from) is the base of an incremental to
-//! a snapshot taken after the promote, through the clone map (`crate::clone_send`).
+//! only the newest (the one the dataset was cloned from) is the base of an incremental or
+//! a diff to a snapshot taken after the promote, through the clone map
+//! (`crate::clone_send`).
 
 use std::collections::{HashMap, HashSet};
 

@@ -218,7 +218,18 @@ fn promote_moves_history_and_loses_nothing() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("promote"), "{e}");
-    let e = store.diff("tank/c@b", "tank/c@t").unwrap_err().to_string();
+    // diff across the promote names objects through the clone map too.
+    let changes: Vec<(char, String)> = store
+        .diff("tank/c@b", "tank/c@t")
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.change, d.path))
+        .collect();
+    for want in [('M', "/big"), ('-', "/d/f1"), ('+', "/mine"), ('M', "/d")] {
+        assert!(changes.contains(&(want.0, want.1.to_string())), "{want:?} in {changes:?}");
+    }
+    assert!(changes.len() <= 6, "only what changed: {changes:?}");
+    let e = store.diff("tank/c@a", "tank/c@t").unwrap_err().to_string();
     assert!(e.contains("promote"), "{e}");
     let e = store.snapshot_destroy("tank/c@b").unwrap_err().to_string();
     assert!(e.contains("clones") && e.contains("tank/fs"), "{e}");
