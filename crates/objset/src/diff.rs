@@ -136,13 +136,14 @@ impl StoreCore {
 }
 
 /// Snapshot `from` came to its dataset by `promote` and `to` is from after it: their
-/// objects have different ids (`crate::promote`), so they cannot be compared object by object.
+/// objects have different ids (`crate::promote`), and the dataset's clone map does not
+/// name `from`'s objects.
 pub(crate) fn promoted_apart(from: &str, to: &str) -> StoreError {
     StoreError::NotPermitted(format!(
         "{from} came to its dataset by `promote`, {to} is from after it, and their objects \
-         are numbered apart; comparing them is not built, and an incremental across a \
-         promote only from the snapshot the dataset was cloned from (or send a full stream \
-         of {to})"
+         are numbered apart: a diff or an incremental across a promote starts only from the \
+         snapshot the dataset was cloned from (or send a full stream of {to}, or -I through \
+         the snapshots between)"
     ))
 }
 
