@@ -423,6 +423,14 @@ mod tests {
         for n in 1..w.buf.len() {
             assert!(SnapshotSection::decode(&mut Reader::new(&w.buf[..n], "t")).is_err());
         }
+        // Any byte changed to any of a few values: an error or a section, never a panic.
+        for at in 0..w.buf.len() {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut bad = w.buf.clone();
+                bad[at] = v;
+                let _ = SnapshotSection::decode(&mut Reader::new(&bad, "t"));
+            }
+        }
         w.buf[3] = b'3';
         let e = SnapshotSection::decode(&mut Reader::new(&w.buf, "t")).unwrap_err();
         assert_eq!(e.kind, crate::codec::DecodeKind::NewerVersion, "{e}");
