@@ -22,7 +22,7 @@ use cairn_pool::{LeafSlot, PoolError, StaleLeaf};
 use cairn_vdev::io_class::IoClass;
 use cairn_vdev::rebuild::{Piece, RebuildRequest};
 use cairn_vdev::scan::ResilverRecord;
-use cairn_vdev::{dtl, ResilverCheckpoint};
+use cairn_vdev::{dtl, ResilverCheckpoint, ResilverTarget};
 
 use crate::core::{State, StoreCore};
 use crate::dnode::{Dnode, ObjectKind};
@@ -98,7 +98,7 @@ impl ResilverProgress {
         (self.examined_bytes as f64 / self.total_bytes as f64).min(1.0)
     }
 
-    fn checkpoint(&self) -> ResilverCheckpoint {
+    fn checkpoint(&self, targets: &Targets) -> ResilverCheckpoint {
         ResilverCheckpoint {
             started: self.started,
             next_object: self.next_object,
@@ -106,6 +106,7 @@ impl ResilverProgress {
             examined_bytes: self.examined_bytes,
             repaired_bytes: self.repaired_bytes,
             total_bytes: self.total_bytes,
+            targets: targets.resume_keys(),
         }
     }
 }
@@ -130,6 +131,24 @@ struct Targets {
 }
 
 impl Targets {
+    /// Each target's device and DTL, as a resume point records them.
+    fn resume_keys(&self) -> Vec<ResilverTarget> {
+        self.per_vdev
+            .values()
+            .flatten()
+            .map(|t| ResilverTarget {
+                guid: t.guid,
+                dtl: t.dtl.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether a resilver may go on from `cp`: it was copying to every leaf this one
+    /// copies to, with the same DTL (else blocks before its position were never copied).
+    fn may_resume(&self, cp: &ResilverCheckpoint) -> bool {
+        cp.targets.is_empty() || self.resume_keys().iter().all(|t| cp.targets.contains(t))
+    }
+
     /// The paths of the leaves being resilvered.
     fn paths(&self, store: &StoreCore) -> Vec<String> {
         self.per_vdev
@@ -255,7 +274,10 @@ impl StoreCore {
     /// Posts `resilver_start` and returns the progress to go on from: the resume point on
     /// disk, or a fresh start; the resume point is then (re)written.
     fn start_resilver(&self, targets: &Targets) -> Result<ResilverProgress, StoreError> {
-        let resumed = self.pool().resilver_checkpoint();
+        let resumed = self
+            .pool()
+            .resilver_checkpoint()
+            .filter(|cp| targets.may_resume(cp));
         let leaves: Vec<String> = targets.paths(self);
         self.pool().post_event(
             "sysevent.fs.zfs.resilver_start",
@@ -281,7 +303,8 @@ impl StoreCore {
                 ..ResilverProgress::default()
             },
         };
-        self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
+        self.pool()
+            .set_resilver_checkpoint(Some(p.checkpoint(targets)))?;
         Ok(p)
     }
 
@@ -359,7 +382,8 @@ impl StoreCore {
             }
             if last_report.elapsed() >= opts.checkpoint_every {
                 last_report = Instant::now();
-                self.pool().set_resilver_checkpoint(Some(p.checkpoint()))?;
+                self.pool()
+                    .set_resilver_checkpoint(Some(p.checkpoint(targets)))?;
                 if report(p) != ScrubControl::Continue {
                     return Ok(ScrubControl::Pause);
                 }

@@ -226,7 +226,10 @@ fn promote_moves_history_and_loses_nothing() {
         .map(|d| (d.change, d.path))
         .collect();
     for want in [('M', "/big"), ('-', "/d/f1"), ('+', "/mine"), ('M', "/d")] {
-        assert!(changes.contains(&(want.0, want.1.to_string())), "{want:?} in {changes:?}");
+        assert!(
+            changes.contains(&(want.0, want.1.to_string())),
+            "{want:?} in {changes:?}"
+        );
     }
     assert!(changes.len() <= 6, "only what changed: {changes:?}");
     let e = store.diff("tank/c@a", "tank/c@t").unwrap_err().to_string();

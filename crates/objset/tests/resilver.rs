@@ -298,6 +298,49 @@ fn interrupted_resilver_resumes_and_completes() {
     assert_eq!((s.errors, s.repaired_bytes), (0, 0), "{s:?}");
 }
 
+/// A resume point holds for the leaves it was copying to: a leaf that needs a resilver
+/// since (here a second replace while the first was paused) makes the next resilver walk
+/// from the start, so the new leaf gets the blocks before the old position too.
+#[test]
+fn a_leaf_added_to_a_paused_resilver_gets_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "mirror", 3, 128 * MIB);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    let store = open_store(&home);
+    let model = write_files(&store, &mut rng, "f", 48, 1 << 20);
+    let mut pool = store.close().unwrap();
+    let (n1, n2) = (
+        new_leaf(dir.path(), "n1", 128 * MIB),
+        new_leaf(dir.path(), "n2", 128 * MIB),
+    );
+    let path = |p: &Path| p.display().to_string();
+    pool.replace(&path(&files[1]), Some(&path(&n1)), false)
+        .unwrap();
+    let store = Store::open(pool).unwrap();
+    let opts = ResilverOptions {
+        checkpoint_every: Duration::ZERO,
+        batch_bytes: 4 * MIB,
+        ..ResilverOptions::default()
+    };
+    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
+    assert_eq!(end, ResilverEnd::Paused);
+    assert!(first.next_object > 1, "{first:?}");
+    let mut pool = store.close().unwrap();
+    pool.replace(&path(&files[2]), Some(&path(&n2)), false)
+        .unwrap();
+    let store = Store::open(pool).unwrap();
+    resilver_all(&store);
+    assert!(!store.pool().needs_resilver());
+    // Only n2 left: every file must read from it.
+    let mut pool = store.close().unwrap();
+    pool.offline(&path(&files[0]), false).unwrap();
+    pool.offline(&path(&n1), false).unwrap();
+    let store = Store::open(pool).unwrap();
+    check_files(&store, &model);
+    let s = scrub_all(&store);
+    assert_eq!(s.errors, 0, "{s:?}");
+}
+
 /// A leaf that keeps failing is FAULTED after a bounded number of errors; `clear` lifts the
 /// fault and the resilver copies the txgs it missed.
 #[test]

@@ -243,6 +243,19 @@ pub struct ResilverCheckpoint {
     pub repaired_bytes: u64,
     /// Bytes allocated when the resilver started (upper bound of the work).
     pub total_bytes: u64,
+    /// The leaves it copies to, each with the DTL it copies. A resilver resumes only for
+    /// leaves it already had with the same DTLs: a leaf added since, or one that missed
+    /// more txgs, needs the walk from the start. Empty in resume points written before
+    /// 2026-11-26, which resume as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<ResilverTarget>,
+}
+
+/// A leaf a resilver copies to, with the txg ranges it copies (its DTL at the start).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResilverTarget {
+    pub guid: u64,
+    pub dtl: Vec<(u64, u64)>,
 }
 
 /// Full-copy DTL of a new or replaced leaf: every txg.
