@@ -343,8 +343,15 @@ fn wait_for_service_resilver(store: &Store, flags: &ResilverFlags) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The resilver records itself as it finishes, just after the leaves are whole.
+    // The resilver records itself as it finishes, just after the leaves are whole. None
+    // comes when the leaf went instead (a detach paused the resilver).
     for _ in 0..100 {
+        if !store.pool().resilver_runs_here() && store.pool().resilver_checkpoint().is_none() {
+            let done = store.pool().scan_records().last_resilver;
+            if done.is_none_or(|r| r.ended < asked) {
+                break;
+            }
+        }
         let record = store
             .pool()
             .scan_records()

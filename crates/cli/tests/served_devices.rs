@@ -6,7 +6,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, while_putting};
+use support::served::{
+    check_numbered, put_numbered, scrub_is_clean, serve, serve_with, while_putting,
+};
 use support::{cairn, fails, files, grow_files, ok, pool_size, pseudo_random, MIB};
 
 /// Waits until `cairn events` shows `n` events of `class` (the service writes its events
@@ -93,6 +95,55 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
         &["import", "-d", dir.path().to_str().unwrap(), "tank"],
     ));
     check_numbered(&home, 16);
+    scrub_is_clean(&home);
+}
+
+/// Detaching the side a resilver is copying to, while it runs (as `zpool detach` cancels
+/// a replace): the resilver pauses, the side goes, nothing is left to resilver, and the
+/// pool holds everything. The side the resilver copies from cannot go.
+#[test]
+fn detach_while_the_service_resilvers() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 128 * MIB);
+    ok(&cairn(&home, &["create", "tank", &d[0]]));
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
+    (0..12).for_each(put);
+    // 2 MB/s: copying 12 MiB to a new side takes several seconds.
+    let served = serve_with(&home, "tank", &[("CAIRN_RESILVER_RATE", "2M")]);
+    let attach = support::cairn_cmd(&home)
+        .args(["attach", "tank", &d[0], &d[1]])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !ok(&cairn(&home, &["status", "tank"])).contains("resilver in progress") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no resilver started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let e = fails(&cairn(&home, &["detach", "tank", &d[0]]));
+    assert!(e.contains("no valid replicas"), "{e}");
+    let start = std::time::Instant::now();
+    ok(&cairn(&home, &["detach", "tank", &d[1]]));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the resilver paused late"
+    );
+    let said = attach.wait_with_output().unwrap();
+    assert!(said.status.success(), "{said:?}");
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        !st.contains(&d[1]) && !st.contains("resilver in progress"),
+        "{st}"
+    );
+    let e = fails(&cairn(&home, &["labels", &d[1]]));
+    assert!(e.contains("no valid cairn label"), "{e}");
+    check_numbered(&home, 12);
+    served.stop();
+    check_numbered(&home, 12);
     scrub_is_clean(&home);
 }
 

@@ -218,6 +218,10 @@ impl StoreCore {
     ) -> Result<(ResilverProgress, ResilverEnd), StoreError> {
         // A resilver's reads are scrub-class reads, as zpool counts them.
         let _io = cairn_vdev::io_class::enter(IoClass::Scrub);
+        let Some(_running) = self.pool().enter_resilver() else {
+            // A device change holds resilvers off: the caller starts it again later.
+            return Ok((ResilverProgress::default(), ResilverEnd::Paused));
+        };
         let result = self.resilver_pass(opts, report);
         let (class, details) = match &result {
             Ok((_, ResilverEnd::NothingToDo)) => return result,
@@ -380,11 +384,13 @@ impl StoreCore {
             if let Some(pacer) = &mut pacer {
                 std::thread::sleep(pacer.pause_for(&self.read_latency));
             }
-            if last_report.elapsed() >= opts.checkpoint_every {
+            // A device change waiting (`Pool::hold_scans`) pauses it at once.
+            let held = self.pool().scans_held();
+            if held || last_report.elapsed() >= opts.checkpoint_every {
                 last_report = Instant::now();
                 self.pool()
                     .set_resilver_checkpoint(Some(p.checkpoint(targets)))?;
-                if report(p) != ScrubControl::Continue {
+                if held || report(p) != ScrubControl::Continue {
                     return Ok(ScrubControl::Pause);
                 }
             }

@@ -64,6 +64,11 @@ pub struct Pool {
     props: std::sync::Mutex<cairn_vdev::PoolProps>,
     /// A scrub runs in this process (one at a time per pool: `claim_scrub`).
     scrub_running: std::sync::atomic::AtomicBool,
+    /// Resilvers running in this process (`enter_resilver`), and device changes that wait
+    /// for them to pause (`hold_scans`): a resilver addresses leaves by slot, which
+    /// `detach` and `remove` move.
+    resilvers_running: std::sync::atomic::AtomicUsize,
+    scans_held: std::sync::atomic::AtomicUsize,
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
     /// resilver progress) take the next number so the newest config always wins on open.
     pub(crate) config_txg: std::sync::atomic::AtomicU64,
@@ -653,6 +658,8 @@ impl Pool {
                 last_resilver: config.last_resilver.clone(),
             }),
             scrub_running: std::sync::atomic::AtomicBool::new(false),
+            resilvers_running: std::sync::atomic::AtomicUsize::new(0),
+            scans_held: std::sync::atomic::AtomicUsize::new(0),
             props: std::sync::Mutex::new(config.props.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             prior_guid_sums: std::sync::Mutex::new(config.prior_guid_sums.clone()),
@@ -1121,6 +1128,44 @@ impl Pool {
 
     pub fn release_scrub(&self) {
         self.scrub_running.store(false, Ordering::SeqCst);
+    }
+
+    /// A resilver starts: `None` while a device change holds scans off (start it again
+    /// later), else a guard that counts it as running until dropped.
+    ///
+    /// With `hold_scans` this is a handshake: each side raises its own counter, then reads
+    /// the other's (SeqCst), so at least one of them sees the other and a resilver never
+    /// runs during the change.
+    pub fn enter_resilver(&self) -> Option<ResilverRunning<'_>> {
+        self.resilvers_running.fetch_add(1, Ordering::SeqCst);
+        let running = ResilverRunning(self);
+        (!self.scans_held()).then_some(running)
+    }
+
+    /// Whether a resilver runs in this process.
+    pub fn resilver_runs_here(&self) -> bool {
+        self.resilvers_running.load(Ordering::SeqCst) > 0
+    }
+
+    /// Whether a device change waits for resilvers to pause (they stop at their next
+    /// batch, keeping their resume point).
+    pub fn scans_held(&self) -> bool {
+        self.scans_held.load(Ordering::SeqCst) > 0
+    }
+
+    /// Holds resilvers off and waits up to `wait` for running ones to pause; the hold
+    /// lasts until the guard drops. `None`: one did not pause in time (the hold is gone).
+    pub fn hold_scans(&self, wait: std::time::Duration) -> Option<ScansHeld<'_>> {
+        self.scans_held.fetch_add(1, Ordering::SeqCst);
+        let held = ScansHeld(self);
+        let deadline = std::time::Instant::now() + wait;
+        while self.resilvers_running.load(Ordering::SeqCst) > 0 {
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Some(held)
     }
 
     /// Whether a scrub runs in this process (its state in the labels may say "scanning"
@@ -1638,4 +1683,22 @@ fn sector_warnings(leaves: &[Arc<dyn Leaf>], ashift: u32) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// A resilver counted as running (`Pool::enter_resilver`).
+pub struct ResilverRunning<'a>(&'a Pool);
+
+impl Drop for ResilverRunning<'_> {
+    fn drop(&mut self) {
+        self.0.resilvers_running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Resilvers held off (`Pool::hold_scans`).
+pub struct ScansHeld<'a>(&'a Pool);
+
+impl Drop for ScansHeld<'_> {
+    fn drop(&mut self) {
+        self.0.scans_held.fetch_sub(1, Ordering::SeqCst);
+    }
 }

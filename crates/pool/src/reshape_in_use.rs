@@ -23,9 +23,10 @@
 //!   marked offline there at once, and its labels are cleared only after the caller has
 //!   synced a txg (no write issued through the old tree is in flight any more).
 //! - Scrubs and resilvers address leaves by slot (vdev, child index): `detach` and
-//!   `remove`, which move slots, refuse while one runs or a leaf waits for a resilver,
-//!   and hold off new scrubs until the new tree is in use (`hold_off_scans`). `attach` and
-//!   `add` only append, so slots in use keep their meaning.
+//!   `remove`, which move slots, refuse while a scrub runs, pause a running resilver
+//!   (it resumes, or finds nothing left to do, after), and hold both off until the new
+//!   tree is in use (`hold_off_scans`). `attach` and `add` only append, so slots in use
+//!   keep their meaning.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -90,6 +91,7 @@ impl Pool {
         tops[t] = self.top_over(config, kids);
         gone.offline.store(true, Ordering::SeqCst);
         self.publish_tree("detach", device, tops)?;
+        self.forget_needless_resilver()?;
         self.post_vdev_event("vdev_remove", &gone.path, &parent);
         Ok(LeftDevices(vec![take_child(&gone)]))
     }
@@ -159,6 +161,7 @@ impl Pool {
         }
         let name = gone.display_name();
         self.publish_tree("remove", device, tops)?;
+        self.forget_needless_resilver()?;
         self.post_event("sysevent.fs.zfs.vdev_remove", Some(&name), &[]);
         Ok(LeftDevices(gone.children.iter().map(take_child).collect()))
     }
@@ -269,7 +272,11 @@ impl Pool {
 
     /// Holds off scrubs while a detach or remove moves slots, and refuses while a scrub
     /// or resilver (which address leaves by slot) runs or a leaf waits for a resilver.
-    fn hold_off_scans(&self, op: &'static str, device: &str) -> Result<NoScrub<'_>, PoolError> {
+    /// Keeps scrubs and resilvers off the tree while `op` changes it: refuses while a
+    /// scrub runs; a running resilver pauses at its next batch (keeping its resume point)
+    /// and the service starts it again after the change, as zpool lets a detach cancel a
+    /// replace's resilver.
+    fn hold_off_scans(&self, op: &'static str, device: &str) -> Result<NoScans<'_>, PoolError> {
         if !self.claim_scrub() {
             return Err(Self::device_error(
                 op,
@@ -281,18 +288,38 @@ impl Pool {
             ));
         }
         let claim = NoScrub(self);
-        if self.needs_resilver() || self.resilver_checkpoint().is_some() {
+        let Some(held) = self.hold_scans(RESILVER_PAUSE_WAIT) else {
             return Err(Self::device_error(
                 op,
                 device,
-                format!(
-                    "a resilver is in progress or waiting; wait for it (`cairn resilver -w {}`), then retry",
-                    self.name()
-                ),
+                "the running resilver did not pause within a minute; retry",
             ));
-        }
-        Ok(claim)
+        };
+        Ok(NoScans {
+            _resilvers: held,
+            _scrub: claim,
+        })
     }
+
+    /// After a device left: a resume point for leaves of which none needs a resilver any
+    /// more (the detached one was the last) goes, so `status` stops showing one.
+    fn forget_needless_resilver(&self) -> Result<(), PoolError> {
+        if !self.needs_resilver() && self.resilver_checkpoint().is_some() {
+            self.set_resilver_checkpoint(None)?;
+        }
+        Ok(())
+    }
+}
+
+/// How long a device change waits for a running resilver to pause (it stops between
+/// batches of a few MiB).
+const RESILVER_PAUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What `hold_off_scans` holds (resilvers off, then the scrub claim), given back when
+/// dropped.
+struct NoScans<'a> {
+    _resilvers: crate::pool::ScansHeld<'a>,
+    _scrub: NoScrub<'a>,
 }
 
 /// The scrub claim `hold_off_scans` took, given back when dropped.

@@ -15,8 +15,15 @@ pub struct Served {
 }
 
 pub fn serve(home: &Path, pool: &str) -> Served {
+    serve_with(home, pool, &[])
+}
+
+/// `serve`, with environment variables for the service (tunables such as
+/// `CAIRN_RESILVER_RATE`).
+pub fn serve_with(home: &Path, pool: &str, env: &[(&str, &str)]) -> Served {
     let socket = home.join("run").join(format!("{pool}.sock"));
     let child = cairn_cmd(home)
+        .envs(env.iter().copied())
         .args(["serve", "--sync-interval", "0.5", "--duration", "300", pool])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
