@@ -99,6 +99,14 @@ impl StoreCore {
         let map = self.load_clone_map(vb.dataset)?;
         if va.dataset == vb.dataset {
             self.check_promoted_map(va, vb, &map)?;
+        } else if !map.contains_key(&va.root) {
+            // The map is from another snapshot: the clone was cloned from a clone that it
+            // was promoted over (`crate::promote`), and took over that one's origin.
+            return Err(StoreError::NotPermitted(format!(
+                "{}'s clone map is not from {} (it was promoted over the clone it was cloned \
+                 from); send a full stream of {}",
+                vb.name, va.name, vb.name
+            )));
         }
         send_clone_ids(&map, s)?;
         let back: HashMap<u64, u64> = map.iter().map(|(&o, &c)| (c, o)).collect();

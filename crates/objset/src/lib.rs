@@ -5,6 +5,7 @@
 //! that each txg's uberblock points to. Nothing live is ever overwritten.
 
 pub mod autosnap;
+pub(crate) mod block_sets;
 pub mod calendar;
 pub mod clone;
 pub(crate) mod clone_send;

@@ -36,17 +36,15 @@
 //! a diff to a snapshot taken after the promote, through the clone map
 //! (`crate::clone_send`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use cairn_pool::io::bp::{BlockPointer, Dva};
-use cairn_pool::Pool;
 
+use crate::block_sets::old_blocks;
 use crate::core::{State, StoreCore};
 use crate::dataset::{ORIGIN_PROP, ORIGIN_RELEASED_PROP, POOL_OBJECTS};
 use crate::dnode::ObjectKind;
 use crate::error::StoreError;
-use crate::object::decode_indirect;
-use crate::object_io::read_dnode;
 use crate::snapshot::{BlockList, SnapshotRecord};
 use crate::snapshot_read::snapshot_dnode_locked;
 
@@ -69,6 +67,16 @@ struct Plan {
     at: SnapshotRecord,
     /// The origin's snapshots up to and including `at`, oldest first.
     moving: Vec<SnapshotRecord>,
+    /// The origin's own origin, when it is a clone: the clone takes it over, and its
+    /// blocks (born at or before its txg) stay with it, listed by nobody.
+    grand: Option<(String, SnapshotRecord)>,
+}
+
+impl Plan {
+    /// Blocks born at or before this txg belong to the grand origin.
+    fn grand_txg(&self) -> u64 {
+        self.grand.as_ref().map_or(0, |(_, r)| r.txg)
+    }
 }
 
 impl StoreCore {
@@ -78,12 +86,18 @@ impl StoreCore {
         let plan = plan(&st, clone)?;
         self.sync_locked(&mut st)?;
         self.seal(&mut st, &plan.at)?;
-        let adopted = self.adopt_released_blocks(&mut st, &plan)?;
+        let shown = self.snapshot_blocks(&st, &plan.at)?;
+        let grand_blocks: HashMap<Dva, BlockPointer> = shown
+            .iter()
+            .filter(|(_, bp)| bp.birth <= plan.grand_txg())
+            .map(|(k, bp)| (*k, *bp))
+            .collect();
+        let (adopted, grand_shared) = self.adopt_released_blocks(&mut st, &plan, shown)?;
         let identity = (self.shown_root(&st, &plan.at) == self.dataset_root(&st, plan.origin))
             .then(|| sealed_ids(&st, &plan.at));
         move_records(&mut st, &plan);
-        let released = self.release_to_origin(&mut st, &plan)?;
-        rename_origins(&mut st, &plan);
+        let released = self.release_to_origin(&mut st, &plan, grand_blocks)?;
+        rename_origins(&mut st, &plan, grand_shared);
         st.datasets_dirty = true;
         self.sync_locked(&mut st)?;
         drop(st);
@@ -131,17 +145,32 @@ impl StoreCore {
         Ok(())
     }
 
-    /// Puts each block of the origin snapshot that the clone let go of on the dead list
-    /// of the first of its snapshots (or its head) without it. Returns their bytes.
-    fn adopt_released_blocks(&self, st: &mut State, plan: &Plan) -> Result<u64, StoreError> {
-        let txg = plan.at.txg;
-        let mut held = HashMap::new();
-        let shown = st.snaps.overrides[&plan.at.override_object].dnodes.clone();
-        for dn in shown.values() {
-            if dn.dataset == plan.at.dataset && dn.created_txg <= txg {
-                old_blocks(&self.pool, &dn.root, dn.levels, txg, &mut held)?;
+    /// Every block of the (sealed) snapshot `at`, by its first copy.
+    fn snapshot_blocks(
+        &self,
+        st: &State,
+        at: &SnapshotRecord,
+    ) -> Result<HashMap<Dva, BlockPointer>, StoreError> {
+        let mut blocks = HashMap::new();
+        for dn in st.snaps.overrides[&at.override_object].dnodes.values() {
+            if dn.dataset == at.dataset && dn.created_txg <= at.txg {
+                old_blocks(&self.pool, &dn.root, dn.levels, at.txg, &mut blocks)?;
             }
         }
+        Ok(blocks)
+    }
+
+    /// Puts each block of the origin snapshot (`held`) that the clone let go of on the
+    /// dead list of the first of its snapshots (or its head) without it — but for the
+    /// grand origin's, which stay its. Returns the bytes listed, and the bytes of the
+    /// grand origin the clone's head still holds.
+    fn adopt_released_blocks(
+        &self,
+        st: &mut State,
+        plan: &Plan,
+        mut held: HashMap<Dva, BlockPointer>,
+    ) -> Result<(u64, u64), StoreError> {
+        let (txg, grand_txg) = (plan.at.txg, plan.grand_txg());
         let own: Vec<SnapshotRecord> = st.datasets.snapshots.of(plan.clone).cloned().collect();
         let head = match st.datasets.snapshots.heads.get(&plan.clone) {
             Some(&h) => h,
@@ -151,23 +180,30 @@ impl StoreCore {
                 h
             }
         };
-        let mut adopted = 0;
+        let (mut adopted, mut grand_shared) = (0, 0);
         for (list, rec) in own
             .iter()
             .map(|r| (r.dead_object, Some(r)))
             .chain([(head, None)])
         {
             let still = self.old_blocks_of(st, plan.clone, rec, txg)?;
+            if rec.is_none() {
+                grand_shared = still
+                    .values()
+                    .filter(|bp| bp.birth <= grand_txg)
+                    .map(|bp| self.pool.deflated_size(bp))
+                    .sum();
+            }
             let (keep, gone): (HashMap<Dva, BlockPointer>, _) =
-                held.into_iter().partition(|(k, _)| still.contains(k));
+                held.into_iter().partition(|(k, _)| still.contains_key(k));
             held = keep;
             let list = st.snaps.dead.entry(list).or_default();
-            for bp in gone.into_values() {
+            for bp in gone.into_values().filter(|bp| bp.birth > grand_txg) {
                 adopted += self.pool.deflated_size(&bp);
                 list.bps.push(bp);
             }
         }
-        Ok(adopted)
+        Ok((adopted, grand_shared))
     }
 
     /// A new, empty dead-list object.
@@ -177,33 +213,17 @@ impl StoreCore {
         Ok(obj)
     }
 
-    /// The blocks born at or before `txg` that dataset `ds` holds in snapshot `rec` (or
-    /// its head, `None`), by their first copy.
-    fn old_blocks_of(
-        &self,
-        st: &mut State,
-        ds: u32,
-        rec: Option<&SnapshotRecord>,
-        txg: u64,
-    ) -> Result<HashSet<Dva>, StoreError> {
-        let mut found = HashMap::new();
-        for id in 2..st.next_object {
-            let dn = match rec {
-                Some(r) => snapshot_dnode_locked(&self.pool, st, r, id)?,
-                None => Some(read_dnode(&self.pool, st, id)?)
-                    .filter(|d| d.kind != ObjectKind::Free && d.dataset == ds),
-            };
-            if let Some(dn) = dn {
-                old_blocks(&self.pool, &dn.root, dn.levels, txg, &mut found)?;
-            }
-        }
-        Ok(found.into_keys().collect())
-    }
-
     /// The old origin's dead-list entries born at or before the origin snapshot leave its
     /// lists (they are its origin's blocks now); returns their bytes, which it counts as
-    /// released. A dataset left without snapshots loses its head list.
-    fn release_to_origin(&self, st: &mut State, plan: &Plan) -> Result<u64, StoreError> {
+    /// released — with, when it was a clone itself, the grand origin's blocks of the
+    /// origin snapshot (`grand_blocks`) its head no longer holds (it never listed those).
+    /// A dataset left without snapshots loses its head list.
+    fn release_to_origin(
+        &self,
+        st: &mut State,
+        plan: &Plan,
+        grand_blocks: HashMap<Dva, BlockPointer>,
+    ) -> Result<u64, StoreError> {
         let snaps = &st.datasets.snapshots;
         let lists: Vec<u64> = snaps
             .of(plan.origin)
@@ -222,6 +242,14 @@ impl StoreCore {
                 !origin_block
             });
             list.rewrite |= list.bps.len() != before;
+        }
+        if !grand_blocks.is_empty() {
+            let holds = self.old_blocks_of(st, plan.origin, None, plan.grand_txg())?;
+            released += grand_blocks
+                .iter()
+                .filter(|(k, _)| !holds.contains_key(k))
+                .map(|(_, bp)| self.pool.deflated_size(bp))
+                .sum::<u64>();
         }
         if st.datasets.snapshots.of(plan.origin).next().is_none() {
             if let Some(head) = st.datasets.snapshots.heads.remove(&plan.origin) {
@@ -257,13 +285,10 @@ fn plan(st: &State, clone: &str) -> Result<Plan, StoreError> {
     let o = table
         .by_id(at.dataset)
         .expect("an origin names its dataset");
-    if let Some(oo) = o.props.get(ORIGIN_PROP) {
-        return Err(StoreError::NotPermitted(format!(
-            "{} is itself a clone (of {oo}); promoting a clone of a clone is not built: \
-             `cairn promote {}` first",
-            o.name, o.name
-        )));
-    }
+    let grand = table
+        .origin_of(o.id)
+        .cloned()
+        .map(|r| (o.props[ORIGIN_PROP].clone(), r));
     let moving: Vec<SnapshotRecord> = table
         .snapshots
         .of(o.id)
@@ -289,6 +314,7 @@ fn plan(st: &State, clone: &str) -> Result<Plan, StoreError> {
         origin: o.id,
         at,
         moving,
+        grand,
     })
 }
 
@@ -328,9 +354,10 @@ fn move_records(st: &mut State, plan: &Plan) {
     }
 }
 
-/// Origins named by dataset: the clone has none now, the old origin has the origin
-/// snapshot (now the clone's), and clones of the moved snapshots follow them.
-fn rename_origins(st: &mut State, plan: &Plan) {
+/// Origins named by dataset: the clone has none now (or the old origin's own, with
+/// `grand_shared` of its bytes still held), the old origin has the origin snapshot (now
+/// the clone's), and clones of the moved snapshots follow them.
+fn rename_origins(st: &mut State, plan: &Plan, grand_shared: u64) {
     let name_of = |id: u32| {
         st.datasets
             .by_id(id)
@@ -353,33 +380,19 @@ fn rename_origins(st: &mut State, plan: &Plan) {
         }
     }
     let c = st.datasets.by_id_mut(plan.clone).expect("planned");
-    c.props.remove(ORIGIN_PROP);
-    c.props.remove(ORIGIN_RELEASED_PROP);
+    match &plan.grand {
+        Some((name, rec)) => {
+            c.props.insert(ORIGIN_PROP.into(), name.clone());
+            let released = rec.referenced.saturating_sub(grand_shared);
+            c.props
+                .insert(ORIGIN_RELEASED_PROP.into(), released.to_string());
+        }
+        None => {
+            c.props.remove(ORIGIN_PROP);
+            c.props.remove(ORIGIN_RELEASED_PROP);
+        }
+    }
     let o = st.datasets.by_id_mut(plan.origin).expect("planned");
     o.props
         .insert(ORIGIN_PROP.into(), format!("{clone}@{}", plan.at.name));
-}
-
-/// Adds every block of the tree under `bp` born at or before `txg` to `out`, by its first
-/// copy. Blocks born later are walked for the older blocks below them (a new indirect
-/// block may point at old children); an old block's subtree is all old.
-fn old_blocks(
-    pool: &Pool,
-    bp: &BlockPointer,
-    levels: u8,
-    txg: u64,
-    out: &mut HashMap<Dva, BlockPointer>,
-) -> Result<(), StoreError> {
-    let Some(&first) = bp.copies().next() else {
-        return Ok(()); // a hole (or data held in the pointer): no space of its own
-    };
-    if bp.birth <= txg && out.insert(first, *bp).is_some() {
-        return Ok(()); // walked already
-    }
-    if levels > 1 {
-        for child in decode_indirect(&pool.read_bp(bp)?)? {
-            old_blocks(pool, &child, levels - 1, txg, out)?;
-        }
-    }
-    Ok(())
 }

@@ -469,6 +469,28 @@ impl StoreCore {
         self.sync_locked(&mut st)?;
         self.restore_locked(&mut st, &rec)?;
         self.sync_locked(&mut st)?;
+        self.settle_rolled_back(&mut st, &rec)
+    }
+
+    /// After the sync that freed what the rollback dropped, the dataset's space is the
+    /// snapshot's again. (Set before it, the sync would take the dropped objects' bytes off
+    /// a second time.) A clone also holds again origin blocks it had let go of since the
+    /// snapshot: what it shares with its origin is counted afresh from its tree (the
+    /// running count, `cairn:origin-released`, only grows).
+    fn settle_rolled_back(&self, st: &mut State, rec: &SnapshotRecord) -> Result<(), StoreError> {
+        let ds = st.datasets.by_id_mut(rec.dataset).expect("rolled back");
+        (ds.used, ds.logical, ds.physical) = (rec.referenced, rec.logical, rec.physical);
+        if let Some(origin) = st.datasets.origin_of(rec.dataset).cloned() {
+            let shared = self.shared_with_origin_walked(st, rec.dataset, origin.txg)?;
+            let released = origin.referenced.saturating_sub(shared);
+            let ds = st.datasets.by_id_mut(rec.dataset).expect("rolled back");
+            ds.props.insert(
+                crate::dataset::ORIGIN_RELEASED_PROP.into(),
+                released.to_string(),
+            );
+        }
+        st.datasets_dirty = true;
+        self.sync_locked(st)?;
         Ok(())
     }
 
@@ -512,9 +534,6 @@ impl StoreCore {
         let head = st.snaps.dead.entry(head).or_default();
         head.bps.clear();
         head.rewrite = true;
-        let ds = st.datasets.by_id_mut(rec.dataset).expect("has a snapshot");
-        (ds.used, ds.logical, ds.physical) = (rec.referenced, rec.logical, rec.physical);
-        st.datasets_dirty = true;
         Ok(())
     }
 }

@@ -258,3 +258,53 @@ fn a_volume_clone_is_a_writable_copy_of_its_snapshot() {
         .to_string();
     assert!(e.contains("exists"), "{e}");
 }
+
+/// A clone rolled back to its own snapshot holds again the origin blocks it had
+/// overwritten since: its USED is again only its own, and is what destroying it frees.
+#[test]
+fn a_clone_rolled_back_counts_what_it_shares_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB);
+    let store = open_store(&home);
+    store
+        .dataset_create(
+            "tank/fs",
+            DatasetKind::Filesystem,
+            Default::default(),
+            None,
+            false,
+        )
+        .unwrap();
+    store.set_property("tank/fs", "compression", "off").unwrap();
+    let mut big = vec![0u8; 4 * MIB as usize];
+    rand::rngs::StdRng::seed_from_u64(1).fill_bytes(&mut big);
+    put(&store, "tank/fs/big", 0, &big);
+    store.snapshot_create(&["tank/fs@s".into()], false).unwrap();
+    store.clone_create("tank/fs@s", "tank/c").unwrap();
+    store.snapshot_create(&["tank/c@x".into()], false).unwrap();
+    put(&store, "tank/c/big", 0, &big[..2 * MIB as usize / 2]);
+    rand::rngs::StdRng::seed_from_u64(2).fill_bytes(&mut big);
+    put(&store, "tank/c/big", 0, &big[..2 * MIB as usize]);
+    store.sync().unwrap();
+    assert!(
+        used(&store, "tank/c") >= 2 * MIB,
+        "{}",
+        used(&store, "tank/c")
+    );
+    store.snapshot_rollback("tank/c@x", false).unwrap();
+    for _ in 0..3 {
+        store.sync().unwrap();
+    }
+    let after = used(&store, "tank/c");
+    assert!(after < 256 << 10, "USED after the rollback: {after}");
+    let before = store.space().used;
+    store.dataset_destroy("tank/c", true).unwrap();
+    for _ in 0..4 {
+        store.sync().unwrap();
+    }
+    let released = before - store.space().used;
+    assert!(
+        released.abs_diff(after) < 64 << 10,
+        "USED {after}, released {released}"
+    );
+}

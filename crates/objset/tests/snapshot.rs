@@ -541,3 +541,34 @@ fn written_at_a_snapshot_counts_what_was_born_after_it() {
     assert_eq!(get("written@q"), 0);
     assert!(store.get_property("tank/fs", "written@nope").is_err());
 }
+
+/// A rollback that drops files made since the snapshot leaves the dataset's REFER at the
+/// snapshot's (before, the dropped files' bytes were taken off twice).
+#[test]
+fn rollback_leaves_refer_at_the_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, store) = pool_with_fs(dir.path(), "mirror", 2, 256 * MIB);
+    let mut live = Files::new();
+    let mut data = vec![0u8; MIB as usize];
+    rand::rngs::StdRng::seed_from_u64(8).fill_bytes(&mut data);
+    write_at(&store, &mut live, "a", 0, &data);
+    store
+        .snapshot_create(&["tank/fs@s".to_string()], false)
+        .unwrap();
+    write_at(&store, &mut live, "b", 0, &data);
+    write_at(&store, &mut live, "a", 4096, &data[..8192]);
+    store.sync().unwrap();
+    store.snapshot_rollback("tank/fs@s", false).unwrap();
+    for _ in 0..3 {
+        store.sync().unwrap();
+    }
+    let snap = store.snapshots(Some("tank/fs")).unwrap()[0].referenced;
+    let refer: u64 = store
+        .get_property("tank/fs", "referenced")
+        .unwrap()
+        .0
+        .parse()
+        .unwrap();
+    assert_eq!(refer, snap);
+    assert!(refer >= MIB, "{refer}");
+}
