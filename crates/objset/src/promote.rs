@@ -29,9 +29,12 @@
 //!   (`crate::clone_send`) that maps each object to itself, since its objects are the ones
 //!   @b shows: `send -i tank/test@b tank/fs@c` works as for any clone.
 //!
-//! One txg: a crash leaves the pool before or after the promote. Limits: the origin must
-//! not itself be a clone (promote it first); a clone's snapshot name that the origin's
-//! moved snapshots also use is refused; the moved snapshots cannot be rolled back to, and
+//! - When tank/fs is itself a clone, tank/test takes over its origin; blocks born at or
+//!   before that origin's txg are its, listed by nobody, and each side's
+//!   `cairn:origin-released` is counted from the blocks its head still holds.
+//!
+//! One txg: a crash leaves the pool before or after the promote. Limits: a clone's
+//! snapshot name that the origin's moved snapshots also use is refused; the moved snapshots cannot be rolled back to, and
 //! only the newest (the one the dataset was cloned from) is the base of an incremental or
 //! a diff to a snapshot taken after the promote, through the clone map
 //! (`crate::clone_send`).
