@@ -219,10 +219,12 @@ impl NbdServer {
         listener.set_nonblocking(true)?;
         self.accept_loop(&stop, || match listener.accept() {
             Ok((s, peer)) if !self.allowed.allows(peer.ip()) => {
-                let _ = s.shutdown(Shutdown::Both);
+                // Reported before the client sees the close: whoever acts on the refusal
+                // (an admin, a test stopping the server) finds it in the log.
                 if let Some(report) = &self.on_refused {
                     report(peer);
                 }
+                let _ = s.shutdown(Shutdown::Both);
                 Ok(None)
             }
             Ok((s, _)) => {
