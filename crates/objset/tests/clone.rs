@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
-use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{DatasetKind, Store};
 use common::*;
 use rand::{RngCore, SeedableRng};
@@ -21,16 +18,6 @@ fn put(store: &Store, path: &str, off: u64, data: &[u8]) {
     store
         .write(&store.resolve(path).unwrap(), off, data)
         .unwrap();
-}
-
-/// A scrub of the whole pool finds no error.
-fn scrub_clean(store: &Store) {
-    let (p, _) = store
-        .scrub(None, Duration::from_secs(60), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(p.errors, 0);
 }
 
 fn used(store: &Store, ds: &str) -> u64 {
@@ -57,15 +44,7 @@ fn a_clone_shares_its_snapshot_and_takes_writes_apart() {
     let dir = tempfile::tempdir().unwrap();
     let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB);
     let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    new_fs(&store, "tank/fs");
     store.set_property("tank/fs", "compression", "off").unwrap();
     let mut big = vec![0u8; 16 * MIB as usize];
     rand::rngs::StdRng::seed_from_u64(1).fill_bytes(&mut big);
@@ -266,15 +245,7 @@ fn a_clone_rolled_back_counts_what_it_shares_again() {
     let dir = tempfile::tempdir().unwrap();
     let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB);
     let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    new_fs(&store, "tank/fs");
     store.set_property("tank/fs", "compression", "off").unwrap();
     let mut big = vec![0u8; 4 * MIB as usize];
     rand::rngs::StdRng::seed_from_u64(1).fill_bytes(&mut big);
@@ -292,9 +263,7 @@ fn a_clone_rolled_back_counts_what_it_shares_again() {
         used(&store, "tank/c")
     );
     store.snapshot_rollback("tank/c@x", false).unwrap();
-    for _ in 0..3 {
-        store.sync().unwrap();
-    }
+    settle(&store);
     let after = used(&store, "tank/c");
     assert!(after < 256 << 10, "USED after the rollback: {after}");
     let before = store.space().used;

@@ -6,11 +6,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use cairn_objset::scrub::ScrubControl;
 use cairn_objset::send::SendOptions;
-use cairn_objset::{DatasetKind, Store};
+use cairn_objset::Store;
 use common::*;
 use rand::{RngCore, SeedableRng};
 
@@ -58,15 +56,6 @@ impl Expected {
     }
 }
 
-fn scrub_clean(store: &Store) {
-    let (p, _) = store
-        .scrub(None, Duration::from_secs(60), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(p.errors, 0);
-}
-
 fn snapshot_names(store: &Store, ds: &str) -> Vec<String> {
     store
         .snapshots(Some(ds))
@@ -80,9 +69,7 @@ fn snapshot_names(store: &Store, ds: &str) -> Vec<String> {
 /// allocated space drops by that much once the frees are released (metadata churns by a
 /// few blocks).
 fn destroy_checked(store: &Store, full: &str) {
-    for _ in 0..3 {
-        store.sync().unwrap(); // (earlier frees released first)
-    }
+    settle(store);
     let used = store
         .snapshots(None)
         .unwrap()
@@ -92,9 +79,7 @@ fn destroy_checked(store: &Store, full: &str) {
         .used;
     let before = store.space().used;
     assert_eq!(store.snapshot_destroy(full).unwrap(), used, "{full}");
-    for _ in 0..3 {
-        store.sync().unwrap();
-    }
+    settle(store);
     let released = before as i64 - store.space().used as i64;
     assert!(
         (released - used as i64).abs() < 256 << 10,
@@ -104,15 +89,7 @@ fn destroy_checked(store: &Store, full: &str) {
 
 /// tank/fs with @a and @b, tank/c cloned from @b with @t, writes on both sides after.
 fn build(store: &Store, exp: &mut Expected) {
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    new_fs(store, "tank/fs");
     store.set_property("tank/fs", "compression", "off").unwrap();
     put(store, "tank/fs/big", 0, &random(8 * MIB, 1));
     for i in 0..40 {
@@ -321,15 +298,7 @@ fn promote_refuses_name_clashes() {
     let dir = tempfile::tempdir().unwrap();
     let (home, _) = new_pool(dir.path(), "", 1, 128 * MIB as u64);
     let store = open_store(&home);
-    store
-        .dataset_create(
-            "tank/fs",
-            DatasetKind::Filesystem,
-            Default::default(),
-            None,
-            false,
-        )
-        .unwrap();
+    new_fs(&store, "tank/fs");
     put(&store, "tank/fs/f", 0, b"one");
     store.snapshot_create(&["tank/fs@s".into()], false).unwrap();
     store.clone_create("tank/fs@s", "tank/c").unwrap();
@@ -504,9 +473,7 @@ fn lineage_step(
         }
         87..=89 if m.len() > 1 && !m[&ds].snaps.iter().any(|(s, _)| has_clones(m, &ds, s)) => {
             // Its USED (own blocks and its snapshots') is what the pool gets back.
-            for _ in 0..3 {
-                store.sync().unwrap();
-            }
+            settle(store);
             let used: u64 = store.get_property(&ds, "used").unwrap().0.parse().unwrap();
             let before = store.space().used;
             store.dataset_destroy(&ds, true).unwrap();
@@ -548,15 +515,7 @@ fn promote_through_a_random_lineage_keeps_every_snapshot() {
         let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB as u64);
         let mut store = open_store(&home);
         let baseline = store.space().used;
-        store
-            .dataset_create(
-                "tank/d0",
-                DatasetKind::Filesystem,
-                Default::default(),
-                None,
-                false,
-            )
-            .unwrap();
+        new_fs(&store, "tank/d0");
         let mut m = Lineage::new();
         m.insert("tank/d0".into(), DsModel::default());
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

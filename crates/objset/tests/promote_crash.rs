@@ -7,11 +7,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use cairn_objset::scrub::{ScrubControl, ScrubEnd};
-use cairn_objset::{DatasetKind, Store, StoreError};
-use cairn_pool::Pool;
+use cairn_objset::{Store, StoreError};
 use cairn_vdev::PowerCut;
 use common::*;
 use rand::{RngCore, SeedableRng};
@@ -147,15 +144,7 @@ fn cut_at(limit: u64, tear: bool) -> u64 {
     let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
     {
         let store = open_store(&home);
-        store
-            .dataset_create(
-                "tank/fs",
-                DatasetKind::Filesystem,
-                Default::default(),
-                None,
-                false,
-            )
-            .unwrap();
+        new_fs(&store, "tank/fs");
         store.close().unwrap();
     }
     let power = PowerCut::new(limit, tear);
@@ -173,26 +162,8 @@ fn cut_at(limit: u64, tear: bool) -> u64 {
 }
 
 fn check(home: &cairn_pool::Home, committed: &Committed, limit: u64) {
-    let opened = {
-        let pool = Pool::open(home, "tank").unwrap();
-        let newest = pool.uberblocks().first().map(|u| u.txg).unwrap_or(0);
-        newest
-    };
+    let (opened, before, after) = states_around_cut(home, committed, limit);
     let store = open_store(home);
-    let required = committed
-        .iter()
-        .filter(|(_, (_, w))| *w <= limit)
-        .map(|(t, _)| *t)
-        .max()
-        .unwrap_or(0);
-    assert!(
-        opened >= required,
-        "limit {limit}: opened txg {opened}, but txg {required} was committed"
-    );
-    // An operation may commit several txgs (a promote syncs what was pending, commits
-    // itself, then the old origin's clone map): each holds the state before or after it.
-    let before = committed.range(..=opened).next_back().map(|(_, (m, _))| m);
-    let after = committed.range(opened..).next().map(|(_, (m, _))| m);
     let got = read_model(&store);
     let describe = |m: &Model| {
         m.iter()
@@ -208,13 +179,7 @@ fn check(home: &cairn_pool::Home, committed: &Committed, limit: u64) {
         before.map(describe).unwrap_or_default(),
         after.map(describe).unwrap_or_default()
     );
-    let (p, end) = store
-        .scrub(None, Duration::from_secs(3600), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(end, ScrubEnd::Finished);
-    assert_eq!(p.errors, 0, "limit {limit}: scrub after the cut");
+    scrub_after_cut(&store, limit);
 }
 
 #[test]

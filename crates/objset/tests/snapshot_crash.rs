@@ -8,13 +8,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use cairn_objset::receive::ReceiveOptions;
-use cairn_objset::scrub::{ScrubControl, ScrubEnd};
 use cairn_objset::send::SendOptions;
 use cairn_objset::{DatasetKind, Store};
-use cairn_pool::Pool;
 use cairn_vdev::PowerCut;
 use common::*;
 use rand::{Rng, RngCore, SeedableRng};
@@ -155,29 +152,8 @@ fn cut_at(limit: u64, tear: bool) -> u64 {
 }
 
 fn check(home: &cairn_pool::Home, committed: &Committed, limit: u64) {
-    // The txg the cut left on disk (the store's open may commit more: log replay, the undo
-    // of a receive the cut interrupted).
-    let opened = {
-        let pool = Pool::open(home, "tank").unwrap();
-        let newest = pool.uberblocks().first().map(|u| u.txg).unwrap_or(0);
-        newest
-    };
+    let (opened, before, after) = states_around_cut(home, committed, limit);
     let store = open_store(home);
-    let required = committed
-        .iter()
-        .filter(|(_, (_, w))| *w <= limit)
-        .map(|(t, _)| *t)
-        .max()
-        .unwrap_or(0);
-    assert!(
-        opened >= required,
-        "limit {limit}: opened txg {opened}, but txg {required} was committed"
-    );
-    // An operation may commit more than one txg (a snapshot syncs what was pending, then
-    // itself): a txg no operation finished in must hold the state before the operation or
-    // after it, nothing in between.
-    let before = committed.range(..=opened).next_back().map(|(_, (m, _))| m);
-    let after = committed.range(opened..).next().map(|(_, (m, _))| m);
     let got = Model {
         live: live_files(&store, "tank/fs"),
         snaps: snapshots_of(&store, "tank/fs"),
@@ -208,13 +184,7 @@ fn check(home: &cairn_pool::Home, committed: &Committed, limit: u64) {
             after.map(describe).unwrap_or_default()
         );
     }
-    let (p, end) = store
-        .scrub(None, Duration::from_secs(3600), &mut |_| {
-            ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!(end, ScrubEnd::Finished);
-    assert_eq!(p.errors, 0, "limit {limit}: scrub after the cut");
+    scrub_after_cut(&store, limit);
 }
 
 #[test]

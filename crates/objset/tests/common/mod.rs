@@ -110,3 +110,74 @@ pub fn live_tree(store: &Store, ds: &str) -> Files {
     }
     out
 }
+
+/// A file system `name` with default properties.
+pub fn new_fs(store: &Store, name: &str) {
+    store
+        .dataset_create(
+            name,
+            cairn_objset::DatasetKind::Filesystem,
+            Default::default(),
+            None,
+            false,
+        )
+        .unwrap();
+}
+
+/// A scrub of the whole pool finds no error.
+pub fn scrub_clean(store: &Store) {
+    let (p, _) = store
+        .scrub(None, std::time::Duration::from_secs(60), &mut |_| {
+            cairn_objset::scrub::ScrubControl::Continue
+        })
+        .unwrap();
+    assert_eq!(p.errors, 0);
+}
+
+/// Syncs until frees deferred by earlier txgs reach the allocator.
+pub fn settle(store: &Store) {
+    for _ in 0..3 {
+        store.sync().unwrap();
+    }
+}
+
+/// Power-cut tests: the txg a cut left on disk, checked to be no older than the newest one
+/// `committed` (txg → (state, leaf writes issued when it committed)) notes as committed
+/// before leaf write `limit`; and the states noted at or before it and at or after it (a
+/// txg no operation finished in holds one of them).
+pub fn states_around_cut<'a, M>(
+    home: &Home,
+    committed: &'a BTreeMap<u64, (M, u64)>,
+    limit: u64,
+) -> (u64, Option<&'a M>, Option<&'a M>) {
+    // (The store's open may commit more: log replay, the undo of an interrupted receive.)
+    let opened = Pool::open(home, "tank")
+        .unwrap()
+        .uberblocks()
+        .first()
+        .map_or(0, |u| u.txg);
+    let required = committed
+        .iter()
+        .filter(|(_, (_, w))| *w <= limit)
+        .map(|(t, _)| *t)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        opened >= required,
+        "limit {limit}: opened txg {opened}, but txg {required} was committed"
+    );
+    let before = committed.range(..=opened).next_back().map(|(_, (m, _))| m);
+    let after = committed.range(opened..).next().map(|(_, (m, _))| m);
+    (opened, before, after)
+}
+
+/// A scrub after a power cut runs to its end and finds nothing.
+pub fn scrub_after_cut(store: &Store, limit: u64) {
+    let (p, end) = store
+        .scrub(None, std::time::Duration::from_secs(3600), &mut |_| {
+            cairn_objset::scrub::ScrubControl::Continue
+        })
+        .unwrap();
+    assert_eq!(end, cairn_objset::scrub::ScrubEnd::Finished);
+    assert_eq!(p.errors, 0, "limit {limit}: scrub after the cut");
+}
