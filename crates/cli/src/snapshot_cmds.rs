@@ -611,17 +611,39 @@ pub fn list_typed(
         }
     }
     if datasets {
-        crate::data_cmds::dataset(crate::data_cmds::DatasetCmd::List {
+        list_datasets(pool_of(target), scripted, parsable, json)?;
+    }
+    if snapshots {
+        if datasets && !scripted && !json {
+            println!();
+        }
+        list(target, scripted, parsable, json)?;
+    }
+    Ok(())
+}
+
+/// The datasets part of `list -t`: `dataset list`, run by the service when one holds the
+/// pool (as `dataset list` itself is), else in-process.
+fn list_datasets(pool: &str, scripted: bool, parsable: bool, json: bool) -> Result<(), String> {
+    let mut argv: Vec<String> = vec!["dataset".into(), "list".into()];
+    for (on, flag) in [(scripted, "-H"), (parsable, "-p"), (json, "--json")] {
+        if on {
+            argv.push(flag.into());
+        }
+    }
+    argv.push(pool.into());
+    match crate::control::exec(&crate::home(), pool, &argv) {
+        Some(0) => Ok(()),
+        Some(code) => Err(format!(
+            "the service holding '{pool}' could not list its datasets (exit code {code})"
+        )),
+        None => crate::data_cmds::dataset(crate::data_cmds::DatasetCmd::List {
             scripted,
             parsable,
             json,
-            pool: pool_of(target).to_string(),
-        })?;
+            pool: pool.to_string(),
+        }),
     }
-    if snapshots {
-        list(target, scripted || datasets, parsable, json)?;
-    }
-    Ok(())
 }
 
 /// `cairn list -t snapshot [POOL|DS]`: NAME USED AVAIL REFER MOUNTPOINT, as zfs shows them.
