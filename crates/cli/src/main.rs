@@ -81,6 +81,9 @@ enum Command {
     /// `cairn promote POOL/CLONE`: the clone takes its origin's snapshots up to the one it
     /// was cloned from, and the origin becomes its clone (so it can be destroyed).
     Promote(snapshot_cmds::PromoteArgs),
+    /// Rename a dataset (with its descendants) or a snapshot: `cairn rename [-p] POOL/DS
+    /// POOL/NEW`, `cairn rename [-r] POOL/DS@OLD @NEW`.
+    Rename(snapshot_cmds::RenameArgs),
     /// What changed since a snapshot: `cairn diff [-H] POOL/DS@A [POOL/DS@B|POOL/DS]`.
     Diff(snapshot_cmds::DiffArgs),
     /// Hold snapshots (a held one cannot be destroyed): `cairn hold [-r] TAG POOL/DS@SNAP…`.
@@ -432,6 +435,7 @@ fn served_pool(cmd: &Command) -> Option<String> {
         Command::Receive(a) => pool(&a.target),
         Command::Clone(a) => pool(&a.snapshot),
         Command::Promote(a) => pool(&a.clone),
+        Command::Rename(a) => pool(&a.from),
         Command::Rollback(a) => pool(&a.name),
         _ => None,
     }
@@ -468,6 +472,7 @@ fn changes_files_of(cmd: &Command) -> Option<(&str, bool)> {
         Command::Dataset(DatasetCmd::Destroy { name, .. }) => Some((name, true)),
         Command::Destroy(a) => Some((&a.name, true)),
         Command::Receive(a) => Some((&a.target, true)),
+        Command::Rename(a) if !a.from.contains('@') => Some((&a.from, true)),
         _ => None,
     }
 }
@@ -525,6 +530,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Rollback(a) => snapshot_cmds::rollback(a),
         Command::Clone(a) => snapshot_cmds::clone(a),
         Command::Promote(a) => snapshot_cmds::promote(a),
+        Command::Rename(a) => snapshot_cmds::rename(a),
         Command::Diff(a) => snapshot_cmds::diff(a),
         Command::Send(a) => snapshot_cmds::send(a),
         Command::Hold(a) => snapshot_cmds::hold(a, true),
@@ -608,6 +614,7 @@ fn changed_pool(cmd: &Command) -> Option<(String, Record)> {
         Command::Rollback(a) => after(&a.name),
         Command::Clone(a) => after(&a.target),
         Command::Promote(a) => after(&a.clone),
+        Command::Rename(a) => after(&a.from),
         Command::Receive(a) => after(&a.target),
         Command::Hold(a) | Command::Release(a) => after(a.names.first()?),
         Command::Clear(a) => after(&a.pool),

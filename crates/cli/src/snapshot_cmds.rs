@@ -435,6 +435,67 @@ pub fn promote(a: PromoteArgs) -> Result<(), String> {
     Ok(())
 }
 
+#[derive(Args, Debug)]
+pub struct RenameArgs {
+    /// POOL/DS (moves its descendants and snapshots with it) or POOL/DS@SNAP.
+    pub from: String,
+    /// POOL/NEW, or for a snapshot POOL/DS@NEW or @NEW.
+    pub to: String,
+    /// Make the missing parents of the new dataset name.
+    #[arg(short)]
+    pub parents: bool,
+    /// Snapshots: the same snapshot of every descendant that has it too.
+    #[arg(short)]
+    pub recursive: bool,
+}
+
+/// `cairn rename`.
+pub fn rename(a: RenameArgs) -> Result<(), String> {
+    let snapshot = a.from.contains('@');
+    if snapshot && a.parents {
+        return Err(
+            "-p makes parents of a dataset's new name; a snapshot keeps its dataset".into(),
+        );
+    }
+    if !snapshot && a.recursive {
+        return Err(
+            "-r renames a snapshot in every descendant; a dataset always moves with its descendants"
+                .into(),
+        );
+    }
+    let store = open(pool_of(&a.from))?;
+    let done = if snapshot {
+        store
+            .snapshot_rename(&a.from, &a.to, a.recursive)
+            .map_err(err)
+    } else {
+        refuse_exported_volumes(&store, &a.from)
+            .and_then(|()| store.dataset_rename(&a.from, &a.to, a.parents).map_err(err))
+    };
+    finish(store)?;
+    done
+}
+
+/// A service exports its volumes by name: renaming one under it is refused.
+fn refuse_exported_volumes(store: &Store, from: &str) -> Result<(), String> {
+    if !crate::served::active() {
+        return Ok(());
+    }
+    let table = store.datasets();
+    let under = |n: &str| n == from || n.starts_with(&format!("{from}/"));
+    let volume = table
+        .datasets
+        .iter()
+        .find(|d| under(&d.name) && d.kind == cairn_objset::DatasetKind::Volume);
+    match volume {
+        Some(v) => Err(format!(
+            "{} is a volume this service exports by name: stop `cairn serve`, rename, and serve again",
+            v.name
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `cairn destroy` of snapshots: `DS@A` (one), `DS@A%B` (A to B in txg order; either end
 /// may be left out), `DS@A,B,C`; `-r` the same names in every descendant.
 pub fn destroy(spec: &str, recursive: bool, dry_run: bool, verbose: bool) -> Result<(), String> {

@@ -639,12 +639,22 @@ fn send_receive_and_clone_run_in_the_service() {
         "{snaps}"
     );
     assert!(ok_bytes(&cairn(&home, &["cat", "tank/fork@a/big"])) == big);
+    // The usual end of a promote: the clone takes the old name, the old dataset goes.
+    ok(&cairn(&home, &["rename", "tank/docs", "tank/old"]));
+    ok(&cairn(&home, &["rename", "tank/fork", "tank/docs"]));
+    let origin = ok(&cairn(&home, &["get", "-H", "origin", "tank/old"]));
+    assert!(origin.contains("tank/docs@a"), "{origin}");
+    ok(&cairn(&home, &["destroy", "-r", "tank/old"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/docs@a/big"])) == big);
+    ok(&cairn(&home, &["rename", "tank/docs@a", "@first"]));
+    assert!(ok_bytes(&cairn(&home, &["cat", "tank/docs@first/big"])) == big);
     served.stop();
     let history = ok(&cairn(&home, &["history"]));
     assert!(
         history.contains("receive tank/copy")
             && history.contains("clone tank/docs@a")
-            && history.contains("promote -v tank/fork"),
+            && history.contains("promote -v tank/fork")
+            && history.contains("rename tank/fork tank/docs"),
         "{history}"
     );
 }

@@ -37,6 +37,7 @@ pub mod read_latency;
 pub(crate) mod readahead;
 pub mod receive;
 pub(crate) mod receive_clone;
+pub mod rename;
 pub mod resilver;
 pub mod root;
 pub mod scan_state;
