@@ -62,6 +62,14 @@ pub struct PromoteReport {
     pub released: u64,
 }
 
+/// What the clone let go of (`released_by_clone`): blocks per dead list (`None`: its
+/// head's), and the bytes of the grand origin its head still holds.
+#[derive(Default)]
+struct Adoption {
+    lists: Vec<(Option<u64>, Vec<BlockPointer>)>,
+    grand_shared: u64,
+}
+
 /// Who gives and who takes.
 struct Plan {
     clone: u32,
@@ -95,12 +103,16 @@ impl StoreCore {
             .filter(|(_, bp)| bp.birth <= plan.grand_txg())
             .map(|(k, bp)| (*k, *bp))
             .collect();
-        let (adopted, grand_shared) = self.adopt_released_blocks(&mut st, &plan, shown)?;
+        // Every read first: an error leaves the tables as they were (sealing only adds
+        // what the snapshot shows anyway).
+        let adoption = self.released_by_clone(&mut st, &plan, shown)?;
+        let grand_gone = self.grand_released_by_origin(&mut st, &plan, grand_blocks)?;
         let identity = (self.shown_root(&st, &plan.at) == self.dataset_root(&st, plan.origin))
             .then(|| sealed_ids(&st, &plan.at));
+        let adopted = self.adopt(&mut st, &plan, adoption.lists)?;
         move_records(&mut st, &plan);
-        let released = self.release_to_origin(&mut st, &plan, grand_blocks)?;
-        rename_origins(&mut st, &plan, grand_shared);
+        let released = self.release_to_origin(&mut st, &plan, grand_gone)?;
+        rename_origins(&mut st, &plan, adoption.grand_shared);
         st.datasets_dirty = true;
         self.sync_locked(&mut st)?;
         drop(st);
@@ -163,35 +175,23 @@ impl StoreCore {
         Ok(blocks)
     }
 
-    /// Puts each block of the origin snapshot (`held`) that the clone let go of on the
-    /// dead list of the first of its snapshots (or its head) without it — but for the
-    /// grand origin's, which stay its. Returns the bytes listed, and the bytes of the
+    /// Each block of the origin snapshot (`held`) that the clone let go of, by the dead
+    /// list it goes on: that of the first of the clone's snapshots (or its head, `None`)
+    /// without it — but for the grand origin's, which stay its. Also the bytes of the
     /// grand origin the clone's head still holds.
-    fn adopt_released_blocks(
+    fn released_by_clone(
         &self,
         st: &mut State,
         plan: &Plan,
         mut held: HashMap<Dva, BlockPointer>,
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<Adoption, StoreError> {
         let (txg, grand_txg) = (plan.at.txg, plan.grand_txg());
         let own: Vec<SnapshotRecord> = st.datasets.snapshots.of(plan.clone).cloned().collect();
-        let head = match st.datasets.snapshots.heads.get(&plan.clone) {
-            Some(&h) => h,
-            None => {
-                let h = self.new_dead_list(st)?;
-                st.datasets.snapshots.heads.insert(plan.clone, h);
-                h
-            }
-        };
-        let (mut adopted, mut grand_shared) = (0, 0);
-        for (list, rec) in own
-            .iter()
-            .map(|r| (r.dead_object, Some(r)))
-            .chain([(head, None)])
-        {
+        let mut adoption = Adoption::default();
+        for rec in own.iter().map(Some).chain([None]) {
             let still = self.old_blocks_of(st, plan.clone, rec, txg)?;
             if rec.is_none() {
-                grand_shared = still
+                adoption.grand_shared = still
                     .values()
                     .filter(|bp| bp.birth <= grand_txg)
                     .map(|bp| self.pool.deflated_size(bp))
@@ -200,13 +200,59 @@ impl StoreCore {
             let (keep, gone): (HashMap<Dva, BlockPointer>, _) =
                 held.into_iter().partition(|(k, _)| still.contains_key(k));
             held = keep;
-            let list = st.snaps.dead.entry(list).or_default();
-            for bp in gone.into_values().filter(|bp| bp.birth > grand_txg) {
+            let gone = gone.into_values().filter(|bp| bp.birth > grand_txg);
+            adoption
+                .lists
+                .push((rec.map(|r| r.dead_object), gone.collect()));
+        }
+        Ok(adoption)
+    }
+
+    /// Puts the adopted blocks on the clone's dead lists (making its head list if it had
+    /// none); returns their bytes.
+    fn adopt(
+        &self,
+        st: &mut State,
+        plan: &Plan,
+        lists: Vec<(Option<u64>, Vec<BlockPointer>)>,
+    ) -> Result<u64, StoreError> {
+        let head = match st.datasets.snapshots.heads.get(&plan.clone) {
+            Some(&h) => h,
+            None => {
+                let h = self.new_dead_list(st)?;
+                st.datasets.snapshots.heads.insert(plan.clone, h);
+                h
+            }
+        };
+        let mut adopted = 0;
+        for (list, bps) in lists {
+            let list = st.snaps.dead.entry(list.unwrap_or(head)).or_default();
+            for bp in bps {
                 adopted += self.pool.deflated_size(&bp);
                 list.bps.push(bp);
             }
         }
-        Ok((adopted, grand_shared))
+        Ok(adopted)
+    }
+
+    /// When the old origin was a clone itself: the bytes of the grand origin's blocks of
+    /// the origin snapshot (`grand_blocks`) its head no longer holds (it never listed them,
+    /// and now counts them as released from its new origin).
+    fn grand_released_by_origin(
+        &self,
+        st: &mut State,
+        plan: &Plan,
+        grand_blocks: HashMap<Dva, BlockPointer>,
+    ) -> Result<u64, StoreError> {
+        if grand_blocks.is_empty() {
+            return Ok(0);
+        }
+        let holds = self.old_blocks_of(st, plan.origin, None, plan.grand_txg())?;
+        Ok(grand_blocks
+            .iter()
+            .filter(|(k, _)| !holds.contains_key(k))
+            .map(|(_, bp)| self.pool.deflated_size(bp))
+            .sum())
     }
 
     /// A new, empty dead-list object.
@@ -217,15 +263,14 @@ impl StoreCore {
     }
 
     /// The old origin's dead-list entries born at or before the origin snapshot leave its
-    /// lists (they are its origin's blocks now); returns their bytes, which it counts as
-    /// released — with, when it was a clone itself, the grand origin's blocks of the
-    /// origin snapshot (`grand_blocks`) its head no longer holds (it never listed those).
-    /// A dataset left without snapshots loses its head list.
+    /// lists (they are its origin's blocks now); their bytes, with `unlisted` (blocks it let
+    /// go of without listing them: `grand_released_by_origin`), are what it counts as
+    /// released, and are returned. A dataset left without snapshots loses its head list.
     fn release_to_origin(
         &self,
         st: &mut State,
         plan: &Plan,
-        grand_blocks: HashMap<Dva, BlockPointer>,
+        unlisted: u64,
     ) -> Result<u64, StoreError> {
         let snaps = &st.datasets.snapshots;
         let lists: Vec<u64> = snaps
@@ -233,7 +278,7 @@ impl StoreCore {
             .map(|r| r.dead_object)
             .chain(snaps.heads.get(&plan.origin).copied())
             .collect();
-        let mut released = 0u64;
+        let mut released = unlisted;
         for obj in lists {
             let list = st.snaps.dead.entry(obj).or_default();
             let before = list.bps.len();
@@ -245,14 +290,6 @@ impl StoreCore {
                 !origin_block
             });
             list.rewrite |= list.bps.len() != before;
-        }
-        if !grand_blocks.is_empty() {
-            let holds = self.old_blocks_of(st, plan.origin, None, plan.grand_txg())?;
-            released += grand_blocks
-                .iter()
-                .filter(|(k, _)| !holds.contains_key(k))
-                .map(|(_, bp)| self.pool.deflated_size(bp))
-                .sum::<u64>();
         }
         if st.datasets.snapshots.of(plan.origin).next().is_none() {
             if let Some(head) = st.datasets.snapshots.heads.remove(&plan.origin) {
