@@ -480,18 +480,23 @@ impl StoreCore {
     fn settle_rolled_back(&self, st: &mut State, rec: &SnapshotRecord) -> Result<(), StoreError> {
         let ds = st.datasets.by_id_mut(rec.dataset).expect("rolled back");
         (ds.used, ds.logical, ds.physical) = (rec.referenced, rec.logical, rec.physical);
-        if let Some(origin) = st.datasets.origin_of(rec.dataset).cloned() {
-            let shared = self.shared_with_origin_walked(st, rec.dataset, origin.txg)?;
-            let released = origin.referenced.saturating_sub(shared);
+        st.datasets_dirty = true;
+        let recounted = match st.datasets.origin_of(rec.dataset).cloned() {
+            Some(origin) => self
+                .shared_with_origin_walked(st, rec.dataset, origin.txg)
+                .map(|shared| Some(origin.referenced.saturating_sub(shared))),
+            None => Ok(None),
+        };
+        if let Ok(Some(released)) = &recounted {
             let ds = st.datasets.by_id_mut(rec.dataset).expect("rolled back");
             ds.props.insert(
                 crate::dataset::ORIGIN_RELEASED_PROP.into(),
                 released.to_string(),
             );
         }
-        st.datasets_dirty = true;
+        // (The space is set even when the walk failed; the error is still reported.)
         self.sync_locked(st)?;
-        Ok(())
+        recounted.map(|_| ())
     }
 
     /// Puts back every object of the dataset that changed since `rec` (the newest snapshot,
