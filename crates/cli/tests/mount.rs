@@ -218,6 +218,8 @@ fn mount_refuses_what_it_cannot_serve() {
     );
     let err = fails(&cairn(&s.home, &["destroy", "tank/fs"]));
     assert!(err.contains("mounted at"), "{err}");
+    let err = fails(&cairn(&s.home, &["rename", "tank/fs", "tank/moved"]));
+    assert!(err.contains("mounted at"), "{err}");
     // Reading it, and changing what is not mounted, go through the service.
     ok(&cairn(&s.home, &["ls", "tank/fs"]));
     ok(&cairn(&s.home, &["mkdir", "tank/elsewhere"]));
