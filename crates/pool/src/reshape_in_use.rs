@@ -270,9 +270,8 @@ impl Pool {
         Ok(())
     }
 
-    /// Holds off scrubs while a detach or remove moves slots, and refuses while a scrub
-    /// or resilver (which address leaves by slot) runs or a leaf waits for a resilver.
-    /// Keeps scrubs and resilvers off the tree while `op` changes it: refuses while a
+    /// Keeps scrubs and resilvers (which address leaves by slot) off the tree while `op`
+    /// (a detach or remove, which move slots) changes it: refuses while a
     /// scrub runs; a running resilver pauses at its next batch (keeping its resume point)
     /// and the service starts it again after the change, as zpool lets a detach cancel a
     /// replace's resilver.
