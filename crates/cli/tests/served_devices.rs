@@ -147,6 +147,69 @@ fn detach_while_the_service_resilvers() {
     scrub_is_clean(&home);
 }
 
+/// A side of a mirror is detached and a log device removed while the service scrubs
+/// (zpool lets both run during a scrub): the scrub goes on and ends clean, and the pool
+/// holds everything, after a re-import too.
+#[test]
+fn detach_and_remove_while_the_service_scrubs() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 4, 128 * MIB);
+    ok(&cairn(
+        &home,
+        &[
+            "create", "tank", "mirror", &d[0], &d[1], &d[2], "log", &d[3],
+        ],
+    ));
+    (0..8).for_each(|i| put_numbered(&home, dir.path(), i));
+    let served = serve(&home, "tank");
+    // 8 MiB examined at 2 MB/s: the scrub runs for about 4 s.
+    let scrub = support::cairn_cmd(&home)
+        .args(["scrub", "--rate", "2M", "tank"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !ok(&cairn(&home, &["status", "tank"])).contains("scan: scrub scanning") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the scrub never began"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ok(&cairn(&home, &["detach", "tank", &d[0]]));
+    ok(&cairn(&home, &["remove", "tank", &d[3]]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains("scan: scrub scanning") && !st.contains(&d[0]) && !st.contains(&d[3]),
+        "the scrub ended before the changes: {st}"
+    );
+    let said = scrub.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.status.success() && out.contains(" 0 errors"),
+        "{said:?}"
+    );
+    for gone in [&d[0], &d[3]] {
+        let e = fails(&cairn(&home, &["labels", gone]));
+        assert!(e.contains("no valid cairn label"), "{e}");
+    }
+    check_numbered(&home, 8);
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        st.contains(&d[1]) && st.contains(&d[2]) && !st.contains(&d[0]),
+        "{st}"
+    );
+    check_numbered(&home, 8);
+    scrub_is_clean(&home);
+}
+
 /// A data mirror and a log device are added while a client writes; new writes use the
 /// new vdev; the log device is removed again (labels cleared) and the pool re-imports
 /// with everything. What cannot be done is refused as in-process.

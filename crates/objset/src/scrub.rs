@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cairn_pool::io::bp::BlockPointer;
 use cairn_pool::io::pipeline::BlockHealth;
-use cairn_pool::LeafSlot;
+use cairn_pool::LeafIdentity;
 
 use crate::core::{State, StoreCore};
 use crate::dnode::{Dnode, ObjectKind};
@@ -188,10 +188,10 @@ impl StoreCore {
     /// on every leaf the scrub read (it rewrote what was wrong): DTL ranges of those leaves
     /// up to that txg are settled, as a completed scrub does in ZFS. Without this, a leaf
     /// that once missed a write would be distrusted at the next import although whole.
-    fn settle_dtls(&self, scanned_txg: u64, readable: &[LeafSlot]) -> Result<(), StoreError> {
+    fn settle_dtls(&self, scanned_txg: u64, readable: &[LeafIdentity]) -> Result<(), StoreError> {
         let mut changed = false;
-        for &slot in readable {
-            changed |= self.pool().settle_dtl(slot, scanned_txg);
+        for &leaf in readable {
+            changed |= self.pool().settle_dtl(leaf, scanned_txg);
         }
         if changed {
             self.pool()

@@ -154,3 +154,49 @@ fn changes_through_the_store_survive_export_and_import() {
     }
     store.close().unwrap();
 }
+
+/// A scrub goes on through a detach that moves the other sides to new slots: it ends
+/// clean, and at its end it settles the DTL of the device it read from its start,
+/// wherever that device sits now; the device that left is not touched.
+#[test]
+fn a_scrub_goes_on_through_a_detach() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = new_pool(dir.path(), "mirror", 3, 128 * MIB);
+    let store = open_store(&home);
+    let data: Vec<Vec<u8>> = (0..4)
+        .map(|i| put(&store, &format!("tank/f{i}"), 3 + i as u8, 2 * MIB as usize))
+        .collect();
+    store.sync().unwrap();
+    // The third side once missed txg 1 (a whole scrub proves it holds everything since).
+    store.pool().tops()[0].children[2].set_dtl(vec![(1, 1)]);
+    let mut detached = false;
+    let (p, end) = store
+        .scrub(None, std::time::Duration::ZERO, &mut |_| {
+            if !detached {
+                detached = true;
+                let left = store
+                    .pool()
+                    .detach_in_use(&files[0].display().to_string())
+                    .unwrap();
+                store.sync().unwrap();
+                left.clear_labels();
+            }
+            ScrubControl::Continue
+        })
+        .unwrap();
+    assert!(detached, "the scrub never reported");
+    assert_eq!(end, cairn_objset::scrub::ScrubEnd::Finished);
+    assert_eq!((p.repaired_bytes, p.errors), (0, 0), "{p:?}");
+    let third = &store.pool().tops()[0].children[1];
+    assert_eq!(third.path, files[2].display().to_string());
+    assert!(third.dtl_ranges().is_empty(), "{:?}", third.dtl_ranges());
+    assert_eq!(leaf_count(store.pool()), 2);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&read_live(&store, &format!("tank/f{i}")), d);
+    }
+    store.close().unwrap();
+    let store = open_store(&home);
+    assert_eq!(leaf_count(store.pool()), 2);
+    scrub_is_clean(&store);
+    store.close().unwrap();
+}

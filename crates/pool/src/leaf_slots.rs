@@ -2,7 +2,7 @@
 //! store ask of the pool, so that they never reach into its top-level vdevs' children.
 //!
 //! ```text
-//!  scrub     readable_leaves ─► (read every block) ─► settle_dtl(slot, scanned txg)
+//!  scrub     readable_leaves ─► (read every block) ─► settle_dtl(leaf, scanned txg)
 //!  resilver  stale_leaves ─► rebuild_batch(top, …) ─► write_leaf_run(slot, …)
 //!                         └─► finish_leaf_resilver(stale leaf)
 //! ```
@@ -26,6 +26,23 @@ pub type Dtl = Vec<(u64, u64)>;
 pub struct LeafSlot {
     pub top: usize,
     pub child: usize,
+}
+
+/// A device open in the pool, named by what stays true while slots move under a device
+/// change (`crate::reshape_in_use`): its GUID and which open device it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafIdentity {
+    pub guid: u64,
+    device: usize,
+}
+
+impl LeafIdentity {
+    fn of(child: &Child) -> LeafIdentity {
+        LeafIdentity {
+            guid: child.guid,
+            device: device_id(child),
+        }
+    }
 }
 
 /// A usable leaf that missed txgs, as a resilver finds it at its start.
@@ -70,11 +87,22 @@ impl Pool {
         self.slots().collect()
     }
 
-    /// Leaves reads use now.
-    pub fn readable_leaves(&self) -> Vec<LeafSlot> {
+    /// Leaves reads use now, by identity: a scrub settles their DTLs at its end, when a
+    /// detach or remove may have moved them to other slots.
+    pub fn readable_leaves(&self) -> Vec<LeafIdentity> {
         self.slots()
-            .filter(|&slot| self.child(slot).is_readable())
+            .map(|slot| self.child(slot))
+            .filter(|child| child.is_readable())
+            .map(LeafIdentity::of)
             .collect()
+    }
+
+    /// The device `leaf` in the current tree, if it is still in the pool.
+    fn find_leaf_child(&self, leaf: LeafIdentity) -> Option<&Child> {
+        let tops: &[TopVdev] = &self.tops;
+        tops.iter()
+            .flat_map(|top| top.children.iter().map(|slot| -> &Child { slot }))
+            .find(|&child| LeafIdentity::of(child) == leaf)
     }
 
     fn slots(&self) -> impl Iterator<Item = LeafSlot> + '_ {
@@ -84,11 +112,14 @@ impl Pool {
             .flat_map(|(top, t)| (0..t.children.len()).map(move |child| LeafSlot { top, child }))
     }
 
-    /// After a whole scrub without errors that read the leaf in `slot`: the txgs up to
+    /// After a whole scrub without errors that read `leaf` from its start: the txgs up to
     /// `scanned_txg` are whole on it, so its DTL keeps only what comes after. Returns
-    /// whether the DTL changed (the caller then writes the config to the labels).
-    pub fn settle_dtl(&self, slot: LeafSlot, scanned_txg: u64) -> bool {
-        let child = self.child(slot);
+    /// whether the DTL changed (the caller then writes the config to the labels). A leaf
+    /// that left the pool meanwhile, or whose slot another device took, is not touched.
+    pub fn settle_dtl(&self, leaf: LeafIdentity, scanned_txg: u64) -> bool {
+        let Some(child) = self.find_leaf_child(leaf) else {
+            return false;
+        };
         let ranges = child.dtl_ranges();
         if ranges.is_empty() || !child.is_readable() {
             return false;

@@ -21,5 +21,5 @@ pub mod vdev_tree;
 
 pub use error::PoolError;
 pub use home::Home;
-pub use leaf_slots::{LeafSlot, StaleLeaf};
+pub use leaf_slots::{LeafIdentity, LeafSlot, StaleLeaf};
 pub use pool::{config_space, CreateOptions, CreateOutcome, FoundPool, Health, Pool};

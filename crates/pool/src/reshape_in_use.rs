@@ -22,11 +22,13 @@
 //! - A device that leaves (detach, remove) takes no new I/O from an old tree either: it is
 //!   marked offline there at once, and its labels are cleared only after the caller has
 //!   synced a txg (no write issued through the old tree is in flight any more).
-//! - Scrubs and resilvers address leaves by slot (vdev, child index): `detach` and
-//!   `remove`, which move slots, refuse while a scrub runs, pause a running resilver
-//!   (it resumes, or finds nothing left to do, after), and hold both off until the new
-//!   tree is in use (`hold_off_scans`). `attach` and `add` only append, so slots in use
-//!   keep their meaning.
+//! - Resilvers address leaves by slot (vdev, child index): `detach` and `remove`, which
+//!   move slots, pause a running resilver (it resumes, or finds nothing left to do,
+//!   after) and hold resilvers off until the new tree is in use (`hold_off_resilvers`).
+//!   `attach` and `add` only append, so slots in use keep their meaning.
+//! - A scrub goes on through a device change: it reads each block through the tree of
+//!   the moment, and names the leaves whose DTLs it settles at its end by device, not by
+//!   slot (`Pool::readable_leaves`); a device that left meanwhile is skipped.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -82,7 +84,7 @@ impl Pool {
     pub fn detach_in_use(&self, device: &str) -> Result<LeftDevices, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.refuse_spare_group("detach", device)?;
-        let _no_scrub = self.hold_off_scans("detach", device)?;
+        let _no_resilver = self.hold_off_resilvers("detach", device)?;
         let (t, c, config) = self.plan_detach(device)?;
         let mut tops = self.tree_over_same_slots();
         let mut kids = tops[t].children.clone();
@@ -152,7 +154,7 @@ impl Pool {
     /// have stopped allocating on it and retired its log (`StoreCore::remove_log_in_use`).
     pub fn remove_log_in_use(&self, device: &str) -> Result<LeftDevices, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let _no_scrub = self.hold_off_scans("remove", device)?;
+        let _no_resilver = self.hold_off_resilvers("remove", device)?;
         let t = self.removable_log(device)?;
         let mut tops = self.tree_over_same_slots();
         let gone = tops.remove(t);
@@ -270,33 +272,21 @@ impl Pool {
         Ok(())
     }
 
-    /// Keeps scrubs and resilvers (which address leaves by slot) off the tree while `op`
-    /// (a detach or remove, which move slots) changes it: refuses while a
-    /// scrub runs; a running resilver pauses at its next batch (keeping its resume point)
-    /// and the service starts it again after the change, as zpool lets a detach cancel a
-    /// replace's resilver.
-    fn hold_off_scans(&self, op: &'static str, device: &str) -> Result<NoScans<'_>, PoolError> {
-        if !self.claim_scrub() {
-            return Err(Self::device_error(
-                op,
-                device,
-                format!(
-                    "a scrub is running; wait for it or stop it (`cairn scrub -s {}`), then retry",
-                    self.name()
-                ),
-            ));
-        }
-        let claim = NoScrub(self);
-        let Some(held) = self.hold_scans(RESILVER_PAUSE_WAIT) else {
-            return Err(Self::device_error(
+    /// Keeps resilvers (which address leaves by slot) off the tree while `op` (a detach
+    /// or remove, which move slots) changes it: a running resilver pauses at its next
+    /// batch (keeping its resume point) and the service starts it again after the change,
+    /// as zpool lets a detach cancel a replace's resilver.
+    fn hold_off_resilvers(
+        &self,
+        op: &'static str,
+        device: &str,
+    ) -> Result<crate::pool::ScansHeld<'_>, PoolError> {
+        self.hold_scans(RESILVER_PAUSE_WAIT).ok_or_else(|| {
+            Self::device_error(
                 op,
                 device,
                 "the running resilver did not pause within a minute; retry",
-            ));
-        };
-        Ok(NoScans {
-            _resilvers: held,
-            _scrub: claim,
+            )
         })
     }
 
@@ -313,22 +303,6 @@ impl Pool {
 /// How long a device change waits for a running resilver to pause (it stops between
 /// batches of a few MiB).
 const RESILVER_PAUSE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// What `hold_off_scans` holds (resilvers off, then the scrub claim), given back when
-/// dropped.
-struct NoScans<'a> {
-    _resilvers: crate::pool::ScansHeld<'a>,
-    _scrub: NoScrub<'a>,
-}
-
-/// The scrub claim `hold_off_scans` took, given back when dropped.
-struct NoScrub<'a>(&'a Pool);
-
-impl Drop for NoScrub<'_> {
-    fn drop(&mut self) {
-        self.0.release_scrub();
-    }
-}
 
 /// A handle on a slot's device for clearing its labels (the slot itself stays with the
 /// old trees).
