@@ -11,7 +11,8 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use support::served::{
-    check_numbered, put_numbered, scrub_is_clean, serve, wait_for_socket, while_putting,
+    check_numbered, put_numbered, scrub_is_clean, serve, start_and_wait_for, wait_for_socket,
+    while_putting,
 };
 use support::{
     cairn, cairn_cmd, fails, files, ok, ok_bytes, paused_then_canceled, pseudo_random, MIB,
@@ -672,19 +673,11 @@ fn scrub_pause_and_cancel_run_in_the_service() {
     let served = serve(&home, "tank");
     let e = fails(&cairn(&home, &["scrub", "-p", "tank"]));
     assert!(e.contains("no scrub in progress"), "{e}");
-    let slow = cairn_cmd(&home)
-        .args(["scrub", "--rate", "2M", "tank"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !ok(&cairn(&home, &["status", "tank"])).contains("scan: scrub scanning") {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the scrub never began"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let slow = start_and_wait_for(
+        &home,
+        &["scrub", "--rate", "2M", "tank"],
+        "scan: scrub scanning",
+    );
     let e = fails(&cairn(&home, &["scrub", "tank"]));
     assert!(e.contains("is being scrubbed already"), "{e}");
     ok(&cairn(&home, &["scrub", "-p", "tank"]));

@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use support::served::{
-    check_numbered, put_numbered, scrub_is_clean, serve, serve_with, while_putting,
+    check_numbered, put_numbered, scrub_is_clean, serve, serve_with, start_and_wait_for,
+    while_putting,
 };
 use support::{cairn, fails, files, grow_files, ok, pool_size, pseudo_random, MIB};
 
@@ -111,19 +112,11 @@ fn detach_while_the_service_resilvers() {
     (0..12).for_each(put);
     // 2 MB/s: copying 12 MiB to a new side takes several seconds.
     let served = serve_with(&home, "tank", &[("CAIRN_RESILVER_RATE", "2M")]);
-    let attach = support::cairn_cmd(&home)
-        .args(["attach", "tank", &d[0], &d[1]])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while !ok(&cairn(&home, &["status", "tank"])).contains("resilver in progress") {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no resilver started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let attach = start_and_wait_for(
+        &home,
+        &["attach", "tank", &d[0], &d[1]],
+        "resilver in progress",
+    );
     let e = fails(&cairn(&home, &["detach", "tank", &d[0]]));
     assert!(e.contains("no valid replicas"), "{e}");
     let start = std::time::Instant::now();
@@ -164,19 +157,11 @@ fn detach_and_remove_while_the_service_scrubs() {
     (0..8).for_each(|i| put_numbered(&home, dir.path(), i));
     let served = serve(&home, "tank");
     // 8 MiB examined at 2 MB/s: the scrub runs for about 4 s.
-    let scrub = support::cairn_cmd(&home)
-        .args(["scrub", "--rate", "2M", "tank"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    while !ok(&cairn(&home, &["status", "tank"])).contains("scan: scrub scanning") {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the scrub never began"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let scrub = start_and_wait_for(
+        &home,
+        &["scrub", "--rate", "2M", "tank"],
+        "scan: scrub scanning",
+    );
     ok(&cairn(&home, &["detach", "tank", &d[0]]));
     ok(&cairn(&home, &["remove", "tank", &d[3]]));
     let st = ok(&cairn(&home, &["status", "tank"]));
@@ -211,8 +196,9 @@ fn detach_and_remove_while_the_service_scrubs() {
 }
 
 /// A data mirror and a log device are added while a client writes; new writes use the
-/// new vdev; the log device is removed again (labels cleared) and the pool re-imports
-/// with everything. What cannot be done is refused as in-process.
+/// new vdev; the log device is removed again (labels cleared), with a disk added after it
+/// (it leaves a hole), and the pool re-imports with everything. What cannot be done is
+/// refused as in-process.
 #[test]
 fn add_and_remove_run_in_the_service_while_clients_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -248,17 +234,21 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
     let e = fails(&cairn(&home, &["remove", "tank", "mirror-1"]));
     assert!(e.contains("only log devices can be removed"), "{e}");
     events_reach(&home, "vdev_add", 1);
-    // A log device comes and goes while fsync'd writes would use it.
+    // A log device comes and goes while fsync'd writes would use it; a vdev added after
+    // it keeps its index (the log leaves a hole).
     ok(&cairn(&home, &["add", "tank", "log", &d[4]]));
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("logs") && st.contains(&d[4]), "{st}");
     (24..26).for_each(put);
+    ok(&cairn(&home, &["add", "-f", "tank", &d[5]]));
+    (26..30).for_each(put);
     ok(&cairn(&home, &["remove", "tank", &d[4]]));
     let e = fails(&cairn(&home, &["labels", &d[4]]));
     assert!(e.contains("no valid cairn label"), "{e}");
     let st = ok(&cairn(&home, &["status", "tank"]));
-    assert!(!st.contains(&d[4]), "{st}");
-    check_numbered(&home, 26);
+    assert!(!st.contains(&d[4]) && !st.contains("hole"), "{st}");
+    (30..32).for_each(put);
+    check_numbered(&home, 32);
     served.stop();
     ok(&cairn(&home, &["export", "tank"]));
     ok(&cairn(
@@ -266,8 +256,11 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
         &["import", "-d", dir.path().to_str().unwrap(), "tank"],
     ));
     let st = ok(&cairn(&home, &["status", "tank"]));
-    assert!(st.contains("mirror-1") && !st.contains(&d[4]), "{st}");
-    check_numbered(&home, 26);
+    assert!(
+        st.contains("mirror-1") && st.contains(&d[5]) && !st.contains(&d[4]),
+        "{st}"
+    );
+    check_numbered(&home, 32);
     scrub_is_clean(&home);
 }
 

@@ -137,6 +137,9 @@ fn fresh_allocator(pool: &Pool) -> Allocator {
             .into_iter()
             .zip(pool.tops())
             .map(|((asize, ashift), top)| {
+                if top.is_hole() {
+                    return crate::vdev_changes::hole_allocator(top);
+                }
                 let mut v = VdevAllocator::new(asize, ashift);
                 v.log = top.is_log();
                 v

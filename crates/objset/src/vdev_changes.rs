@@ -8,7 +8,7 @@
 //!  add      pool: new tree ─► allocator: new vdevs ─► sync
 //!  expand   devices measured ─► pool: new tree ─► sync ─► allocator: vdevs regrown ─► sync
 //!  remove   allocator: vdev retired ─► log retired (syncs) ─► pool: new tree
-//!           ─► allocator: vdev dropped ─► sync ─► clear its labels
+//!           ─► allocator: vdev dropped (the last) or a hole ─► sync ─► clear its labels
 //! ```
 //!
 //! The allocator never names a vdev the tree in use lacks: it gains vdevs after the tree
@@ -119,19 +119,29 @@ impl StoreCore {
         {
             let mut st = self.lock();
             assert_eq!(
-                st.alloc.vdevs.len(),
-                t + 1,
-                "the removed log device was the last vdev"
-            );
-            assert_eq!(
                 st.alloc.vdevs[t].allocated_bytes(),
                 0,
                 "its log was retired"
             );
-            st.alloc.vdevs.pop();
+            // The tree lost the vdev (it was the last) or holds a hole there (retired
+            // for good, with no space).
+            if self.pool().tops().len() == t {
+                st.alloc.vdevs.pop();
+            } else {
+                st.alloc.vdevs[t] = hole_allocator(&self.pool().tops()[t]);
+            }
         }
         self.sync()?;
         left.clear_labels();
         Ok(())
     }
+}
+
+/// The allocator's entry for a hole vdev (`TopConfig::hole`): a retired log device with
+/// no space, so nothing is ever allocated there.
+pub(crate) fn hole_allocator(top: &cairn_vdev::TopVdev) -> VdevAllocator {
+    let mut vdev = VdevAllocator::new(0, top.ashift());
+    vdev.log = true;
+    vdev.retired = true;
+    vdev
 }

@@ -155,6 +155,53 @@ fn changes_through_the_store_survive_export_and_import() {
     store.close().unwrap();
 }
 
+/// A log device with a data vdev after it leaves a hole: the data vdev keeps its index
+/// (its blocks read back), and a crash after the config with the hole reached the labels,
+/// before a txg committed it, leaves a pool that imports with the hole and everything.
+#[test]
+fn a_log_device_before_a_data_vdev_leaves_a_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "", 1, 128 * MIB);
+    let extra = more_files(dir.path(), 2);
+    let p = |f: &std::path::PathBuf| f.display().to_string();
+    let store = open_store(&home);
+    store
+        .add_in_use(&["log".into(), p(&extra[0])], false)
+        .unwrap();
+    store.add_in_use(&[p(&extra[1])], false).unwrap();
+    let a = put(&store, "tank/a", 9, 8 * MIB as usize);
+    store.sync().unwrap();
+    assert!(
+        store.pool().io_snapshot().tops[2].alloc > 0,
+        "nothing landed on the vdev after the log"
+    );
+    // What `remove_log_in_use` does, up to the config, then the crash.
+    store.release_log_devices().unwrap();
+    let left = store.pool().remove_log_in_use(&p(&extra[0])).unwrap();
+    drop(left);
+    drop(store);
+    let store = open_store(&home);
+    let tops = store.pool().tops();
+    assert_eq!(
+        tops.len(),
+        3,
+        "the hole keeps the index of the vdev after it"
+    );
+    assert!(tops[1].is_hole() && tops[1].children.is_empty());
+    assert_eq!(read_live(&store, "tank/a"), a);
+    let b = put(&store, "tank/b", 7, 8 * MIB as usize);
+    store.close().unwrap().export().unwrap();
+    let dirs = [dir.path().to_path_buf(), dir.path().join("more")];
+    let pool = Pool::import(&home, &dirs, "tank", false, false).unwrap();
+    assert_eq!(pool.tops().len(), 3);
+    assert_eq!(leaf_count(&pool), 2);
+    let store = Store::open(pool).unwrap();
+    assert_eq!(read_live(&store, "tank/a"), a);
+    assert_eq!(read_live(&store, "tank/b"), b);
+    scrub_is_clean(&store);
+    store.close().unwrap();
+}
+
 /// A scrub goes on through a detach that moves the other sides to new slots: it ends
 /// clean, and at its end it settles the DTL of the device it read from its start,
 /// wherever that device sits now; the device that left is not touched.

@@ -827,10 +827,9 @@ impl Pool {
                 || child.guid.to_string() == device
                 || (!device.contains('/') && child.path.rsplit('/').next() == Some(device))
         };
-        let found = self
-            .tops
-            .iter()
-            .position(|t| t.display_name() == device || t.children.iter().any(|c| named(c)));
+        let found = self.tops.iter().position(|t| {
+            !t.is_hole() && (t.display_name() == device || t.children.iter().any(|c| named(c)))
+        });
         match found {
             Some(t) if self.tops[t].is_log() => Ok(t),
             Some(_) => Err(Self::device_error(
@@ -849,13 +848,16 @@ impl Pool {
 
     /// `cairn remove POOL DEV`: takes a log device out of the pool. The store must have
     /// retired every intent-log block on it first (`StoreCore::release_log_devices`).
-    /// Only the last top-level vdev can go: DVAs name vdevs by index, and cairn has no
-    /// placeholder ("hole") vdevs yet.
+    /// DVAs name vdevs by index: a log device with vdevs after it leaves a hole
+    /// (`TopConfig::hole`) in its place.
     pub fn remove_log(&mut self, device: &str) -> Result<DeviceOutcome, PoolError> {
-        self.removable_log(device)?;
+        let t = self.removable_log(device)?;
         let newest = self.newest_uberblock();
-        let gone = self.tops.pop().expect("found above");
-        self.config.vdevs.pop();
+        let gone = take_out_top(&mut self.tops, t);
+        match self.tops.get(t) {
+            Some(hole) => self.config.vdevs[t] = hole.config.clone(),
+            None => drop(self.config.vdevs.pop()),
+        }
         self.commit_config_keeping(newest)?;
         for child in &gone.children {
             if let Some(leaf) = &child.leaf {
@@ -962,6 +964,16 @@ pub(crate) fn grown_config(top: &TopVdev) -> Option<TopConfig> {
     }
     config.asize = config.shape.vdev_asize(new_min);
     Some(config)
+}
+
+/// Takes top-level vdev `t` (a log device) out of `tops`: the last one goes; one with
+/// vdevs after it leaves a hole in its place, so theirs keep the index their DVAs name.
+pub(crate) fn take_out_top(tops: &mut Vec<TopVdev>, t: usize) -> TopVdev {
+    if t + 1 == tops.len() {
+        return tops.pop().expect("t is an index of tops");
+    }
+    let hole = TopVdev::new(TopConfig::hole(t as u32, tops[t].ashift()), Vec::new());
+    std::mem::replace(&mut tops[t], hole)
 }
 
 /// A child for a new device that must be resilvered with everything.

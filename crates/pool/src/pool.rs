@@ -946,6 +946,7 @@ impl Pool {
             imported_at: self.imported_at.load(Ordering::Relaxed),
             taken_at_ns: unix_now_ns(),
             tops: (self.tops.iter().enumerate())
+                .filter(|(_, top)| !top.is_hole())
                 .map(|(t, top)| {
                     crate::iostat::TopIo::of(top, allocated.get(t).copied().unwrap_or(0))
                 })
@@ -1634,6 +1635,7 @@ pub(crate) fn top_configs(
                 .map(|l| LeafConfig::new(new_guid(), l.path().to_string(), leaf_asize(l.size())))
                 .collect(),
             log: k >= first_log,
+            hole: false,
         };
         if lost > 0 {
             notes.push(format!(

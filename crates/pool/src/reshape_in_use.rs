@@ -157,7 +157,7 @@ impl Pool {
         let _no_resilver = self.hold_off_resilvers("remove", device)?;
         let t = self.removable_log(device)?;
         let mut tops = self.tree_over_same_slots();
-        let gone = tops.remove(t);
+        let gone = crate::devices::take_out_top(&mut tops, t);
         for child in gone.children.iter() {
             child.offline.store(true, Ordering::SeqCst);
         }
@@ -203,18 +203,10 @@ impl Pool {
         Ok(grown)
     }
 
-    /// The log device `device` names, if it can be removed: the last top-level vdev.
+    /// The top-level vdev of the log device `device` names (it can be removed: its log
+    /// blocks are retired first, and a vdev after it keeps its index, see `take_out_top`).
     pub fn removable_log(&self, device: &str) -> Result<usize, PoolError> {
-        let t = self.find_log_device(device)?;
-        if t + 1 != self.tops.len() {
-            return Err(Self::device_error(
-                "remove",
-                device,
-                "vdevs were added after this log device, and only the last top-level vdev can \
-                 be removed (cairn has no placeholder vdevs yet); take its leaves offline instead",
-            ));
-        }
-        Ok(t)
+        self.find_log_device(device)
     }
 
     /// The vdev tree in use, rebuilt over the same slots (each vdev's config kept).

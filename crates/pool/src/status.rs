@@ -237,6 +237,7 @@ pub fn status_json(pool: &Pool) -> StatusJson {
         vdevs: pool
             .tops
             .iter()
+            .filter(|t| !t.is_hole())
             .map(|t| TopStatusJson {
                 name: t.display_name(),
                 kind: shape_kind(t.shape()),

@@ -117,6 +117,7 @@ mod tests {
             asize: 1 << 30,
             leaves: vec![LeafConfig::new(guid + 1, format!("/d{guid}"), 1 << 30)],
             log: false,
+            hole: false,
         };
         TopVdev::new(
             config,

@@ -414,7 +414,8 @@ fn a_newer_cairns_pool_is_left_alone() {
         for i in 0..4 {
             let config =
                 cairn_geometry::label_offset(size, i) + cairn_vdev::label::CONFIG_OFFSET as u64;
-            f.write_all_at(&2u32.to_le_bytes(), config + 8).unwrap();
+            let newer = cairn_vdev::label::CONFIG_VERSION + 1;
+            f.write_all_at(&newer.to_le_bytes(), config + 8).unwrap();
         }
     }
     std::fs::remove_file(&files[1]).unwrap();

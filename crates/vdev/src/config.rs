@@ -184,6 +184,28 @@ pub struct TopConfig {
     /// capacity, and a pool imports without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub log: bool,
+    /// A placeholder where a log device was removed (ZFS's hole vdev): vdevs added after
+    /// it keep their index, which their DVAs name. No leaves, no address space (every
+    /// I/O to it is refused), never shown. A config with a hole is label config version 2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hole: bool,
+}
+
+impl TopConfig {
+    /// The placeholder left at index `id` by a removed log device of sector size
+    /// `2^ashift`.
+    pub fn hole(id: u32, ashift: u32) -> TopConfig {
+        TopConfig {
+            id,
+            guid: 0,
+            shape: VdevShape::Disk,
+            ashift,
+            asize: 0,
+            leaves: Vec::new(),
+            log: true,
+            hole: true,
+        }
+    }
 }
 
 /// One leaf.
@@ -278,6 +300,12 @@ impl PoolConfig {
                 return Err(format!("vdev {i}: ashift {} out of range", top.ashift));
             }
             let n = top.leaves.len();
+            if top.hole {
+                if n != 0 || top.asize != 0 || !top.log || top.shape != VdevShape::Disk {
+                    return Err(format!("vdev {i}: a hole with leaves or space"));
+                }
+                continue;
+            }
             let ok = match top.shape {
                 VdevShape::Disk => n == 1,
                 VdevShape::Mirror { children } => children == n && n >= 2,
@@ -293,6 +321,16 @@ impl PoolConfig {
             }
         }
         Ok(())
+    }
+
+    /// The label config version this config needs: 2 with a hole vdev (an older cairn
+    /// would take the hole for a log device without leaves), else 1.
+    pub fn format_version(&self) -> u32 {
+        if self.vdevs.iter().any(|t| t.hole) {
+            2
+        } else {
+            1
+        }
     }
 
     /// Sum of all leaf GUIDs (stored in uberblocks).

@@ -35,8 +35,9 @@ pub const UBERBLOCK_RING_SIZE: usize = 128 << 10;
 
 const CONFIG_MAGIC: &[u8; 8] = b"CAIRNCFG";
 const CONFIG_HEADER_SIZE: usize = 64;
-/// Current version of the label config encoding.
-pub const CONFIG_VERSION: u32 = 1;
+/// The newest label config version this cairn reads. It writes the lowest version that
+/// holds the config (`PoolConfig::format_version`): 2 only for a pool with a hole vdev.
+pub const CONFIG_VERSION: u32 = 2;
 
 /// What can be wrong with a label or uberblock read from disk.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -107,7 +108,7 @@ pub fn encode_config(cfg: &LabelConfig) -> Result<Vec<u8>, LabelError> {
     }
     let mut buf = vec![0u8; CONFIG_SIZE];
     buf[0..8].copy_from_slice(CONFIG_MAGIC);
-    buf[8..12].copy_from_slice(&CONFIG_VERSION.to_le_bytes());
+    buf[8..12].copy_from_slice(&cfg.pool.format_version().to_le_bytes());
     buf[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     buf[16..48].copy_from_slice(blake3::hash(&payload).as_bytes());
     buf[CONFIG_HEADER_SIZE..CONFIG_HEADER_SIZE + payload.len()].copy_from_slice(&payload);
@@ -372,7 +373,7 @@ mod tests {
         assert!(e.is_newer_version(), "{e}");
         assert_eq!(
             e.to_string(),
-            "label config version 2 is newer than this cairn understands (it reads 1); upgrade cairn"
+            "label config version 3 is newer than this cairn understands (it reads 2); upgrade cairn"
         );
     }
 
@@ -407,5 +408,70 @@ mod tests {
             with_magic.extend_from_slice(&data);
             let _ = decode_config(&with_magic);
         }
+    }
+}
+
+#[cfg(test)]
+mod hole_tests {
+    use super::*;
+    use crate::config::{LeafConfig, PoolConfig, PoolState, TopConfig};
+    use cairn_geometry::VdevShape;
+
+    fn config_with(vdevs: Vec<TopConfig>) -> LabelConfig {
+        LabelConfig {
+            pool: PoolConfig {
+                name: "tank".into(),
+                guid: 1,
+                txg: 5,
+                state: PoolState::Active,
+                owner: None,
+                vdevs,
+                resilver: None,
+                scrub: None,
+                last_resilver: None,
+                spares: Vec::new(),
+                prior_guid_sums: Vec::new(),
+                props: Default::default(),
+            },
+            leaf_guid: 11,
+            top_guid: 10,
+        }
+    }
+
+    fn disk(id: u32, guid: u64) -> TopConfig {
+        TopConfig {
+            id,
+            guid,
+            shape: VdevShape::Disk,
+            ashift: 12,
+            asize: 1 << 30,
+            leaves: vec![LeafConfig::new(guid + 1, format!("/d{id}"), 1 << 30)],
+            log: false,
+            hole: false,
+        }
+    }
+
+    /// A config with a hole is version 2 (a version-1 reader refuses it with "upgrade
+    /// cairn" instead of taking the hole for a log device without leaves); one without
+    /// stays version 1, readable by older releases. A hole with leaves or space is damage.
+    #[test]
+    fn a_hole_raises_the_config_version_and_round_trips() {
+        let plain = config_with(vec![disk(0, 10)]);
+        let enc = encode_config(&plain).unwrap();
+        assert_eq!(enc[8..12], 1u32.to_le_bytes());
+        assert_eq!(decode_config(&enc).unwrap(), plain);
+        let holed = config_with(vec![disk(0, 10), TopConfig::hole(1, 12), disk(2, 20)]);
+        let enc = encode_config(&holed).unwrap();
+        assert_eq!(enc[8..12], 2u32.to_le_bytes());
+        assert_eq!(decode_config(&enc).unwrap(), holed);
+        let mut bad = holed.clone();
+        bad.pool.vdevs[1]
+            .leaves
+            .push(LeafConfig::new(7, "/x".into(), 1 << 30));
+        let e = decode_config(&encode_config(&bad).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("a hole with leaves or space"), "{e}");
+        let mut bad = holed;
+        bad.pool.vdevs[1].asize = 1 << 20;
+        assert!(decode_config(&encode_config(&bad).unwrap()).is_err());
     }
 }

@@ -521,10 +521,17 @@ impl TopVdev {
     pub fn is_log(&self) -> bool {
         self.config.log
     }
-    /// `raidz2-0`, `mirror-1`, or the leaf's path for a single disk.
+    /// A placeholder where a log device was removed (`TopConfig::hole`).
+    pub fn is_hole(&self) -> bool {
+        self.config.hole
+    }
+    /// `raidz2-0`, `mirror-1`, the leaf's path for a single disk, `hole-N` for a hole.
     pub fn display_name(&self) -> String {
-        top_display_name(self.config.shape, self.config.id)
-            .unwrap_or_else(|| self.children[0].path.clone())
+        top_display_name(self.config.shape, self.config.id).unwrap_or_else(|| {
+            self.children
+                .first()
+                .map_or_else(|| format!("hole-{}", self.config.id), |c| c.path.clone())
+        })
     }
     /// Bytes a block of `psize` bytes occupies on this vdev.
     pub fn block_asize(&self, psize: u64) -> u64 {

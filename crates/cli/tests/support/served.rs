@@ -111,3 +111,23 @@ pub fn while_putting(
         out
     })
 }
+
+/// Starts `cairn ARGS` (a scrub or resilver that runs a while) and returns once `status`
+/// of `tank` says `status_says`, within 20 s; the command's output is piped.
+pub fn start_and_wait_for(home: &Path, args: &[&str], status_says: &str) -> Child {
+    let child = cairn_cmd(home)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ok(&cairn(home, &["status", "tank"])).contains(status_says) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "`cairn {}` never got to '{status_says}'",
+            args.join(" ")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
