@@ -10,7 +10,9 @@ use support::served::{
     check_numbered, put_numbered, scrub_is_clean, serve, serve_with, start_and_wait_for,
     while_putting,
 };
-use support::{cairn, fails, files, grow_files, ok, pool_size, pseudo_random, MIB};
+use support::{
+    cairn, fails, files, grow_files, ok, pool_size, pseudo_random, spare_state, state_of, MIB,
+};
 
 /// Waits until `cairn events` shows `n` events of `class` (the service writes its events
 /// within a second); more is a failure too.
@@ -380,4 +382,156 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("spare-0") && st.contains("INUSE"), "{st}");
     check_numbered(&home, 8);
+}
+
+/// Waits (up to 60 s) until `status` shows a spare in use and nothing left to resilver.
+fn spare_in_and_resilvered(home: &std::path::Path) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let st = ok(&cairn(home, &["status", "tank"]));
+        if st.contains("INUSE")
+            && !st.contains("resilver in progress")
+            && !st.contains("needs resilver")
+        {
+            return st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no spare in use: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits (up to 60 s) until `status` shows nothing left to resilver.
+fn resilvered(home: &std::path::Path) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let st = ok(&cairn(home, &["status", "tank"]));
+        if !st.contains("resilver in progress") && !st.contains("needs resilver") {
+            return st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "resilver never ended: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Reads every numbered file with `other` offline, so the side under test serves them
+/// alone, then brings `other` back and waits for its resilver.
+fn check_alone(home: &std::path::Path, other: &str, n: usize) {
+    ok(&cairn(home, &["offline", "tank", other]));
+    check_numbered(home, n);
+    ok(&cairn(home, &["online", "tank", other]));
+    resilvered(home);
+}
+
+/// The `spare-N` group under the service, as zpool: `detach` of the spare gives the slot
+/// back to the failed leaf (the spare is AVAIL again, the leaf is resilvered with every
+/// txg it missed once it is online, and then serves every file alone); `online` of a
+/// failed leaf takes its slot back the same way; `detach` of the failed leaf keeps the
+/// spare in its slot for good. The pool re-imports with everything and scrubs clean.
+#[test]
+fn spare_groups_change_in_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 4, 128 * MIB);
+    let failing = format!("fault:{}", d[0]);
+    ok(&cairn(
+        &home,
+        &[
+            "create", "tank", "mirror", &failing, &d[1], "spare", &d[2], &d[3],
+        ],
+    ));
+    let put = |i: usize| put_numbered(&home, dir.path(), i);
+    (0..4).for_each(put);
+    let served = serve(&home, "tank");
+    let fault = |how: &str| {
+        std::fs::write(format!("{}.fault", d[0]), how).unwrap();
+        std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
+    };
+    // Round 1: d0 fails, a spare takes over; files written while it serves; the spare
+    // is detached (d0 has its slot back, faulted), d0 is mended and brought online.
+    fault("fail_reads=1&fail_writes=1");
+    (4..6).for_each(put);
+    let st = spare_in_and_resilvered(&home);
+    let first = if spare_state(&st, &d[2]) == "INUSE" {
+        &d[2]
+    } else {
+        &d[3]
+    };
+    (6..10).for_each(put);
+    // Refused: giving the slot back while the other side is offline (nothing would hold
+    // the data whole), and a replace inside the group.
+    ok(&cairn(&home, &["offline", "tank", &d[1]]));
+    let e = fails(&cairn(&home, &["detach", "tank", first]));
+    assert!(e.contains("no valid replicas"), "{e}");
+    ok(&cairn(&home, &["online", "tank", &d[1]]));
+    resilvered(&home);
+    let e = fails(&cairn(&home, &["replace", "tank", &failing, &d[1]]));
+    assert!(
+        e.contains("inside a spare group") && e.contains("detach"),
+        "{e}"
+    );
+    ok(&cairn(&home, &["detach", "tank", first]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        !st.contains("spare-0") && spare_state(&st, first) == "AVAIL" && st.contains("DEGRADED"),
+        "{st}"
+    );
+    check_numbered(&home, 10);
+    fault("");
+    ok(&cairn(&home, &["online", "tank", &failing]));
+    let st = resilvered(&home);
+    assert_eq!(state_of(&st, &failing), "ONLINE", "{st}");
+    check_alone(&home, &d[1], 10);
+    // Round 2: d0 fails again and a spare takes over; `online d0` once d0 is mended
+    // gives the slot back the same way.
+    fault("fail_reads=1&fail_writes=1");
+    (10..12).for_each(put);
+    spare_in_and_resilvered(&home);
+    (12..14).for_each(put);
+    fault("");
+    ok(&cairn(&home, &["online", "tank", &failing]));
+    let st = resilvered(&home);
+    assert!(
+        !st.contains("spare-0") && !st.contains("INUSE") && state_of(&st, &failing) == "ONLINE",
+        "{st}"
+    );
+    check_alone(&home, &d[1], 14);
+    // Round 3: d0 fails for good; detaching it keeps the spare in its slot.
+    fault("fail_reads=1&fail_writes=1");
+    (14..16).for_each(put);
+    let st = spare_in_and_resilvered(&home);
+    let (kept, other) = match spare_state(&st, &d[2]).as_str() {
+        "INUSE" => (&d[2], &d[3]),
+        _ => (&d[3], &d[2]),
+    };
+    ok(&cairn(&home, &["detach", "tank", &failing]));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        !st.contains("spare-0")
+            && !st.contains(&d[0])
+            && state_of(&st, kept) == "ONLINE"
+            && spare_state(&st, kept).is_empty()
+            && spare_state(&st, other) == "AVAIL"
+            && st.contains("state: ONLINE"),
+        "{st}"
+    );
+    check_alone(&home, &d[1], 16);
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(
+        state_of(&st, kept) == "ONLINE" && spare_state(&st, other) == "AVAIL",
+        "{st}"
+    );
+    check_numbered(&home, 16);
+    scrub_is_clean(&home);
 }

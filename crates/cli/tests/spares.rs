@@ -4,25 +4,7 @@
 
 mod support;
 
-use support::{cairn, fails, files, ok, ok_bytes, pseudo_random, MIB};
-
-/// The state column of `name`'s row in `status`.
-fn state_of(status: &str, name: &str) -> String {
-    row_state(status.lines(), name)
-}
-
-/// The state of `name` in the `spares` list of `status` ("" if it is not listed).
-fn spare_state(status: &str, name: &str) -> String {
-    row_state(status.lines().skip_while(|l| l.trim() != "spares"), name)
-}
-
-fn row_state<'a>(mut lines: impl Iterator<Item = &'a str>, name: &str) -> String {
-    lines
-        .find(|l| l.split_whitespace().next() == Some(name))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap_or("")
-        .to_string()
-}
+use support::{cairn, fails, files, ok, ok_bytes, pseudo_random, spare_state, state_of, MIB};
 
 /// A 3-way mirror (d0 d1 d2) with spare s0 standing in for d0, resilvered; `data` in it.
 fn pool_with_spare_in_use(

@@ -329,8 +329,11 @@ impl Pool {
     /// Writes the config to the labels of spares not in use (a spare in use is a leaf).
     pub(crate) fn write_spare_labels(&self) {
         let config = self.live_config();
-        for (s, spare) in config.spares.iter().enumerate() {
-            let Some(leaf) = self.spare_leaf(s).filter(|_| spare.replacing.is_none()) else {
+        for spare in &config.spares {
+            let Some(leaf) = self
+                .spare_leaf(spare.guid)
+                .filter(|_| spare.replacing.is_none())
+            else {
                 continue;
             };
             let label = LabelConfig {
@@ -370,19 +373,24 @@ impl Pool {
     /// into `config` and `spare_leaves`, so the device operations see them, and spares
     /// added in use (`live_config` lists them after the others).
     fn settle_spares(&mut self) {
-        self.config = self.live_config();
-        let added = self
-            .added_spares
+        let config = self.live_config();
+        // In use: its slot holds the device.
+        let leaves = (config.spares.iter())
+            .map(|s| match s.replacing {
+                Some(_) => None,
+                None => self.spare_leaf(s.guid),
+            })
+            .collect();
+        self.config = config;
+        self.spare_leaves = leaves;
+        self.added_spares
             .get_mut()
-            .unwrap_or_else(|p| p.into_inner());
-        self.spare_leaves
-            .extend(added.drain(..).map(|(_, leaf)| Some(leaf)));
-        for (spare, leaf) in self.config.spares.iter().zip(self.spare_leaves.iter_mut()) {
-            if spare.replacing.is_some() {
-                // In use: its slot holds the device.
-                *leaf = None;
-            }
-        }
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.returned_spares
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Puts an available spare in the slot of every faulted, removed or missing leaf (not
@@ -449,12 +457,13 @@ impl Pool {
                 }
                 let need = config.vdevs[t].leaves[c].asize;
                 let Some(s) = (0..config.spares.len()).find(|&s| {
-                    !in_use[s] && config.spares[s].asize >= need && self.spare_leaf(s).is_some()
+                    let spare = &config.spares[s];
+                    !in_use[s] && spare.asize >= need && self.spare_leaf(spare.guid).is_some()
                 }) else {
                     continue;
                 };
                 let spare = &config.spares[s];
-                let child = Child::new(spare.guid, spare.path.clone(), self.spare_leaf(s));
+                let child = Child::new(spare.guid, spare.path.clone(), self.spare_leaf(spare.guid));
                 child.mark_stale();
                 child.set_dtl(vec![DTL_EVERYTHING]);
                 if slot.take_spare(child) {
@@ -704,10 +713,11 @@ impl Pool {
                     .take()
                     .expect("a spare in use names the leaf it stands in for");
                 failed_config.spare_declined = true;
+                failed_config.dtl = failed.missed_since_it_failed();
                 failed.spare_declined.store(true, Ordering::Relaxed);
                 tconfig.leaves[c] = failed_config;
                 self.spare_leaves[s] = spare.leaf.clone();
-                kids.insert(c, Slot::shared(failed));
+                kids.insert(c, Arc::new(Slot::of(failed)));
                 DeviceOutcome::Done
             }
             SpareSide::Failed => {
@@ -717,7 +727,7 @@ impl Pool {
                     let _ = clear_leaf_labels(leaf.as_ref());
                 }
                 let stale = spare.stale.load(Ordering::Relaxed);
-                kids.insert(c, Slot::shared(spare));
+                kids.insert(c, Arc::new(Slot::of(spare)));
                 if stale {
                     DeviceOutcome::NeedsResilver
                 } else {

@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use cairn_vdev::label_io::{clear_leaf_labels, read_leaf_labels};
 use cairn_vdev::{Child, LeafOptions, Slot, VdevError, DTL_EVERYTHING};
 
-use crate::devices::DeviceOutcome;
+use crate::devices::{DeviceOutcome, SpareSide};
 use crate::error::PoolError;
 use crate::leaves::open_leaf;
 use crate::pool::{refuse_if_in_use, Pool};
@@ -54,20 +54,27 @@ impl Pool {
     }
 
     /// `cairn online POOL DEVICE` while the pool is in use: the leaf takes I/O again and,
-    /// when it missed txgs, waits stale for the resilver (the service runs it).
+    /// when it missed txgs, waits stale for the resilver (the service runs it). A leaf a
+    /// hot spare stands in for takes its slot back first (the spare is AVAIL again), as
+    /// in-process.
     pub fn online_in_use(&self, device: &str) -> Result<DeviceOutcome, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((t, c, SpareSide::Failed)) = self.find_in_spare_group(device) {
+            let opened = self.tops[t].children[c]
+                .replaced()
+                .is_some_and(|failed| failed.leaf.is_some());
+            if !opened {
+                return Err(self.not_opened_in_service(device));
+            }
+            let _no_resilver = self.hold_off_resilvers("online", device)?;
+            // Nothing leaves the pool: the spare goes back to the spares list.
+            self.detach_spare_side_in_use(device, t, c, SpareSide::Spare)?
+                .clear_labels();
+        }
         let (t, c) = self.find_plain_leaf("online", device)?;
         let child = &self.tops[t].children[c];
         if child.leaf.is_none() {
-            return Err(Self::device_error(
-                "online",
-                device,
-                format!(
-                    "it could not be opened when the service opened the pool; restart the service (or stop it and run `cairn online {} {device}`)",
-                    self.name()
-                ),
-            ));
+            return Err(self.not_opened_in_service(device));
         }
         self.bring_back(child);
         child.offline.store(false, Ordering::SeqCst);
@@ -75,6 +82,17 @@ impl Pool {
         child.spare_declined.store(false, Ordering::Relaxed);
         self.publish_config()?;
         Ok(outcome_of(child))
+    }
+
+    fn not_opened_in_service(&self, device: &str) -> PoolError {
+        Self::device_error(
+            "online",
+            device,
+            format!(
+                "it could not be opened when the service opened the pool; restart the service (or stop it and run `cairn online {} {device}`)",
+                self.name()
+            ),
+        )
     }
 
     /// `cairn clear POOL [DEVICE]` while the pool is in use: error counters reset, faults
@@ -182,16 +200,19 @@ impl Pool {
     /// A leaf of a plain slot (no hot spare in it): the in-use operations leave `spare-N`
     /// groups to the `&mut` ones, which settle spares first.
     fn find_plain_leaf(&self, op: &'static str, device: &str) -> Result<(usize, usize), PoolError> {
-        let (t, c) = self.find_leaf(device)?;
+        let (t, c) = match self.find_in_spare_group(device) {
+            Some((t, c, _)) => (t, c),
+            None => self.find_leaf(device)?,
+        };
         let slot = &self.tops[t].children[c];
-        let in_spare_group = slot.spare().is_some() || self.find_in_spare_group(device).is_some();
-        if in_spare_group {
+        if let (Some(failed), Some(spare)) = (slot.replaced(), slot.spare()) {
+            let pool = self.name();
             return Err(Self::device_error(
                 op,
                 device,
                 format!(
-                    "a hot spare is in its slot; the service does not change spare groups yet: stop it, run `cairn {op} {} {device}`, and start it again",
-                    self.name()
+                    "hot spare '{}' stands in for '{}' there, and the service does not {op} inside a spare group: `cairn detach {pool} {}` gives the slot back to the failed leaf (then {op} it), `cairn detach {pool} {}` keeps the spare there for good",
+                    spare.path, failed.path, spare.path, failed.path
                 ),
             ));
         }

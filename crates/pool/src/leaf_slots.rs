@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use cairn_vdev::rebuild::{BatchVerifier, Piece, RebuildRequest};
-use cairn_vdev::{Child, Leaf, TopVdev, VdevError};
+use cairn_vdev::{Child, Leaf, Slot, TopVdev, VdevError};
 
 use crate::pool::Pool;
 
@@ -208,7 +208,9 @@ impl Pool {
         slot: LeafSlot,
         wrap: impl FnOnce(Arc<dyn Leaf>) -> Arc<dyn Leaf>,
     ) -> bool {
-        let Some(child) = Arc::get_mut(&mut self.tops[slot.top].children[slot.child]) else {
+        let Some(child) =
+            Arc::get_mut(&mut self.tops[slot.top].children[slot.child]).and_then(Slot::serving_mut)
+        else {
             return false;
         };
         match child.leaf.clone() {

@@ -15,6 +15,7 @@ pub mod leaves;
 pub mod owner;
 pub mod pool;
 pub mod reshape_in_use;
+pub mod spare_groups_in_use;
 pub mod spec;
 pub mod status;
 pub mod vdev_tree;

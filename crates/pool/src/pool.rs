@@ -78,6 +78,10 @@ pub struct Pool {
     /// Hot spares added while the pool is in use (`add_spares_in_use`), after
     /// `config.spares` / `spare_leaves`; `settle_spares` folds them in.
     pub(crate) added_spares: std::sync::Mutex<Vec<(cairn_vdev::SpareConfig, Arc<dyn Leaf>)>>,
+    /// Spares a `detach` in a `spare-N` group gave back while the pool was in use, with
+    /// their open devices (only a lookup: whether a spare is AVAIL, the tree says; see
+    /// `spares_as_the_tree_says`).
+    pub(crate) returned_spares: std::sync::Mutex<Vec<(u64, Arc<dyn Leaf>)>>,
     /// Held while hot spares are put in, so two threads never pick the same spare.
     pub(crate) spare_lock: std::sync::Mutex<()>,
     /// Verified contents of recently read blocks.
@@ -669,6 +673,7 @@ impl Pool {
             home: home.clone(),
             spare_leaves: Vec::new(),
             added_spares: std::sync::Mutex::new(Vec::new()),
+            returned_spares: std::sync::Mutex::new(Vec::new()),
             spare_lock: std::sync::Mutex::new(()),
             cache: Default::default(),
         }
@@ -1004,17 +1009,31 @@ impl Pool {
         added.iter().map(|(c, _)| c.clone()).collect()
     }
 
-    /// The open device of hot spare `s` (in `live_config().spares` order), if any.
-    pub fn spare_leaf(&self, s: usize) -> Option<Arc<dyn Leaf>> {
-        match self.spare_leaves.get(s) {
-            Some(leaf) => leaf.clone(),
-            None => {
-                let added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
-                added
-                    .get(s - self.spare_leaves.len())
-                    .map(|(_, l)| l.clone())
-            }
-        }
+    /// The open device of the hot spare `guid`, if any: opened with the pool, given back
+    /// by a `detach` in use, or added in use.
+    pub fn spare_leaf(&self, guid: u64) -> Option<Arc<dyn Leaf>> {
+        let opened = (self.config.spares.iter())
+            .zip(&self.spare_leaves)
+            .find(|(s, _)| s.guid == guid)
+            .and_then(|(_, leaf)| leaf.clone());
+        let returned = || {
+            let returned = self
+                .returned_spares
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            returned
+                .iter()
+                .find(|(g, _)| *g == guid)
+                .map(|(_, l)| l.clone())
+        };
+        let added = || {
+            let added = self.added_spares.lock().unwrap_or_else(|p| p.into_inner());
+            added
+                .iter()
+                .find(|(c, _)| c.guid == guid)
+                .map(|(_, l)| l.clone())
+        };
+        opened.or_else(returned).or_else(added)
     }
 
     /// GUID sums of earlier vdev trees whose uberblocks still belong to the pool.
@@ -1052,6 +1071,7 @@ impl Pool {
         config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
         config.prior_guid_sums = self.prior_guid_sums();
         config.spares.extend(self.added_spare_configs());
+        spares_as_the_tree_says(&mut config.spares, tops);
         let PoolConfig { vdevs, spares, .. } = &mut config;
         for (tc, top) in vdevs.iter_mut().zip(tops) {
             for (lc, child) in tc.leaves.iter_mut().zip(&top.children) {
@@ -1519,6 +1539,28 @@ pub(crate) fn open_member(
         )));
     }
     Ok((leaf, cfg))
+}
+
+/// The hot spares as the vdev tree in use says, after a `detach` in a `spare-N` group
+/// changed them while the pool was in use (`crate::spare_groups_in_use`): a spare that
+/// serves a slot as its own leaf was kept there for good and leaves the list; a spare
+/// recorded in use that no slot holds any more is AVAIL again. (A spare that took over
+/// since the config was written is recorded by `live_config` after this.)
+fn spares_as_the_tree_says(spares: &mut Vec<cairn_vdev::SpareConfig>, tops: &[TopVdev]) {
+    let mut own_leaves = std::collections::HashSet::new();
+    let mut standing_in = std::collections::HashSet::new();
+    for slot in tops.iter().flat_map(|t| t.children.iter()) {
+        match slot.spare() {
+            Some(spare) => standing_in.insert(spare.guid),
+            None => own_leaves.insert(slot.guid),
+        };
+    }
+    spares.retain(|s| !own_leaves.contains(&s.guid));
+    for spare in spares.iter_mut() {
+        if !standing_in.contains(&spare.guid) {
+            spare.replacing = None;
+        }
+    }
 }
 
 /// Builds top-level vdevs from a config, asking `open` for each leaf by GUID.

@@ -46,6 +46,10 @@ use crate::pool::Pool;
 pub struct LeftDevices(Vec<Child>);
 
 impl LeftDevices {
+    pub(crate) fn new(devices: Vec<Child>) -> LeftDevices {
+        LeftDevices(devices)
+    }
+
     /// Clears the labels of every device that left, so it can be used again.
     pub fn clear_labels(self) {
         for child in &self.0 {
@@ -83,8 +87,10 @@ impl Pool {
     /// clears the returned device's labels.
     pub fn detach_in_use(&self, device: &str) -> Result<LeftDevices, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.refuse_spare_group("detach", device)?;
         let _no_resilver = self.hold_off_resilvers("detach", device)?;
+        if let Some((t, c, which)) = self.find_in_spare_group(device) {
+            return self.detach_spare_side_in_use(device, t, c, which);
+        }
         let (t, c, config) = self.plan_detach(device)?;
         let mut tops = self.tree_over_same_slots();
         let mut kids = tops[t].children.clone();
@@ -210,14 +216,14 @@ impl Pool {
     }
 
     /// The vdev tree in use, rebuilt over the same slots (each vdev's config kept).
-    fn tree_over_same_slots(&self) -> Vec<TopVdev> {
+    pub(crate) fn tree_over_same_slots(&self) -> Vec<TopVdev> {
         self.tops
             .iter()
             .map(|top| self.top_over(top.config.clone(), top.children.clone()))
             .collect()
     }
 
-    fn top_over(&self, config: TopConfig, children: Vec<Arc<Slot>>) -> TopVdev {
+    pub(crate) fn top_over(&self, config: TopConfig, children: Vec<Arc<Slot>>) -> TopVdev {
         let top = TopVdev::from_slots(config, children);
         top.set_read_policy(self.props().readpolicy);
         top
@@ -225,7 +231,7 @@ impl Pool {
 
     /// Makes `tops` the vdev tree in use and writes the new config to every label (the
     /// GUID sum before the change is kept with it; see the module comment).
-    fn publish_tree(
+    pub(crate) fn publish_tree(
         &self,
         op: &'static str,
         what: &str,
@@ -256,8 +262,8 @@ impl Pool {
                 op,
                 device,
                 format!(
-                    "it is in a spare-N group, which the service cannot change yet; stop it, run `cairn {op} {} {device}`, and start it again",
-                    self.name()
+                    "it is in a spare-N group, where the service does not {op} yet: `cairn detach {pool} SPARE` gives the slot back to the failed leaf, `cairn detach {pool} FAILED` keeps the spare there for good; then retry",
+                    pool = self.name()
                 ),
             ));
         }
@@ -268,7 +274,7 @@ impl Pool {
     /// or remove, which move slots) changes it: a running resilver pauses at its next
     /// batch (keeping its resume point) and the service starts it again after the change,
     /// as zpool lets a detach cancel a replace's resilver.
-    fn hold_off_resilvers(
+    pub(crate) fn hold_off_resilvers(
         &self,
         op: &'static str,
         device: &str,

@@ -124,9 +124,8 @@ fn spares_json(pool: &Pool) -> Vec<SpareStatusJson> {
     pool.live_config()
         .spares
         .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let open = pool.spare_leaf(i).is_some();
+        .map(|s| {
+            let open = pool.spare_leaf(s.guid).is_some();
             let state = match (&s.replacing, open) {
                 (Some(_), _) => "INUSE",
                 (None, true) => "AVAIL",

@@ -38,7 +38,7 @@
 //!   `completed`, whatever the I/O's outcome, so in-flight counts return to 0.
 //! - The policy itself is an atomic: `set_read_policy` takes effect on the next read.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -202,6 +202,19 @@ impl Child {
         self.stale.store(true, Ordering::SeqCst);
     }
 
+    /// For a leaf a hot spare stood in for, taking its slot back: while the spare served,
+    /// the writes went to the spare and this leaf's DTL stopped growing, so it is widened
+    /// to every txg from its first missed one on (everything when none is recorded), and
+    /// the leaf is stale until a resilver has copied all of that. Returns the DTL.
+    pub fn missed_since_it_failed(&self) -> Vec<(u64, u64)> {
+        let mut dtl = self.dtl_ranges();
+        let missed_from = crate::dtl::first_txg(&dtl).unwrap_or(0);
+        crate::dtl::add_range(&mut dtl, (missed_from, crate::config::DTL_EVERYTHING.1));
+        self.set_dtl(dtl.clone());
+        self.mark_stale();
+        dtl
+    }
+
     /// Forgets what the resilver wrote (it finished, or a write failed).
     pub fn forget_resilvered(&self) {
         self.resilvered
@@ -282,14 +295,20 @@ impl Child {
 /// replacement into one with a spare (the pool puts both in under one lock).
 #[derive(Debug)]
 pub struct Slot {
-    leaf: Child,
-    spare: OnceLock<Child>,
-    replacement: OnceLock<Child>,
+    leaf: Arc<Child>,
+    spare: OnceLock<Arc<Child>>,
+    replacement: OnceLock<Arc<Child>>,
 }
 
 impl Slot {
     /// A slot served by its own leaf.
     pub fn new(leaf: Child) -> Slot {
+        Slot::of(Arc::new(leaf))
+    }
+
+    /// A slot served by `leaf`, a device another slot (of an older vdev tree) may name
+    /// too: its states, DTL and counters stay one, whichever slot I/O goes through.
+    pub fn of(leaf: Arc<Child>) -> Slot {
         Slot {
             leaf,
             spare: OnceLock::new(),
@@ -305,30 +324,37 @@ impl Slot {
     /// A slot where `spare` stands in for the failed `leaf`.
     pub fn with_spare(leaf: Child, spare: Child) -> Slot {
         Slot {
-            leaf,
-            spare: OnceLock::from(spare),
+            leaf: Arc::new(leaf),
+            spare: OnceLock::from(Arc::new(spare)),
             replacement: OnceLock::new(),
         }
     }
 
     /// The hot spare standing in for the slot's leaf, if any.
     pub fn spare(&self) -> Option<&Child> {
-        self.spare.get()
+        self.spare.get().map(|c| &**c)
     }
 
     /// The failed leaf a hot spare stands in for (`None` when no spare is in).
     pub fn replaced(&self) -> Option<&Child> {
-        self.spare.get().map(|_| &self.leaf)
+        self.spare.get().map(|_| &*self.leaf)
+    }
+
+    /// The failed leaf and the hot spare standing in for it, as handles a slot of a new
+    /// vdev tree can take (`Slot::of`), if a spare is in.
+    pub fn spare_group(&self) -> Option<(Arc<Child>, Arc<Child>)> {
+        let spare = self.spare.get()?;
+        Some((self.leaf.clone(), spare.clone()))
     }
 
     /// The device a replace put in while the pool was in use, if any.
     pub fn replacement(&self) -> Option<&Child> {
-        self.replacement.get()
+        self.replacement.get().map(|c| &**c)
     }
 
     /// The device serving the slot and the spare standing in for its leaf, if any (a
     /// replaced leaf is dropped: its replacement serves the slot).
-    pub fn into_parts(self) -> (Child, Option<Child>) {
+    pub fn into_parts(self) -> (Arc<Child>, Option<Arc<Child>>) {
         match self.replacement.into_inner() {
             Some(replacement) => (replacement, None),
             None => (self.leaf, self.spare.into_inner()),
@@ -338,14 +364,14 @@ impl Slot {
     /// Puts `spare` in to serve the slot from now on; false (and `spare` is dropped) when a
     /// spare or a replacement is already in.
     pub fn take_spare(&self, spare: Child) -> bool {
-        self.replacement.get().is_none() && self.spare.set(spare).is_ok()
+        self.replacement.get().is_none() && self.spare.set(Arc::new(spare)).is_ok()
     }
 
     /// Puts `device` in to serve the slot from now on in place of its leaf (`cairn replace`
     /// on a pool in use); false (and `device` is dropped) when a spare or a replacement is
     /// already in.
     pub fn take_replacement(&self, device: Child) -> bool {
-        self.spare.get().is_none() && self.replacement.set(device).is_ok()
+        self.spare.get().is_none() && self.replacement.set(Arc::new(device)).is_ok()
     }
 }
 
@@ -365,14 +391,16 @@ impl Deref for Slot {
     }
 }
 
-impl DerefMut for Slot {
-    fn deref_mut(&mut self) -> &mut Child {
+impl Slot {
+    /// The device serving the slot, to change in place: `None` when another slot (of an
+    /// older vdev tree) shares it.
+    pub fn serving_mut(&mut self) -> Option<&mut Child> {
         if let Some(replacement) = self.replacement.get_mut() {
-            return replacement;
+            return Arc::get_mut(replacement);
         }
         match self.spare.get_mut() {
-            Some(spare) => spare,
-            None => &mut self.leaf,
+            Some(spare) => Arc::get_mut(spare),
+            None => Arc::get_mut(&mut self.leaf),
         }
     }
 }

@@ -129,3 +129,21 @@ pub fn grow_files(paths: &[String], len: u64) {
         f.set_len(len).unwrap();
     }
 }
+
+/// The state column of `name`'s row in `status` ("" if no row names it).
+pub fn state_of(status: &str, name: &str) -> String {
+    row_state(status.lines(), name)
+}
+
+/// The state of `name` in the `spares` list of `status` ("" if it is not listed).
+pub fn spare_state(status: &str, name: &str) -> String {
+    row_state(status.lines().skip_while(|l| l.trim() != "spares"), name)
+}
+
+fn row_state<'a>(mut lines: impl Iterator<Item = &'a str>, name: &str) -> String {
+    lines
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_string()
+}
