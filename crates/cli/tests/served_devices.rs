@@ -431,7 +431,8 @@ fn check_alone(home: &std::path::Path, other: &str, n: usize) {
 /// The `spare-N` group under the service, as zpool: `detach` of the spare gives the slot
 /// back to the failed leaf (the spare is AVAIL again, the leaf is resilvered with every
 /// txg it missed once it is online, and then serves every file alone); `online` of a
-/// failed leaf takes its slot back the same way; `detach` of the failed leaf keeps the
+/// failed leaf takes its slot back the same way; `replace` of a failed leaf puts a new
+/// device in (resilvered, the spare AVAIL again); `detach` of the failed leaf keeps the
 /// spare in its slot for good. The pool re-imports with everything and scrubs clean.
 #[test]
 fn spare_groups_change_in_the_service() {
@@ -464,13 +465,15 @@ fn spare_groups_change_in_the_service() {
     };
     (6..10).for_each(put);
     // Refused: giving the slot back while the other side is offline (nothing would hold
-    // the data whole), and a replace inside the group.
+    // the data whole), a replace by a device of the pool, an offline inside the group.
     ok(&cairn(&home, &["offline", "tank", &d[1]]));
     let e = fails(&cairn(&home, &["detach", "tank", first]));
     assert!(e.contains("no valid replicas"), "{e}");
     ok(&cairn(&home, &["online", "tank", &d[1]]));
     resilvered(&home);
     let e = fails(&cairn(&home, &["replace", "tank", &failing, &d[1]]));
+    assert!(e.contains("already part of this pool"), "{e}");
+    let e = fails(&cairn(&home, &["offline", "tank", &failing]));
     assert!(
         e.contains("inside a spare group") && e.contains("detach"),
         "{e}"
@@ -501,26 +504,48 @@ fn spare_groups_change_in_the_service() {
         "{st}"
     );
     check_alone(&home, &d[1], 14);
-    // Round 3: d0 fails for good; detaching it keeps the spare in its slot.
+    // Round 3: d0 fails again; `replace` puts a new device (n0, itself a fault leaf for
+    // round 4) in its slot: n0 is resilvered with everything, the spare is AVAIL again.
     fault("fail_reads=1&fail_writes=1");
     (14..16).for_each(put);
+    spare_in_and_resilvered(&home);
+    std::fs::create_dir(dir.path().join("n")).unwrap();
+    let n0 = files(&dir.path().join("n"), 1, 128 * MIB).remove(0);
+    let new = format!("fault:{n0}");
+    let e = fails(&cairn(&home, &["replace", "tank", &failing]));
+    assert!(e.contains("name the new device"), "{e}");
+    ok(&cairn(&home, &["replace", "tank", &failing, &new]));
+    let st = resilvered(&home);
+    assert!(
+        !st.contains("spare-0")
+            && !st.contains(&d[0])
+            && state_of(&st, &new) == "ONLINE"
+            && spare_state(&st, &d[2]) == "AVAIL"
+            && spare_state(&st, &d[3]) == "AVAIL",
+        "{st}"
+    );
+    check_alone(&home, &d[1], 16);
+    // Round 4: n0 fails for good; detaching it keeps the spare in its slot.
+    std::fs::write(format!("{n0}.fault"), "fail_reads=1&fail_writes=1").unwrap();
+    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
+    (16..18).for_each(put);
     let st = spare_in_and_resilvered(&home);
     let (kept, other) = match spare_state(&st, &d[2]).as_str() {
         "INUSE" => (&d[2], &d[3]),
         _ => (&d[3], &d[2]),
     };
-    ok(&cairn(&home, &["detach", "tank", &failing]));
+    ok(&cairn(&home, &["detach", "tank", &new]));
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
         !st.contains("spare-0")
-            && !st.contains(&d[0])
+            && !st.contains(&n0)
             && state_of(&st, kept) == "ONLINE"
             && spare_state(&st, kept).is_empty()
             && spare_state(&st, other) == "AVAIL"
             && st.contains("state: ONLINE"),
         "{st}"
     );
-    check_alone(&home, &d[1], 16);
+    check_alone(&home, &d[1], 18);
     served.stop();
     ok(&cairn(&home, &["export", "tank"]));
     ok(&cairn(
@@ -532,6 +557,6 @@ fn spare_groups_change_in_the_service() {
         state_of(&st, kept) == "ONLINE" && spare_state(&st, other) == "AVAIL",
         "{st}"
     );
-    check_numbered(&home, 16);
+    check_numbered(&home, 18);
     scrub_is_clean(&home);
 }

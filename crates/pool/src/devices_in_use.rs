@@ -4,8 +4,9 @@
 //!
 //! These change no vdev's shape: they flip a leaf's state flags (atomics every I/O reads),
 //! or put a new device in a leaf's slot (`Slot::take_replacement`), and write the config to
-//! the labels. `attach`, `detach`, `add` and `remove` rebuild top-level vdevs and stay with
-//! the `&mut Pool` operations of `devices`.
+//! the labels. `attach`, `detach`, `add` and `remove` publish a new vdev tree
+//! (`crate::reshape_in_use`), and so do `online` and `replace` of a leaf a hot spare
+//! stands in for (`crate::spare_groups_in_use`).
 //!
 //! A device replaced in use keeps the leaf's GUID. The GUID sum in the uberblocks then
 //! stays the same, so the uberblocks written before the new config reached the labels
@@ -129,6 +130,11 @@ impl Pool {
         force: bool,
     ) -> Result<DeviceOutcome, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((t, c, SpareSide::Failed)) = self.find_in_spare_group(old) {
+            let leaf = self.open_replacement("replace", old, new, t, c, force)?;
+            self.replace_in_spare_group_in_use(old, t, c, leaf)?;
+            return Ok(DeviceOutcome::NeedsResilver);
+        }
         let (t, c) = self.find_plain_leaf("replace", old)?;
         let slot = &self.tops[t].children[c];
         let spec = new.unwrap_or(&slot.path).to_string();
@@ -175,6 +181,41 @@ impl Pool {
         Ok(DeviceOutcome::NeedsResilver)
     }
 
+    /// Opens NEW to replace the failed leaf `old` in a spare group (slot `c` of vdev `t`):
+    /// not a device of this pool or another's (unless `force` allows), big enough.
+    fn open_replacement(
+        &self,
+        op: &'static str,
+        old: &str,
+        new: Option<&str>,
+        t: usize,
+        c: usize,
+        force: bool,
+    ) -> Result<std::sync::Arc<dyn cairn_vdev::Leaf>, PoolError> {
+        let Some(new) = new else {
+            return Err(Self::device_error(
+                op,
+                old,
+                format!(
+                    "a hot spare stands in for it: name the new device (`cairn replace {} {old} NEW`), or `cairn online {} {old}` to bring this one back",
+                    self.name(),
+                    self.name()
+                ),
+            ));
+        };
+        if self.find_leaf(new).is_ok() || self.find_in_spare_group(new).is_some() {
+            return Err(Self::device_error(
+                op,
+                new,
+                "it is already part of this pool",
+            ));
+        }
+        let leaf = open_leaf(new, LeafOptions::default())?;
+        refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
+        self.check_fits(op, t, c, leaf.as_ref())?;
+        Ok(leaf)
+    }
+
     /// `autoreplace=on`: the paths of leaves that are missing, faulted or removed where a
     /// blank device (no cairn label: a new disk, a new file) now opens. The service puts
     /// each in its leaf's place (`replace_in_use` with no new device) every second.
@@ -197,8 +238,8 @@ impl Pool {
             .collect()
     }
 
-    /// A leaf of a plain slot (no hot spare in it): the in-use operations leave `spare-N`
-    /// groups to the `&mut` ones, which settle spares first.
+    /// A leaf of a plain slot (no hot spare in it); a device of a `spare-N` group is
+    /// refused with what to do (`crate::spare_groups_in_use` has what runs there).
     fn find_plain_leaf(&self, op: &'static str, device: &str) -> Result<(usize, usize), PoolError> {
         let (t, c) = match self.find_in_spare_group(device) {
             Some((t, c, _)) => (t, c),

@@ -1,4 +1,4 @@
-//! `detach` and `online` of a side of a `spare-N` group while the pool is in use: the
+//! `detach`, `online` and `replace` in a `spare-N` group while the pool is in use: the
 //! service that holds the pool runs them, as zpool does, while readers, writers and txg
 //! syncs go on.
 //!
@@ -9,7 +9,9 @@
 //!      d1       spare s0}            (s0 AVAIL again;               (s0 leaves the spares;
 //!      s0                             d1 resilvered once back)       d1's labels cleared)
 //! ```
-//! `online d1` is `detach s0`, then `online` of the leaf that has its slot back.
+//! `online d1` is `detach s0`, then `online` of the leaf that has its slot back;
+//! `replace d1 NEW` puts NEW in the slot under d1's GUID, stale with everything to copy,
+//! and s0 is AVAIL again at once.
 //!
 //! Invariants:
 //! - The new vdev tree's slot holds the same device (`Slot::of` takes the `Arc<Child>`
@@ -28,7 +30,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use cairn_vdev::{Child, Slot};
+use cairn_vdev::{Child, Slot, DTL_EVERYTHING};
 
 use crate::devices::SpareSide;
 use crate::error::PoolError;
@@ -131,19 +133,79 @@ impl Pool {
         failed: &Child,
         spare: &Child,
     ) -> Result<cairn_vdev::LeafConfig, PoolError> {
-        let recorded = (self.live_config().spares.into_iter())
-            .find(|s| s.guid == spare.guid)
-            .and_then(|s| s.replacing);
-        let Some(mut config) = recorded else {
-            return Err(Self::device_error(
-                "detach",
-                device,
-                "the pool's config does not name the leaf this spare stands in for; export and import the pool, then retry",
-            ));
-        };
+        let mut config = self.recorded_failed_config("detach", device, spare)?;
         failed.spare_declined.store(true, Ordering::Relaxed);
         config.spare_declined = true;
         config.dtl = failed.missed_since_it_failed();
         Ok(config)
+    }
+
+    /// The config of the leaf `spare` stands in for, as recorded when it took over.
+    fn recorded_failed_config(
+        &self,
+        op: &'static str,
+        device: &str,
+        spare: &Child,
+    ) -> Result<cairn_vdev::LeafConfig, PoolError> {
+        (self.live_config().spares.into_iter())
+            .find(|s| s.guid == spare.guid)
+            .and_then(|s| s.replacing)
+            .ok_or_else(|| {
+                Self::device_error(
+                    op,
+                    device,
+                    "the pool's config does not name the leaf this spare stands in for; export and import the pool, then retry",
+                )
+            })
+    }
+
+    /// `cairn replace POOL FAILED NEW` in use, FAILED the leaf a hot spare stands in for
+    /// in slot `c` of vdev `t` (as in-process): `leaf`, opened from NEW and checked by the
+    /// caller, takes the slot under FAILED's GUID (as `replace_in_use` keeps it), stale
+    /// with everything to copy (the service's resilver fills it), and the spare goes back
+    /// to the spares list at once. The caller holds `spare_lock`.
+    pub(crate) fn replace_in_spare_group_in_use(
+        &self,
+        old: &str,
+        t: usize,
+        c: usize,
+        leaf: Arc<dyn cairn_vdev::Leaf>,
+    ) -> Result<(), PoolError> {
+        let _no_resilver = self.hold_off_resilvers("replace", old)?;
+        let Some((failed, spare)) = self.tops[t].children[c].spare_group() else {
+            return Err(Self::device_error(
+                "replace",
+                old,
+                "its spare group changed meanwhile; retry",
+            ));
+        };
+        let mut config = self.recorded_failed_config("replace", old, &spare)?;
+        let device = Child::new(failed.guid, leaf.path().to_string(), Some(leaf));
+        device.mark_stale();
+        device.set_dtl(vec![DTL_EVERYTHING]);
+        config.path = device.path.clone();
+        config.dtl = vec![DTL_EVERYTHING];
+        (config.offline, config.offline_temporary) = (false, false);
+        (config.faulted, config.spare_declined) = (false, false);
+        let mut tops = self.tree_over_same_slots();
+        let mut tconfig = tops[t].config.clone();
+        let mut kids = tops[t].children.clone();
+        tconfig.leaves[c] = config;
+        kids[c] = Slot::shared(device);
+        if let Some(spare_leaf) = &spare.leaf {
+            self.returned_spares
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((spare.guid, spare_leaf.clone()));
+        }
+        tops[t] = self.top_over(tconfig, kids);
+        self.publish_tree("replace", old, tops)?;
+        self.write_spare_labels();
+        if let Some(old_leaf) = &failed.leaf {
+            // It took no I/O while the spare served; cleared, no import mistakes it for
+            // the leaf.
+            let _ = cairn_vdev::label_io::clear_leaf_labels(old_leaf.as_ref());
+        }
+        Ok(())
     }
 }
