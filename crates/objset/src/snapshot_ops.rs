@@ -442,7 +442,9 @@ impl StoreCore {
         let (ds_name, id) = (full.split_once('@').expect("checked").0, rec.dataset);
         if rec.root != 0 {
             return Err(StoreError::NotPermitted(format!(
-                "{full} came to {ds_name} by `promote` and shows other objects than                  {ds_name}'s; rolling back to it is not built: `cairn clone {full} NEW`                  gives a writable copy of it"
+                "{full} came to {ds_name} by `promote` and shows other objects than \
+                 {ds_name}'s; rolling back to it is not built: `cairn clone {full} NEW` \
+                 gives a writable copy of it"
             )));
         }
         let newer: Vec<SnapshotRecord> = st

@@ -179,7 +179,12 @@ fn promote_moves_history_and_loses_nothing() {
         .snapshot_rollback("tank/c@b", true)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("promote"), "{e}");
+    assert!(
+        e.contains("came to tank/c by `promote`") && e.contains("cairn clone tank/c@b NEW"),
+        "{e}"
+    );
+    assert!(!e.contains("  "), "the message reads as one line: {e}");
+    exp.check(&store, "after a refused rollback");
     // Across the promote, an incremental goes only from the snapshot tank/c was cloned
     // from (its clone map names what became of each object: send_receive.rs follows a
     // backup through it).
