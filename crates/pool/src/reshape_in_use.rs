@@ -78,7 +78,7 @@ impl Pool {
         let mut kids = tops[t].children.clone();
         kids.push(Slot::shared(child));
         tops[t] = self.top_over(config, kids);
-        self.publish_tree("attach", new, tops)?;
+        self.publish_tree(tops)?;
         self.post_vdev_event("vdev_attach", &path, existing);
         Ok(DeviceOutcome::NeedsResilver)
     }
@@ -98,7 +98,7 @@ impl Pool {
         let parent = tops[t].display_name();
         tops[t] = self.top_over(config, kids);
         gone.offline.store(true, Ordering::SeqCst);
-        self.publish_tree("detach", device, tops)?;
+        self.publish_tree(tops)?;
         self.forget_needless_resilver()?;
         self.post_vdev_event("vdev_remove", &gone.path, &parent);
         Ok(LeftDevices(vec![take_child(&gone)]))
@@ -128,7 +128,7 @@ impl Pool {
         let mut config = self.live_config();
         config.vdevs = tops.iter().map(|t| t.config.clone()).collect();
         config.validate().map_err(PoolError::BadSpec)?;
-        self.publish_tree("add", &tokens.join(" "), tops)?;
+        self.publish_tree(tops)?;
         self.post_add_events(range.start);
         Ok((range, notes))
     }
@@ -168,7 +168,7 @@ impl Pool {
             child.offline.store(true, Ordering::SeqCst);
         }
         let name = gone.display_name();
-        self.publish_tree("remove", device, tops)?;
+        self.publish_tree(tops)?;
         self.forget_needless_resilver()?;
         self.post_event("sysevent.fs.zfs.vdev_remove", Some(&name), &[]);
         Ok(LeftDevices(gone.children.iter().map(take_child).collect()))
@@ -204,7 +204,7 @@ impl Pool {
         if grown.is_empty() {
             return Ok(grown);
         }
-        self.publish_tree("online -e", "the grown devices", tops)?;
+        self.publish_tree(tops)?;
         self.post_expand_events(&grown);
         Ok(grown)
     }
@@ -231,27 +231,10 @@ impl Pool {
 
     /// Makes `tops` the vdev tree in use and writes the new config to every label (the
     /// GUID sum before the change is kept with it; see the module comment).
-    pub(crate) fn publish_tree(
-        &self,
-        op: &'static str,
-        what: &str,
-        tops: Vec<TopVdev>,
-    ) -> Result<(), PoolError> {
+    pub(crate) fn publish_tree(&self, tops: Vec<TopVdev>) -> Result<(), PoolError> {
         let before = self.live_config().guid_sum();
-        if self.tops.versions_left() == 0 {
-            return Err(Self::device_error(
-                op,
-                what,
-                format!(
-                    "the service has changed this pool's vdevs {} times since it opened it; restart it (`cairn serve`), then retry",
-                    crate::vdev_tree::MAX_VERSIONS - 1
-                ),
-            ));
-        }
         self.remember_guid_sum(before);
-        self.tops
-            .replace(tops)
-            .unwrap_or_else(|_| unreachable!("versions left: checked under the lock held"));
+        self.tops.replace(tops);
         self.write_config_labels(0)?;
         self.save_record()
     }

@@ -91,7 +91,7 @@ impl Pool {
         };
         let parent = tops[t].display_name();
         tops[t] = self.top_over(tconfig, kids);
-        self.publish_tree("detach", device, tops)?;
+        self.publish_tree(tops)?;
         self.write_spare_labels();
         let gone = match which {
             SpareSide::Spare => &spare.path,
@@ -199,7 +199,7 @@ impl Pool {
                 .push((spare.guid, spare_leaf.clone()));
         }
         tops[t] = self.top_over(tconfig, kids);
-        self.publish_tree("replace", old, tops)?;
+        self.publish_tree(tops)?;
         self.write_spare_labels();
         if let Some(old_leaf) = &failed.leaf {
             // It took no I/O while the spare served; cleared, no import mistakes it for
