@@ -358,24 +358,9 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
         "nothing of a refused add is kept: {st}"
     );
     // d0 fails every read and write from now on (the fault leaf polls its control file).
-    std::fs::write(format!("{}.fault", d[0]), "fail_reads=1&fail_writes=1").unwrap();
-    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
+    set_fault(&d[0], "fail_reads=1&fail_writes=1");
     (4..8).for_each(put);
-    let start = std::time::Instant::now();
-    let st = loop {
-        let st = ok(&cairn(&home, &["status", "tank"]));
-        if st.contains("INUSE")
-            && !st.contains("resilver in progress")
-            && !st.contains("needs resilver")
-        {
-            break st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no spare in use: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let st = spare_in_and_resilvered(&home);
     assert!(st.contains("spare-0"), "{st}");
     check_numbered(&home, 8);
     served.stop();
@@ -384,39 +369,40 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
     check_numbered(&home, 8);
 }
 
-/// Waits (up to 60 s) until `status` shows a spare in use and nothing left to resilver.
-fn spare_in_and_resilvered(home: &std::path::Path) -> String {
+/// Waits (up to 60 s) until `done` holds for `status` of `tank` (`what` says what is
+/// awaited); returns that status.
+fn status_when(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bool) -> String {
     let start = std::time::Instant::now();
     loop {
         let st = ok(&cairn(home, &["status", "tank"]));
-        if st.contains("INUSE")
-            && !st.contains("resilver in progress")
-            && !st.contains("needs resilver")
-        {
+        if done(&st) {
             return st;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no spare in use: {st}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(60), "no {what}: {st}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// Waits (up to 60 s) until `status` shows nothing left to resilver.
+fn nothing_to_resilver(st: &str) -> bool {
+    !st.contains("resilver in progress") && !st.contains("needs resilver")
+}
+
+/// Waits until `status` shows a spare in use and nothing left to resilver.
+fn spare_in_and_resilvered(home: &std::path::Path) -> String {
+    status_when(home, "spare in use", |st| {
+        st.contains("INUSE") && nothing_to_resilver(st)
+    })
+}
+
+/// Waits until `status` shows nothing left to resilver.
 fn resilvered(home: &std::path::Path) -> String {
-    let start = std::time::Instant::now();
-    loop {
-        let st = ok(&cairn(home, &["status", "tank"]));
-        if !st.contains("resilver in progress") && !st.contains("needs resilver") {
-            return st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "resilver never ended: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    status_when(home, "end of the resilver", nothing_to_resilver)
+}
+
+/// Sets what the fault leaf over `path` fails ("" for nothing) and waits for it to see it.
+fn set_fault(path: &str, how: &str) {
+    std::fs::write(format!("{path}.fault"), how).unwrap();
+    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
 }
 
 /// Reads every numbered file with `other` offline, so the side under test serves them
@@ -449,10 +435,7 @@ fn spare_groups_change_in_the_service() {
     let put = |i: usize| put_numbered(&home, dir.path(), i);
     (0..4).for_each(put);
     let served = serve(&home, "tank");
-    let fault = |how: &str| {
-        std::fs::write(format!("{}.fault", d[0]), how).unwrap();
-        std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
-    };
+    let fault = |how: &str| set_fault(&d[0], how);
     // Round 1: d0 fails, a spare takes over; files written while it serves; the spare
     // is detached (d0 has its slot back, faulted), d0 is mended and brought online.
     fault("fail_reads=1&fail_writes=1");
@@ -526,8 +509,7 @@ fn spare_groups_change_in_the_service() {
     );
     check_alone(&home, &d[1], 16);
     // Round 4: n0 fails for good; detaching it keeps the spare in its slot.
-    std::fs::write(format!("{n0}.fault"), "fail_reads=1&fail_writes=1").unwrap();
-    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(50));
+    set_fault(&n0, "fail_reads=1&fail_writes=1");
     (16..18).for_each(put);
     let st = spare_in_and_resilvered(&home);
     let (kept, other) = match spare_state(&st, &d[2]).as_str() {
