@@ -420,3 +420,40 @@ fn iostat_counts_scrub_reads_and_async_writes_in_their_classes() {
         "{q}"
     );
 }
+
+/// `iostat` counts a vdev's space as `list` does (its metaslabs, which is what can be
+/// allocated): the pool row's alloc and free are `list`'s, and the vdevs add up to them.
+#[test]
+fn iostat_space_agrees_with_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 3, 64 * MIB);
+    ok(&cairn(&home, &["create", "tank", "mirror", &d[0], &d[1]]));
+    ok(&cairn(&home, &["add", "-f", "tank", &d[2]]));
+    let src = dir.path().join("f");
+    std::fs::write(&src, pseudo_random(6 * MIB as usize, 3)).unwrap();
+    ok(&cairn(&home, &["put", src.to_str().unwrap(), "tank/f"]));
+    let list = ok(&cairn(
+        &home,
+        &["list", "-o", "size,alloc,free", "-H", "-p", "tank"],
+    ));
+    let list: Vec<u64> = list
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let iostat = ok(&cairn(&home, &["iostat", "-v", "-H", "-p", "tank"]));
+    let field = |line: &str, i: usize| -> u64 { line.split('\t').nth(i).unwrap().parse().unwrap() };
+    let pool = iostat.lines().next().unwrap();
+    assert_eq!(
+        [field(pool, 1), field(pool, 2)],
+        [list[1], list[2]],
+        "{iostat}"
+    );
+    let tops: Vec<&str> = iostat
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .collect();
+    assert_eq!(tops.len(), 2, "{iostat}");
+    let size: u64 = tops.iter().map(|l| field(l, 1) + field(l, 2)).sum();
+    assert_eq!(size, list[0], "{iostat}");
+}

@@ -9,6 +9,7 @@
 use cairn_vdev::iostat::IoCounts;
 use serde::{Deserialize, Serialize};
 
+use cairn_geometry::{metaslab_layout, ZfsEra};
 use cairn_vdev::top::TopVdev;
 
 /// One leaf's I/O since import.
@@ -24,7 +25,8 @@ pub struct LeafIo {
 pub struct TopIo {
     /// `mirror-0`, `raidz2-1`, or the leaf's path for a single-disk vdev.
     pub name: String,
-    /// Raw bytes allocated and in all.
+    /// Raw bytes allocated, and in all: the vdev's metaslabs (what can be allocated, as
+    /// zpool counts a vdev's space and `list` SIZE sums it).
     pub alloc: u64,
     pub size: u64,
     pub leaves: Vec<LeafIo>,
@@ -84,7 +86,7 @@ impl TopIo {
                 },
             ),
             alloc,
-            size: top.config.asize,
+            size: metaslab_layout(top.config.asize, ZfsEra::Cairn).total_bytes(),
             leaves: top
                 .children
                 .iter()
