@@ -496,7 +496,10 @@ fn spare_groups_change_in_the_service() {
     let n0 = files(&dir.path().join("n"), 1, 128 * MIB).remove(0);
     let new = format!("fault:{n0}");
     let e = fails(&cairn(&home, &["replace", "tank", &failing]));
-    assert!(e.contains("name the new device"), "{e}");
+    assert!(
+        e.contains("still there and open") && e.contains("online"),
+        "{e}"
+    );
     ok(&cairn(&home, &["replace", "tank", &failing, &new]));
     let st = resilvered(&home);
     assert!(

@@ -40,6 +40,14 @@ fn pool_with_spare_in_use(
 fn detaching_the_spare_gives_the_slot_back_and_the_spare_is_avail_again() {
     let dir = tempfile::tempdir().unwrap();
     let (home, d, spare, data) = pool_with_spare_in_use(dir.path());
+    // Written while the spare serves d0's slot: d0 misses it.
+    let later = pseudo_random(3 * MIB as usize, 12);
+    let src = dir.path().join("later");
+    std::fs::write(&src, &later).unwrap();
+    ok(&cairn(
+        &home,
+        &["put", &src.display().to_string(), "tank/later"],
+    ));
     ok(&cairn(&home, &["detach", "tank", &spare]));
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert_eq!(spare_state(&st, &spare), "AVAIL", "{st}");
@@ -58,8 +66,15 @@ fn detaching_the_spare_gives_the_slot_back_and_the_spare_is_avail_again() {
     ok(&cairn(&home, &["online", "tank", &d[0]]));
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("state: ONLINE"), "{st}");
+    // d0 was resilvered with everything it missed since it failed: alone, it serves both.
+    ok(&cairn(&home, &["offline", "tank", &d[1]]));
+    ok(&cairn(&home, &["offline", "tank", &d[2]]));
+    assert_eq!(ok_bytes(&cairn(&home, &["cat", "tank/data"])), data);
+    assert_eq!(ok_bytes(&cairn(&home, &["cat", "tank/later"])), later);
+    ok(&cairn(&home, &["online", "tank", &d[1]]));
+    ok(&cairn(&home, &["online", "tank", &d[2]]));
     let scrub = ok(&cairn(&home, &["scrub", "tank"]));
-    assert!(scrub.contains(", 0 errors"), "{scrub}");
+    assert!(scrub.contains("repaired 0") && scrub.contains(", 0 errors"), "{scrub}");
 }
 
 #[test]

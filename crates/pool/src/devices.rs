@@ -717,8 +717,13 @@ impl Pool {
                 failed.spare_declined.store(true, Ordering::Relaxed);
                 tconfig.leaves[c] = failed_config;
                 self.spare_leaves[s] = spare.leaf.clone();
+                // A leaf that can take I/O (it came back) is resilvered with all it missed.
+                let outcome = match failed.is_usable() {
+                    true => DeviceOutcome::NeedsResilver,
+                    false => DeviceOutcome::Done,
+                };
                 kids.insert(c, Arc::new(Slot::of(failed)));
-                DeviceOutcome::Done
+                outcome
             }
             SpareSide::Failed => {
                 self.config.spares.remove(s);

@@ -182,7 +182,9 @@ impl Pool {
     }
 
     /// Opens NEW to replace the failed leaf `old` in a spare group (slot `c` of vdev `t`):
-    /// not a device of this pool or another's (unless `force` allows), big enough.
+    /// not another device of this pool or another pool's (unless `force` allows), big
+    /// enough. Without NEW, or with the failed leaf's own path, a new device at that path
+    /// (a disk swapped in place).
     fn open_replacement(
         &self,
         op: &'static str,
@@ -192,25 +194,35 @@ impl Pool {
         c: usize,
         force: bool,
     ) -> Result<std::sync::Arc<dyn cairn_vdev::Leaf>, PoolError> {
-        let Some(new) = new else {
+        let failed_path = self.tops[t].children[c].replaced().map(|f| f.path.clone());
+        let Some(new) = new.map(str::to_string).or(failed_path) else {
             return Err(Self::device_error(
                 op,
                 old,
-                format!(
-                    "a hot spare stands in for it: name the new device (`cairn replace {} {old} NEW`), or `cairn online {} {old}` to bring this one back",
-                    self.name(),
-                    self.name()
-                ),
+                "its spare group changed meanwhile; retry",
             ));
         };
-        if self.find_leaf(new).is_ok() || self.find_in_spare_group(new).is_some() {
+        let in_place = self.find_in_spare_group(&new) == Some((t, c, SpareSide::Failed));
+        if !in_place && (self.find_leaf(&new).is_ok() || self.find_in_spare_group(&new).is_some()) {
             return Err(Self::device_error(
                 op,
-                new,
+                &new,
                 "it is already part of this pool",
             ));
         }
-        let leaf = open_leaf(new, LeafOptions::default())?;
+        let leaf = match open_leaf(&new, LeafOptions::default()) {
+            Err(VdevError::Locked { .. }) if in_place => {
+                return Err(Self::device_error(
+                    op,
+                    old,
+                    format!(
+                        "the failed device is still there and open: `cairn online {} {old}` brings it back, or name a new device",
+                        self.name()
+                    ),
+                ))
+            }
+            opened => opened?,
+        };
         refuse_if_in_use(leaf.as_ref(), &self.home, force)?;
         self.check_fits(op, t, c, leaf.as_ref())?;
         Ok(leaf)

@@ -76,10 +76,13 @@ impl Pool {
             SpareSide::Failed => {
                 // The live config already names the spare in the slot.
                 tconfig.leaves[c] = self.live_config().vdevs[t].leaves[c].clone();
-                assert_eq!(
-                    tconfig.leaves[c].guid, spare.guid,
-                    "the slot names its spare"
-                );
+                if tconfig.leaves[c].guid != spare.guid {
+                    return Err(Self::device_error(
+                        "detach",
+                        device,
+                        "the pool's config does not name the spare in this slot; export and import the pool, then retry",
+                    ));
+                }
                 kids[c] = Arc::new(Slot::of(spare.clone()));
                 failed.offline.store(true, Ordering::SeqCst);
                 vec![Child::new(
