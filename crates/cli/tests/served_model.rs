@@ -1150,17 +1150,20 @@ fn served_commands_and_fio_agree_with_the_model() {
 }
 
 /// The administrator's part: while the clients and fio run, the pool's vdevs change in the
-/// service — a mirror is added, then a log device comes and goes and a third side is
-/// attached to the mirror and detached again, round after round until `done` (at most 14
-/// rounds, well within the 255 vdev changes a service start allows). Every command must
-/// succeed. Returns the number of changes made.
+/// service — a log device is added, then a mirror after it, and the log device is removed
+/// (it leaves a hole: the mirror keeps its index); then a log device comes and goes and a
+/// third side is attached to the mirror and detached again, round after round until
+/// `done` (at most 14 rounds). Every command must succeed. Returns the number of changes
+/// made.
 fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
     let more = dir.join("more");
     std::fs::create_dir_all(&more).unwrap();
     let e = files(&more, 4, 128 * MIB);
+    ok(&cairn(home, &["add", "tank", "log", &e[3]]));
     // A mirror beside raidz1 is a mismatched replication level: -f.
     ok(&cairn(home, &["add", "-f", "tank", "mirror", &e[0], &e[1]]));
-    let mut changes = 1;
+    ok(&cairn(home, &["remove", "tank", &e[3]]));
+    let mut changes = 3;
     for _ in 0..14 {
         if done.load(Ordering::SeqCst) {
             break;

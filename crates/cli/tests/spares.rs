@@ -74,7 +74,10 @@ fn detaching_the_spare_gives_the_slot_back_and_the_spare_is_avail_again() {
     ok(&cairn(&home, &["online", "tank", &d[1]]));
     ok(&cairn(&home, &["online", "tank", &d[2]]));
     let scrub = ok(&cairn(&home, &["scrub", "tank"]));
-    assert!(scrub.contains("repaired 0") && scrub.contains(", 0 errors"), "{scrub}");
+    assert!(
+        scrub.contains("repaired 0") && scrub.contains(", 0 errors"),
+        "{scrub}"
+    );
 }
 
 #[test]
