@@ -1153,8 +1153,8 @@ fn served_commands_and_fio_agree_with_the_model() {
 /// service — a log device is added, then a mirror after it, and the log device is removed
 /// (it leaves a hole: the mirror keeps its index); then a log device comes and goes and a
 /// third side is attached to the mirror and detached again, round after round until
-/// `done` (at most 14 rounds). Every command must succeed. Returns the number of changes
-/// made.
+/// `done` (at most 14 rounds), with a scrub running through them. Every command must
+/// succeed and the scrub must find nothing. Returns the number of changes made.
 fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
     let more = dir.join("more");
     std::fs::create_dir_all(&more).unwrap();
@@ -1164,6 +1164,7 @@ fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
     ok(&cairn(home, &["add", "-f", "tank", "mirror", &e[0], &e[1]]));
     ok(&cairn(home, &["remove", "tank", &e[3]]));
     let mut changes = 3;
+    let mut scrub = None;
     for _ in 0..14 {
         if done.load(Ordering::SeqCst) {
             break;
@@ -1177,6 +1178,24 @@ fn change_vdevs_until(home: &Path, dir: &Path, done: &AtomicBool) -> usize {
             ok(&cairn(home, args));
             changes += 1;
         }
+        // From the second round, a scrub (paced to last a few seconds) runs through the
+        // changes: detach and remove do not wait for it.
+        scrub.get_or_insert_with(|| {
+            cairn_cmd(home)
+                .args(["scrub", "--rate", "16M", "tank"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        });
+    }
+    if let Some(scrub) = scrub {
+        let scrub = scrub.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&scrub.stdout);
+        assert!(
+            scrub.status.success() && said.contains(" 0 errors"),
+            "{scrub:?}"
+        );
+        eprintln!("served model: a scrub beside the changes: {}", said.trim());
     }
     changes
 }
