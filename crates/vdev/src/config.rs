@@ -289,8 +289,8 @@ impl PoolConfig {
         if self.name.is_empty() || self.name.len() > 255 {
             return Err(format!("bad pool name length {}", self.name.len()));
         }
-        if self.vdevs.is_empty() {
-            return Err("pool has no vdevs".into());
+        if self.vdevs.iter().all(|t| t.log) {
+            return Err("pool has no data vdevs (only log devices or holes)".into());
         }
         for (i, top) in self.vdevs.iter().enumerate() {
             if top.id as usize != i {

@@ -473,5 +473,8 @@ mod hole_tests {
         let mut bad = holed;
         bad.pool.vdevs[1].asize = 1 << 20;
         assert!(decode_config(&encode_config(&bad).unwrap()).is_err());
+        let only_holes = config_with(vec![TopConfig::hole(0, 12)]);
+        let e = decode_config(&encode_config(&only_holes).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("no data vdevs"), "{e}");
     }
 }
