@@ -92,11 +92,7 @@ fn attach_and_detach_run_in_the_service_while_clients_write() {
     events_reach(&home, "vdev_remove", 2);
     check_numbered(&home, 16);
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     check_numbered(&home, 16);
     scrub_is_clean(&home);
 }
@@ -183,11 +179,7 @@ fn detach_and_remove_while_the_service_scrubs() {
     }
     check_numbered(&home, 8);
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
         st.contains(&d[1]) && st.contains(&d[2]) && !st.contains(&d[0]),
@@ -252,11 +244,7 @@ fn add_and_remove_run_in_the_service_while_clients_write() {
     (30..32).for_each(put);
     check_numbered(&home, 32);
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
         st.contains("mirror-1") && st.contains(&d[5]) && !st.contains(&d[4]),
@@ -312,11 +300,7 @@ fn vdevs_grow_under_the_service() {
     let events = ok(&cairn(&home, &["events", "-H", "tank"]));
     assert_eq!(events.matches("vdev_expand").count(), 2, "{events}");
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     for (name, src) in [("first", &first), ("second", &second), ("third", &third)] {
         let got = cairn(&home, &["cat", &format!("tank/{name}")]).stdout;
         assert!(got == std::fs::read(src).unwrap(), "{name} differs");
@@ -367,6 +351,15 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("spare-0") && st.contains("INUSE"), "{st}");
     check_numbered(&home, 8);
+}
+
+/// Exports `tank` (the service stopped) and imports it again from the files in `dir`.
+fn export_and_import(home: &std::path::Path, dir: &std::path::Path) {
+    ok(&cairn(home, &["export", "tank"]));
+    ok(&cairn(
+        home,
+        &["import", "-d", dir.to_str().unwrap(), "tank"],
+    ));
 }
 
 /// Waits (up to 60 s) until `done` holds for `status` of `tank` (`what` says what is
@@ -532,11 +525,7 @@ fn spare_groups_change_in_the_service() {
     );
     check_alone(&home, &d[1], 18);
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(
         state_of(&st, kept) == "ONLINE" && spare_state(&st, other) == "AVAIL",

@@ -165,6 +165,25 @@ fn fail_replace_resilver(kind: &str, n: usize, failed: &[usize]) {
     );
 }
 
+/// A resilver of 4 MiB batches that saves its resume point at every report.
+fn small_batches() -> ResilverOptions {
+    ResilverOptions {
+        checkpoint_every: Duration::ZERO,
+        batch_bytes: 4 * MIB,
+        ..ResilverOptions::default()
+    }
+}
+
+/// Runs a resilver of 4 MiB batches that pauses at its first report (after one batch,
+/// its resume point persisted), and returns how far it got.
+fn pause_after_first_batch(store: &Store) -> ResilverProgress {
+    let (p, end) = store
+        .resilver(small_batches(), &mut |_| ScrubControl::Pause)
+        .unwrap();
+    assert_eq!(end, ResilverEnd::Paused, "{p:?}");
+    p
+}
+
 #[test]
 fn mirror2_loses_one_side_and_is_resilvered() {
     fail_replace_resilver("mirror", 2, &[1]);
@@ -258,13 +277,7 @@ fn interrupted_resilver_resumes_and_completes() {
     )
     .unwrap();
     let store = Store::open(pool).unwrap();
-    let opts = ResilverOptions {
-        checkpoint_every: Duration::ZERO,
-        batch_bytes: 4 * MIB,
-        ..ResilverOptions::default()
-    };
-    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
-    assert_eq!(end, ResilverEnd::Paused);
+    let first = pause_after_first_batch(&store);
     // 4 MiB batches: the first stops a few files in.
     assert!(first.next_object > 1 && first.next_object < 30, "{first:?}");
     // "Crash": the store goes away without syncing or finishing.
@@ -317,13 +330,7 @@ fn a_leaf_added_to_a_paused_resilver_gets_everything() {
     pool.replace(&path(&files[1]), Some(&path(&n1)), false)
         .unwrap();
     let store = Store::open(pool).unwrap();
-    let opts = ResilverOptions {
-        checkpoint_every: Duration::ZERO,
-        batch_bytes: 4 * MIB,
-        ..ResilverOptions::default()
-    };
-    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
-    assert_eq!(end, ResilverEnd::Paused);
+    let first = pause_after_first_batch(&store);
     assert!(first.next_object > 1, "{first:?}");
     let mut pool = store.close().unwrap();
     pool.replace(&path(&files[2]), Some(&path(&n2)), false)
@@ -394,13 +401,7 @@ fn resilver_survives_power_cut_and_export() {
     .unwrap();
     // First stretch, then export and import: the resume point travels in the labels.
     let store = Store::open(pool).unwrap();
-    let opts = ResilverOptions {
-        checkpoint_every: Duration::ZERO,
-        batch_bytes: 4 * MIB,
-        ..ResilverOptions::default()
-    };
-    let (first, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
-    assert_eq!(end, ResilverEnd::Paused);
+    let first = pause_after_first_batch(&store);
     store.close().unwrap().export().unwrap();
     let pool = Pool::import(&home, &[dir.path().to_path_buf()], "tank", false, false).unwrap();
     assert_eq!(
@@ -417,6 +418,7 @@ fn resilver_survives_power_cut_and_export() {
     }
     let store = Store::open(pool).unwrap();
     let mut checkpoints = 0;
+    let opts = small_batches();
     let result = store.resilver(opts, &mut |_| {
         checkpoints += 1;
         if checkpoints == 2 {
@@ -505,13 +507,7 @@ fn blocks_already_resilvered_are_read_from_the_new_leaf() {
     .unwrap();
     drop(pool);
     let (store, switches) = open_with_switches(&home);
-    let opts = ResilverOptions {
-        checkpoint_every: Duration::ZERO,
-        batch_bytes: 4 * MIB,
-        ..ResilverOptions::default()
-    };
-    let (p, end) = store.resilver(opts, &mut |_| ScrubControl::Pause).unwrap();
-    assert_eq!(end, ResilverEnd::Paused, "{p:?}");
+    pause_after_first_batch(&store);
     // The old side vanishes: only the new leaf is left.
     switches[0].vanished.store(true, Ordering::Relaxed);
     let first = "tank/f0".to_string();

@@ -399,20 +399,14 @@ impl Pool {
         }
         let mut notes = sector_warnings(&all, ashift);
         let vdevs = top_configs(&specs, &leaves, ashift, 0, first_log, &mut notes);
-        let config = PoolConfig {
-            name: name.to_string(),
-            guid: new_guid(),
-            txg: INITIAL_TXG,
-            state: PoolState::Active,
-            owner: Some(owner_of(home)?),
+        let config = PoolConfig::new(
+            name,
+            new_guid(),
+            INITIAL_TXG,
+            Some(owner_of(home)?),
             vdevs,
-            resilver: None,
-            scrub: None,
-            last_resilver: None,
-            spares: Vec::new(),
-            prior_guid_sums: Vec::new(),
-            props: opts.props,
-        };
+            opts.props,
+        );
         config.validate().map_err(PoolError::BadSpec)?;
         let space = config_space(&config);
         if opts.dry_run {

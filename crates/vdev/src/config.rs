@@ -284,6 +284,32 @@ pub struct ResilverTarget {
 pub const DTL_EVERYTHING: (u64, u64) = (0, u64::MAX);
 
 impl PoolConfig {
+    /// The config of a new pool: active (imported by `owner`), at `txg`, nothing scanned,
+    /// no spares yet.
+    pub fn new(
+        name: &str,
+        guid: u64,
+        txg: u64,
+        owner: Option<Owner>,
+        vdevs: Vec<TopConfig>,
+        props: PoolProps,
+    ) -> PoolConfig {
+        PoolConfig {
+            name: name.to_string(),
+            guid,
+            txg,
+            state: PoolState::Active,
+            owner,
+            vdevs,
+            resilver: None,
+            scrub: None,
+            last_resilver: None,
+            spares: Vec::new(),
+            prior_guid_sums: Vec::new(),
+            props,
+        }
+    }
+
     /// Checks the invariants a decoded config must hold, so later code can rely on them.
     pub fn validate(&self) -> Result<(), String> {
         if self.name.is_empty() || self.name.len() > 255 {

@@ -414,25 +414,12 @@ mod tests {
 #[cfg(test)]
 mod hole_tests {
     use super::*;
-    use crate::config::{LeafConfig, PoolConfig, PoolState, TopConfig};
+    use crate::config::{LeafConfig, PoolConfig, TopConfig};
     use cairn_geometry::VdevShape;
 
     fn config_with(vdevs: Vec<TopConfig>) -> LabelConfig {
         LabelConfig {
-            pool: PoolConfig {
-                name: "tank".into(),
-                guid: 1,
-                txg: 5,
-                state: PoolState::Active,
-                owner: None,
-                vdevs,
-                resilver: None,
-                scrub: None,
-                last_resilver: None,
-                spares: Vec::new(),
-                prior_guid_sums: Vec::new(),
-                props: Default::default(),
-            },
+            pool: PoolConfig::new("tank", 1, 5, None, vdevs, Default::default()),
             leaf_guid: 11,
             top_guid: 10,
         }
