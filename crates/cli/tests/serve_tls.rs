@@ -4,10 +4,10 @@
 //! errors for bad TLS flags. Certificates are made here with the openssl CLI. A test whose
 //! client tool is missing says so and skips (CI installs them: scripts/test.sh).
 
-use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod support;
@@ -168,22 +168,20 @@ fn client_certificate(certs: &Path) -> PathBuf {
     client
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A `cairn serve` process on a TCP port; killed on drop.
 struct Server {
     child: Child,
+    /// The port it listens on: the one the kernel gave it (it binds port 0, so tests
+    /// running side by side never share one).
+    port: u16,
+    /// What it wrote to stderr so far (a thread reads it as it comes).
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
-    fn start(home: &Path, listen: &str, port: u16, extra: &[&str]) -> Server {
-        let addr = format!("{listen}:{port}");
+    fn start(home: &Path, listen: &str, extra: &[&str]) -> Server {
+        let addr = format!("{listen}:0");
         let mut args = vec!["serve", "--nbd", &addr, "--duration", "120"];
         args.extend_from_slice(extra);
         args.push("tank");
@@ -194,20 +192,41 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start cairn serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            let mut line = String::new();
+            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
         let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let port = loop {
+            let bound = log.lock().unwrap().lines().find_map(|l| {
+                let addr = l.strip_prefix("cairn: serving NBD on ")?;
+                addr.rsplit(':').next()?.parse::<u16>().ok()
+            });
+            if let Some(port) = bound {
+                break port;
+            }
             if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-                panic!("cairn serve exited with {status}: {err}");
+                let _ = reader.join();
+                panic!("cairn serve exited with {status}: {}", log.lock().unwrap());
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "cairn serve did not start"
             );
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Server {
+            child,
+            port,
+            log,
+            reader: Some(reader),
         }
-        Server { child }
     }
 
     /// SIGTERM, wait, and what the server wrote to stderr.
@@ -215,8 +234,10 @@ impl Server {
         // SAFETY: sending SIGTERM to our own child process.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().unwrap();
-        let mut err = String::new();
-        let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let err = self.log.lock().unwrap().clone();
         assert!(status.success(), "cairn serve exited with {status}: {err}");
         err
     }
@@ -272,10 +293,10 @@ fn tls_require_serves_nbds_clients_and_refuses_plain_ones() {
     let dir = tempfile::tempdir().unwrap();
     let home = pool(dir.path());
     let certs = certificates(dir.path());
-    let port = free_port();
     let flags = tls_flags(&certs, "require");
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let server = Server::start(&home, "127.0.0.1", port, &flags);
+    let server = Server::start(&home, "127.0.0.1", &flags);
+    let port = server.port;
     let tls_uri = format!(
         "nbds://127.0.0.1:{port}/tank/vol?tls-certificates={}",
         certs.display()
@@ -333,11 +354,11 @@ fn tls_on_serves_both_and_read_only_exports_refuse_writes() {
     let dir = tempfile::tempdir().unwrap();
     let home = pool(dir.path());
     let certs = certificates(dir.path());
-    let port = free_port();
     let mut flags = tls_flags(&certs, "on");
     flags.extend(["--nbd-read-only".to_string(), "tank/ro".to_string()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let server = Server::start(&home, "127.0.0.1", port, &flags);
+    let server = Server::start(&home, "127.0.0.1", &flags);
+    let port = server.port;
     let certs_q = format!("tls-certificates={}", certs.display());
 
     assert_eq!(
@@ -398,12 +419,12 @@ fn tls_verify_peer_serves_only_clients_with_a_certificate_from_the_ca() {
     let home = pool(dir.path());
     let certs = certificates(dir.path());
     let client = client_certificate(&certs);
-    let port = free_port();
     let mut flags = tls_flags(&certs, "require");
     let ca = certs.join("ca-cert.pem").display().to_string();
     flags.extend(["--tls-verify-peer".to_string(), "--tls-ca".to_string(), ca]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let server = Server::start(&home, "127.0.0.1", port, &flags);
+    let server = Server::start(&home, "127.0.0.1", &flags);
+    let port = server.port;
     let uri = |dir: &Path| {
         format!(
             "nbds://127.0.0.1:{port}/tank/vol?tls-certificates={}",
@@ -425,20 +446,20 @@ fn an_allow_list_without_loopback_refuses_and_an_exposed_listener_warns() {
     }
     let dir = tempfile::tempdir().unwrap();
     let home = pool(dir.path());
-    let port = free_port();
-    let server = Server::start(&home, "0.0.0.0", port, &["--nbd-allow", "192.0.2.0/24"]);
+    let server = Server::start(&home, "0.0.0.0", &["--nbd-allow", "192.0.2.0/24"]);
+    let port = server.port;
     let refused = nbdinfo_size(&format!("nbd://127.0.0.1:{port}/tank/vol"));
     assert!(refused.is_err(), "a client outside --nbd-allow was served");
     let log = server.stop();
     assert!(
         log.contains("refused an NBD connection from 127.0.0.1"),
-        "{log}"
+        "server log:\n{log}\nnbdinfo said: {refused:?}"
     );
     assert!(log.contains("warning: NBD on 0.0.0.0"), "{log}");
 
     // Allowed (and on loopback: no warning), it serves.
-    let port = free_port();
-    let server = Server::start(&home, "127.0.0.1", port, &["--nbd-allow", "127.0.0.0/8"]);
+    let server = Server::start(&home, "127.0.0.1", &["--nbd-allow", "127.0.0.0/8"]);
+    let port = server.port;
     assert_eq!(
         nbdinfo_size(&format!("nbd://127.0.0.1:{port}/tank/vol")),
         Ok(16 * MIB)
