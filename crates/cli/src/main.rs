@@ -36,6 +36,7 @@ mod snapshot_cmds;
 mod snapshot_export;
 mod snapshot_paths;
 mod store_open;
+mod suspension_watch;
 mod tunables;
 
 use std::path::PathBuf;

@@ -439,6 +439,9 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
             pool_name
         );
     }
+    // Writes that lose their devices wait for `cairn clear` (failmode), which this
+    // service takes over its control socket.
+    store.pool().set_resumable(true);
     let store = Arc::new(store);
     let (source, server) = nbd_server(&a, &store, tls)?;
     let running = listen(&a, &server, tls_mode)?;
@@ -475,7 +478,16 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         retry_at: Instant::now(),
         autoreplace_failed: Default::default(),
     };
+    let watch_done = Arc::new(AtomicBool::new(false));
+    let watch = crate::suspension_watch::spawn(store.clone(), &STOP, watch_done.clone());
     let sync_error = run_until_stopped(&a, &store, &mounts, &mut healer);
+    if sync_error.is_some() {
+        if let Some(why) = store.pool().io_suspended() {
+            if store.pool().props().failmode == cairn_vdev::FailMode::Panic {
+                crate::suspension_watch::end_at_once(store.pool(), &why);
+            }
+        }
+    }
     for r in running {
         let _ = r.stop();
     }
@@ -483,6 +495,8 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
     STOP.store(true, Ordering::SeqCst);
     healer.join();
     let _ = control.join();
+    watch_done.store(true, Ordering::SeqCst);
+    let _ = watch.join();
     drop(mounts);
     drop(server);
     drop(source);

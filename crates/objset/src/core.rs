@@ -143,6 +143,24 @@ impl StoreCore {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The state lock for a report (`status`, `list`), or None while the pool is suspended
+    /// and a sync waiting for `cairn clear` holds it: an administrator must see why the
+    /// pool stopped without waiting for it to start again.
+    pub(crate) fn lock_for_report(&self) -> Option<MutexGuard<'_, State>> {
+        loop {
+            match self.state.try_lock() {
+                Ok(st) => return Some(st),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if self.pool.io_suspended().is_some() {
+                        return None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+        }
+    }
+
     /// Puts available hot spares in the slots of leaves that became FAULTED or REMOVED
     /// (every txg sync does it too; this is for a pool that is only read). The spares need
     /// a resilver (`resilver`) afterwards. Returns whether a spare was put in.

@@ -625,6 +625,7 @@ impl StoreCore {
         data: &[u8],
         check_readonly: bool,
     ) -> Result<(), StoreError> {
+        self.refuse_if_suspended()?;
         let mut prefetched = Prefetched::new();
         // Blocks that keep changing under the prefetch (other writers, syncs) are read under
         // the lock after a few rounds.
@@ -918,8 +919,11 @@ impl StoreCore {
 
     /// The error log by name, for `status -v`.
     pub fn error_log(&self) -> ErrorLog {
-        let mut st = self.lock();
-        error_log_of(self.pool(), &mut st)
+        match self.lock_for_report() {
+            Some(mut st) => error_log_of(self.pool(), &mut st),
+            // Suspended: the log is read again once the pool is cleared.
+            None => ErrorLog::default(),
+        }
     }
 
     /// Path of an object inside its dataset (searches directories; for error reports).

@@ -138,6 +138,7 @@ impl StoreCore {
     /// Makes every write, punch and truncate of the pool that returned before this call
     /// durable: through the intent log when it can, else by a txg sync.
     pub fn commit_log(&self) -> Result<(), StoreError> {
+        self.refuse_if_suspended()?;
         let target = self.intent.appended();
         let _committer = self
             .intent

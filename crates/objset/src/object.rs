@@ -227,8 +227,11 @@ impl SyncCtx<'_> {
         dnode.physical += u64::from(bp.psize);
     }
 
+    /// Allocates and writes one block; waits while the pool is suspended
+    /// (`cairn_pool::suspension`).
     fn write(&mut self, block: &PreparedBlock) -> Result<BlockPointer, StoreError> {
-        Ok(self.pool.write_prepared(self.alloc, block, self.txg)?)
+        let (pool, alloc, txg) = (self.pool, &mut *self.alloc, self.txg);
+        Ok(pool.retry_while_suspended(|| pool.write_prepared(alloc, block, txg))?)
     }
 }
 
@@ -463,9 +466,9 @@ fn write_data_blocks(
             order.push((blkid, block.is_some()));
             to_write.extend(block);
         }
-        let written = ctx
-            .pool
-            .write_prepared_batch(ctx.alloc, &to_write, ctx.txg)?;
+        let (pool, alloc, txg) = (ctx.pool, &mut *ctx.alloc, ctx.txg);
+        let written =
+            pool.retry_while_suspended(|| pool.write_prepared_batch(alloc, &to_write, txg))?;
         drop(to_write);
         let mut written = written.into_iter();
         for (blkid, stored) in order {

@@ -48,15 +48,30 @@ impl StoreCore {
 
     /// Pool space now: (zpool SIZE, ALLOC raw, AVAIL as zfs list).
     pub fn space(&self) -> PoolUsage {
-        let st = self.lock();
         let geo = self.pool.space();
-        let used = self.deflated_alloc(&st);
+        let (alloc, used, dirty) = match self.lock_for_report() {
+            Some(st) => (
+                st.alloc.allocated_bytes(),
+                self.deflated_alloc(&st),
+                st.dirty_bytes,
+            ),
+            // Suspended (a sync waits for `cairn clear`): the last committed txg's figures.
+            None => {
+                let per_top = self.pool.allocated_noted();
+                let used = per_top
+                    .iter()
+                    .zip(self.pool.deflate_ratios())
+                    .map(|(a, ratio)| (a >> 9) * ratio)
+                    .sum();
+                (per_top.iter().sum(), used, 0)
+            }
+        };
         PoolUsage {
             size: geo.size,
-            alloc: st.alloc.allocated_bytes(),
+            alloc,
             used,
             avail: geo.dspace.saturating_sub(geo.slop).saturating_sub(used),
-            dirty: st.dirty_bytes,
+            dirty,
         }
     }
 

@@ -352,22 +352,23 @@ impl TxgSync<'_> {
             sector,
         );
         debug_assert_eq!(block.physical.len() as u64, root_size);
-        let root_bp = store
-            .pool
-            .write_at_dvas(&mut self.st.alloc, root_dvas, &block, txg)?;
+        let pool = &store.pool;
+        let root_bp = pool.retry_while_suspended(|| pool.write_kept(root_dvas, &block, txg))?;
         Ok((root_bp, map_bps))
     }
 
     /// Everything durable, then the uberblock: the commit point.
     fn commit(self, root_bp: BlockPointer, map_bps: Vec<BlockPointer>) -> Result<u64, StoreError> {
         let (pool, st, txg) = (&self.store.pool, self.st, self.txg);
-        pool.flush()?;
+        // Each step waits while the pool is suspended (`cairn_pool::suspension`).
+        pool.retry_while_suspended(|| pool.flush())?;
         // Leaves that missed this txg get it in their DTL before the txg is committed.
-        pool.record_synced_txg(txg)?;
+        pool.retry_while_suspended(|| pool.record_synced_txg(txg))?;
         // A leaf that failed for good gets a hot spare in its slot now (its config reaches
         // the labels first; this txg's uberblock already names the spare).
-        pool.take_over_failed_leaves()?;
-        pool.write_uberblock(txg, &root_bp.to_bytes())?;
+        pool.retry_while_suspended(|| pool.take_over_failed_leaves())?;
+        let root = root_bp.to_bytes();
+        pool.retry_while_suspended(|| pool.write_uberblock(txg, &root))?;
         self.store.log_after_commit(st);
         pool.note_allocated(st.alloc.vdevs.iter().map(|v| v.allocated_bytes()).collect());
         st.root_bp = root_bp;
@@ -389,8 +390,21 @@ impl StoreCore {
     /// Commits the open txg; returns its number. A failed sync leaves the on-disk pool at
     /// the previous txg (reopen the store to continue from there).
     pub fn sync(&self) -> Result<u64, StoreError> {
+        self.refuse_if_suspended()?;
         let mut st = self.wait_for_writer(self.lock());
         self.sync_locked(&mut st)
+    }
+
+    /// Under `failmode=continue`, while the pool is suspended: new writes and flushes fail
+    /// at once with the reason (the txg they would join waits for `cairn clear`).
+    pub(crate) fn refuse_if_suspended(&self) -> Result<(), StoreError> {
+        match self.pool.refuses_new_writes() {
+            Some(why) => Err(StoreError::Pool(cairn_pool::PoolError::Unavailable {
+                pool: self.pool.name().to_string(),
+                why,
+            })),
+            None => Ok(()),
+        }
     }
 
     /// The sync itself, under the state lock: the steps of `TxgSync` in order.
@@ -483,7 +497,8 @@ impl StoreCore {
                 chunk[..n].copy_from_slice(&map[pos..pos + n]);
                 pos += n;
                 let block = prepare(&chunk, raw_props(BlockKind::Metadata, copies), sector);
-                bps.push(self.pool.write_at_dvas(&mut st.alloc, dva, &block, txg)?);
+                let pool = &self.pool;
+                bps.push(pool.retry_while_suspended(|| pool.write_kept(dva, &block, txg))?);
             }
             return Ok((map.len() as u64, bps));
         }

@@ -103,6 +103,18 @@ impl Pool {
         Ok(block.pointer(dvas, txg))
     }
 
+    /// Writes a prepared block to DVAs allocated earlier and keeps them allocated whatever
+    /// happens (a space map already counts them; the write may be retried).
+    pub fn write_kept(
+        &self,
+        dvas: [Dva; 3],
+        block: &PreparedBlock,
+        txg: u64,
+    ) -> Result<BlockPointer, PoolError> {
+        let mut results = self.write_blocks_at(std::slice::from_ref(block), &[dvas], txg);
+        results.pop().expect("one result per block")
+    }
+
     /// Allocates and writes many prepared blocks, grouped per top-level vdev so every leaf
     /// gets few, large, sequential requests. All or nothing: on failure every allocation of
     /// the batch is released.

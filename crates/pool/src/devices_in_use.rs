@@ -99,6 +99,19 @@ impl Pool {
     /// `cairn clear POOL [DEVICE]` while the pool is in use: error counters reset, faults
     /// lifted (an offline leaf stays offline).
     pub fn clear_in_use(&self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
+        let outcome = self
+            .clear_leaves_in_use(device)
+            .map_err(|e| match self.io_suspended() {
+                Some(_) => self.still_suspended(e),
+                None => e,
+            })?;
+        // A suspended pool's waiting writes go again now (`crate::suspension`), after the
+        // spare lock is released: the txg they finish takes it.
+        self.resume_io()?;
+        Ok(outcome)
+    }
+
+    fn clear_leaves_in_use(&self, device: Option<&str>) -> Result<DeviceOutcome, PoolError> {
         let _one_at_a_time = self.spare_lock.lock().unwrap_or_else(|p| p.into_inner());
         let picked = self.leaves_named(device)?;
         let mut outcome = DeviceOutcome::Done;

@@ -10,6 +10,8 @@ pub enum Health {
     Offline,
     Unavail,
     Removed,
+    /// The pool's writes wait for `cairn clear` (`crate::suspension`); pools only.
+    Suspended,
 }
 
 impl std::fmt::Display for Health {
@@ -21,6 +23,7 @@ impl std::fmt::Display for Health {
             Health::Offline => "OFFLINE",
             Health::Unavail => "UNAVAIL",
             Health::Removed => "REMOVED",
+            Health::Suspended => "SUSPENDED",
         })
     }
 }

@@ -69,6 +69,8 @@ pub struct Pool {
     /// `detach` and `remove` move.
     resilvers_running: std::sync::atomic::AtomicUsize,
     scans_held: std::sync::atomic::AtomicUsize,
+    /// Writes of the open txg waiting for `cairn clear` (`crate::suspension`).
+    pub(crate) suspension: crate::suspension::Suspension,
     /// Txg of the newest config written to the labels: config writes between syncs (DTL,
     /// resilver progress) take the next number so the newest config always wins on open.
     pub(crate) config_txg: std::sync::atomic::AtomicU64,
@@ -658,6 +660,7 @@ impl Pool {
             scrub_running: std::sync::atomic::AtomicBool::new(false),
             resilvers_running: std::sync::atomic::AtomicUsize::new(0),
             scans_held: std::sync::atomic::AtomicUsize::new(0),
+            suspension: Default::default(),
             props: std::sync::Mutex::new(config.props.clone()),
             config_txg: std::sync::atomic::AtomicU64::new(config.txg),
             prior_guid_sums: std::sync::Mutex::new(config.prior_guid_sums.clone()),
@@ -732,6 +735,9 @@ impl Pool {
 
     /// Health of the pool.
     pub fn health(&self) -> Health {
+        if self.io_suspended().is_some() {
+            return Health::Suspended;
+        }
         let tops: Vec<Health> = self.tops.iter().map(Pool::top_health).collect();
         let data_unavail = self
             .tops
@@ -928,6 +934,11 @@ impl Pool {
     /// The store reports the raw bytes allocated per top-level vdev at each txg sync.
     pub fn note_allocated(&self, per_top: Vec<u64>) {
         *self.allocated.lock().unwrap_or_else(|p| p.into_inner()) = per_top;
+    }
+
+    /// Bytes allocated per top-level vdev as of the last committed txg (`note_allocated`).
+    pub fn allocated_noted(&self) -> Vec<u64> {
+        self.allocated_per_top()
     }
 
     pub(crate) fn allocated_per_top(&self) -> Vec<u64> {

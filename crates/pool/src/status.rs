@@ -466,6 +466,19 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
     let any = |h: Health| leaves.iter().any(|c| Pool::leaf_health(c) == h);
     let name = pool.name();
     let health = pool.health();
+    if let Some(why) = pool.io_suspended() {
+        let failmode = pool.props().failmode.name();
+        return Some((
+            format!(
+                "One or more devices are faulted in response to IO failures: the pool's\n\
+                 \tI/O is suspended (failmode={failmode}): {why}"
+            ),
+            format!(
+                "Make sure the affected devices are connected, then run 'cairn clear {name}'\n\
+                 \t(the writes that wait are issued again; nothing is lost)."
+            ),
+        ));
+    }
     if health != Health::Online && health != Health::Degraded {
         return Some((
             "One or more devices could not be used and there are insufficient replicas\n\

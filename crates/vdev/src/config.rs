@@ -69,6 +69,46 @@ pub struct PoolProps {
     /// (zpool's `autoexpand`; `cairn online -e` does it once).
     #[serde(default, skip_serializing_if = "is_off")]
     pub autoexpand: bool,
+    /// What I/O does when the pool cannot write (zpool's `failmode`): the pool is
+    /// suspended until `cairn clear`; see `FailMode`.
+    #[serde(default, skip_serializing_if = "FailMode::is_wait")]
+    pub failmode: FailMode,
+}
+
+/// What happens when a txg cannot be written because more devices failed than the
+/// redundancy covers (zpool's `failmode`). In a pool held by `cairn serve` the txg's writes
+/// wait in every mode but `panic`, and `cairn clear` (once the devices are back) retries
+/// them; a one-shot command gets the I/O error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Every write, sync and flush waits until the pool is cleared.
+    #[default]
+    Wait,
+    /// New writes and flushes fail at once with an I/O error; the txg waits.
+    Continue,
+    /// The service ends at once, writing nothing more (as a crash).
+    Panic,
+}
+
+impl FailMode {
+    pub fn is_wait(&self) -> bool {
+        *self == FailMode::Wait
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailMode::Wait => "wait",
+            FailMode::Continue => "continue",
+            FailMode::Panic => "panic",
+        }
+    }
+
+    fn parse(value: &str) -> Option<FailMode> {
+        [FailMode::Wait, FailMode::Continue, FailMode::Panic]
+            .into_iter()
+            .find(|m| m.name() == value)
+    }
 }
 
 fn is_off(flag: &bool) -> bool {
@@ -91,7 +131,13 @@ pub const MAX_COMMENT: usize = 32;
 
 impl PoolProps {
     /// Every pool property name `set`/`get` know.
-    pub const NAMES: [&'static str; 4] = ["readpolicy", "comment", "autoreplace", "autoexpand"];
+    pub const NAMES: [&'static str; 5] = [
+        "readpolicy",
+        "comment",
+        "autoreplace",
+        "autoexpand",
+        "failmode",
+    ];
 
     pub fn is_default(&self) -> bool {
         *self == PoolProps::default()
@@ -120,6 +166,11 @@ impl PoolProps {
                 self.autoexpand = on_off(name, value)?;
                 Ok(())
             }
+            "failmode" => {
+                self.failmode =
+                    FailMode::parse(value).ok_or_else(|| PropError::BadFailMode(value.into()))?;
+                Ok(())
+            }
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -132,6 +183,7 @@ impl PoolProps {
             "comment" => Ok(self.comment.clone()),
             "autoreplace" => Ok(if self.autoreplace { "on" } else { "off" }.to_string()),
             "autoexpand" => Ok(if self.autoexpand { "on" } else { "off" }.to_string()),
+            "failmode" => Ok(self.failmode.name().to_string()),
             _ => Err(PropError::Unknown(name.to_string())),
         }
     }
@@ -140,7 +192,7 @@ impl PoolProps {
 /// A pool property that cannot be set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PropError {
-    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment, autoreplace, autoexpand)")]
+    #[error("unknown pool property '{0}' (pool properties: readpolicy, comment, autoreplace, autoexpand, failmode)")]
     Unknown(String),
     #[error("{name}={value}: give on or off")]
     NotOnOff { name: String, value: String },
@@ -148,6 +200,8 @@ pub enum PropError {
     BadComment(String),
     #[error(transparent)]
     BadReadPolicy(crate::readpolicy::BadPolicy),
+    #[error("bad failmode '{0}': valid values are wait, continue, panic")]
+    BadFailMode(String),
 }
 
 /// A hot spare: AVAIL, or standing in for a failed leaf (`replacing`).
@@ -374,5 +428,31 @@ pub fn top_display_name(shape: VdevShape, id: u32) -> Option<String> {
         VdevShape::Disk => None,
         VdevShape::Mirror { .. } => Some(format!("mirror-{id}")),
         VdevShape::Raidz { parity, .. } => Some(format!("raidz{parity}-{id}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failmode_sets_gets_and_refuses_what_it_does_not_know() {
+        let mut p = PoolProps::default();
+        assert_eq!(p.get("failmode").unwrap(), "wait");
+        for v in ["continue", "panic", "wait"] {
+            p.set("failmode", v).unwrap();
+            assert_eq!(p.get("failmode").unwrap(), v);
+        }
+        let e = p.set("failmode", "retry").unwrap_err().to_string();
+        assert!(e.contains("wait, continue, panic"), "{e}");
+        // The default is not written, so labels of older pools and of newer ones agree.
+        assert!(p.is_default());
+        p.set("failmode", "panic").unwrap();
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.contains("\"failmode\":\"panic\""), "{json}");
+        let back: PoolProps = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, p);
+        let old: PoolProps = serde_json::from_str("{\"readpolicy\":\"auto\"}").unwrap();
+        assert_eq!(old.failmode, FailMode::Wait);
     }
 }

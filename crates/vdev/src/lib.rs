@@ -25,8 +25,8 @@ pub mod threads;
 pub mod top;
 
 pub use config::{
-    LeafConfig, Owner, PoolConfig, PoolProps, PropError, ResilverCheckpoint, ResilverTarget,
-    SpareConfig, TopConfig, DTL_EVERYTHING,
+    FailMode, LeafConfig, Owner, PoolConfig, PoolProps, PropError, ResilverCheckpoint,
+    ResilverTarget, SpareConfig, TopConfig, DTL_EVERYTHING,
 };
 pub use error::VdevError;
 pub use fault::{CrashLeaf, FaultLeaf, FaultSwitches, PowerCut};

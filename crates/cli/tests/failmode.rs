@@ -1,0 +1,149 @@
+//! `failmode` in the service (zpool's): devices that refuse the txg's writes suspend the
+//! pool; `status`, `list` and `events` say so; `clear` resumes it once the devices are
+//! back, losing nothing. Under `failmode=panic` the service ends at once instead.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, wait_for_socket};
+use support::{cairn, cairn_cmd, fails, files, ok, MIB};
+
+/// Sets what the fault leaves over `paths` fail ("" for nothing) and waits until they
+/// have seen it.
+fn set_faults(paths: &[String], how: &str) {
+    for p in paths {
+        std::fs::write(format!("{p}.fault"), how).unwrap();
+    }
+    std::thread::sleep(cairn_vdev::fault::CONTROL_POLL + Duration::from_millis(100));
+}
+
+/// `tank`: a mirror of two fault leaves over files in `dir`, with `tank/f0`, `tank/f1`.
+fn faulty_pool(dir: &std::path::Path, home: &std::path::Path) -> Vec<String> {
+    let d = files(dir, 2, 128 * MIB);
+    let leaves: Vec<String> = d.iter().map(|p| format!("fault:{p}")).collect();
+    ok(&cairn(
+        home,
+        &["create", "tank", "mirror", &leaves[0], &leaves[1]],
+    ));
+    (0..2).for_each(|i| put_numbered(home, dir, i));
+    d
+}
+
+fn status_until(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let st = ok(&cairn(home, &["status", "tank"]));
+        if done(&st) {
+            return st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no {what}: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// failmode=wait (the default): a `put` while both sides refuse writes leaves the pool
+/// SUSPENDED (status, list, status -x, an io_failure event); `clear` before the devices
+/// are back says the pool stays suspended; after, it resumes: the put completes, every
+/// file reads back, and after export and import a scrub is clean.
+#[test]
+fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = faulty_pool(dir.path(), &home);
+    let served = serve(&home, "tank");
+    let got = ok(&cairn(&home, &["get", "-H", "failmode", "tank"]));
+    assert!(got.contains("failmode\twait"), "{got}");
+    set_faults(&d, "fail_writes=1");
+    let src = dir.path().join("src2");
+    std::fs::write(&src, support::pseudo_random(MIB as usize + 2 * 4096, 2)).unwrap();
+    let put = cairn_cmd(&home)
+        .args(["put", src.to_str().unwrap(), "tank/f2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let st = status_until(&home, "suspension", |st| st.contains("SUSPENDED"));
+    assert!(
+        st.contains("I/O is suspended (failmode=wait)") && st.contains("'cairn clear tank'"),
+        "{st}"
+    );
+    let list = ok(&cairn(&home, &["list", "tank"]));
+    assert!(list.contains("SUSPENDED"), "{list}");
+    let x = ok(&cairn(&home, &["status", "-x"]));
+    assert!(x.contains("tank") && x.contains("SUSPENDED"), "{x}");
+    let e = fails(&cairn(&home, &["clear", "tank"]));
+    assert!(e.contains("still suspended"), "{e}");
+    set_faults(&d, "");
+    ok(&cairn(&home, &["clear", "tank"]));
+    let st = status_until(&home, "resume", |st| !st.contains("SUSPENDED"));
+    assert!(!st.contains("I/O is suspended"), "{st}");
+    let out = put.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_numbered(&home, 3);
+    let events = ok(&cairn(&home, &["events"]));
+    assert!(events.contains("io_failure"), "{events}");
+    served.stop();
+    ok(&cairn(&home, &["export", "tank"]));
+    ok(&cairn(
+        &home,
+        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
+    ));
+    check_numbered(&home, 3);
+    scrub_is_clean(&home);
+}
+
+/// failmode=panic: the service ends at once, saying why; the pool opens again once the
+/// devices are back, with everything committed before, and scrubs clean.
+#[test]
+fn under_panic_the_service_ends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = faulty_pool(dir.path(), &home);
+    ok(&cairn(&home, &["set", "failmode=panic", "tank"]));
+    let log = dir.path().join("serve.log");
+    let mut service = cairn_cmd(&home)
+        .args([
+            "serve",
+            "--sync-interval",
+            "0.5",
+            "--duration",
+            "300",
+            "tank",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_socket(&home.join("run").join("tank.sock"));
+    set_faults(&d, "fail_writes=1");
+    // The put may fail (the service ends under it) or not (it ended after); either way the
+    // service must end by itself.
+    let _ = cairn(&home, &["put", "/etc/hostname", "tank/extra"]);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = service.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the service did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("failmode=panic"), "{said}");
+    set_faults(&d, "");
+    check_numbered(&home, 2);
+    let st = ok(&cairn(&home, &["status", "tank"]));
+    assert!(!st.contains("SUSPENDED"), "{st}");
+    ok(&cairn(&home, &["clear", "tank"]));
+    let _ = cairn(&home, &["resilver", "tank"]);
+    scrub_is_clean(&home);
+}
