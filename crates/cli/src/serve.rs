@@ -241,6 +241,15 @@ struct Healer {
 impl Healer {
     const RETRY: Duration = Duration::from_secs(30);
 
+    fn new() -> Result<Healer, String> {
+        Ok(Healer {
+            rate: crate::device_cmds::env_rate()?,
+            running: None,
+            retry_at: Instant::now(),
+            autoreplace_failed: Default::default(),
+        })
+    }
+
     fn tick(&mut self, store: &Arc<Store>) {
         self.autoreplace(store);
         if store.pool().props().autoexpand {
@@ -434,10 +443,7 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
     if a.tcp.is_empty() && a.sockets.is_empty() && a.mounts.is_empty() && !a.mount_all {
         // Holding the pool is a service of its own: commands over the control socket,
         // automatic snapshots, hot spares and resilvers.
-        eprintln!(
-            "cairn: holding pool '{}' (no exports or mounts; commands go through its control socket)",
-            pool_name
-        );
+        eprintln!("cairn: holding pool '{pool_name}' (no exports or mounts; commands go through its control socket)");
     }
     // Writes that lose their devices wait for `cairn clear` (failmode), which this
     // service takes over its control socket.
@@ -472,21 +478,12 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
         &STOP,
     )
     .map_err(|e| format!("cannot open the control socket: {e}"))?;
-    let mut healer = Healer {
-        rate: crate::device_cmds::env_rate()?,
-        running: None,
-        retry_at: Instant::now(),
-        autoreplace_failed: Default::default(),
-    };
+    let mut healer = Healer::new()?;
     let watch_done = Arc::new(AtomicBool::new(false));
     let watch = crate::suspension_watch::spawn(store.clone(), &STOP, watch_done.clone());
     let sync_error = run_until_stopped(&a, &store, &mounts, &mut healer);
     if sync_error.is_some() {
-        if let Some(why) = store.pool().io_suspended() {
-            if store.pool().props().failmode == cairn_vdev::FailMode::Panic {
-                crate::suspension_watch::end_at_once(store.pool(), &why);
-            }
-        }
+        crate::suspension_watch::end_if_panic(store.pool());
     }
     for r in running {
         let _ = r.stop();
@@ -502,10 +499,24 @@ fn serve_one(a: ServeArgs) -> Result<(), String> {
     drop(source);
     let store =
         Arc::try_unwrap(store).map_err(|_| "a connection still holds the pool".to_string())?;
-    finish(store)?;
-    match sync_error {
-        Some(e) => Err(format!("txg sync failed, stopped serving: {e}")),
-        None => Ok(()),
+    close_after_serving(store, sync_error)
+}
+
+/// Closes the pool at the end of the service; the error says why the service failed: a
+/// txg sync, or a stop while the pool was suspended (that gave up the waiting txg, see
+/// `crate::suspension_watch`).
+fn close_after_serving(store: Store, sync_error: Option<String>) -> Result<(), String> {
+    let suspended = store.pool().io_suspended();
+    let closed = finish(store);
+    match (sync_error, closed) {
+        (Some(e), Ok(())) => Err(format!("txg sync failed, stopped serving: {e}")),
+        (Some(e), Err(c)) => Err(format!(
+            "txg sync failed, stopped serving: {e} (closing the pool failed too: {c})"
+        )),
+        (None, Err(c)) if suspended.is_some() => Err(format!(
+            "txg sync failed, stopped serving while the pool was suspended: {c}"
+        )),
+        (None, closed) => closed,
     }
 }
 

@@ -29,12 +29,10 @@ pub fn spawn(
         let pool = store.pool();
         while !done.load(Ordering::SeqCst) {
             std::thread::sleep(POLL);
-            let Some(why) = pool.io_suspended() else {
+            if pool.io_suspended().is_none() {
                 continue;
-            };
-            if pool.props().failmode == FailMode::Panic {
-                end_at_once(pool, &why);
             }
+            end_if_panic(pool);
             pool.flush_events();
             if stop.load(Ordering::SeqCst) {
                 pool.abandon_suspended_io();
@@ -43,9 +41,17 @@ pub fn spawn(
     })
 }
 
-/// `failmode=panic`: the process ends now, writing nothing more; the next import finds the
-/// last committed txg and replays the intent log.
-pub fn end_at_once(pool: &Pool, why: &str) -> ! {
+/// `failmode=panic` on a suspended pool: the process ends now, writing nothing more; the
+/// next import finds the last committed txg and replays the intent log.
+pub fn end_if_panic(pool: &Pool) {
+    if let Some(why) = pool.io_suspended() {
+        if pool.props().failmode == FailMode::Panic {
+            end_at_once(pool, &why);
+        }
+    }
+}
+
+fn end_at_once(pool: &Pool, why: &str) -> ! {
     pool.flush_events();
     eprintln!(
         "cairn: pool '{}' cannot write ({why}) and failmode=panic: the service ends now without writing anything more; bring the devices back, then `cairn import` replays what was acknowledged",

@@ -98,6 +98,71 @@ fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
     scrub_is_clean(&home);
 }
 
+/// A service stopped while its pool is suspended gives up the waiting txg and ends with
+/// the error; the pool opens again once the devices are back, with what was committed.
+#[test]
+fn stopping_a_suspended_service_gives_up_the_waiting_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = faulty_pool(dir.path(), &home);
+    let (mut service, log) = serve_logged(dir.path(), &home);
+    set_faults(&d, "fail_writes=1");
+    // The put waits with the pool, and fails when the service gives up.
+    let put = cairn_cmd(&home)
+        .args(["put", "/etc/hostname", "tank/extra"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    status_until(&home, "suspension", |st| st.contains("SUSPENDED"));
+    // SAFETY: sending SIGTERM to our own child process.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    assert!(!ended_within(&mut service, 30).success());
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("txg sync failed"), "{said}");
+    put.wait_with_output().unwrap();
+    set_faults(&d, "");
+    check_numbered(&home, 2);
+}
+
+/// `cairn serve tank` with its standard error in a file (returned).
+fn serve_logged(
+    dir: &std::path::Path,
+    home: &std::path::Path,
+) -> (std::process::Child, std::path::PathBuf) {
+    let log = dir.join("serve.log");
+    let service = cairn_cmd(home)
+        .args([
+            "serve",
+            "--sync-interval",
+            "0.5",
+            "--duration",
+            "300",
+            "tank",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for_socket(&home.join("run").join("tank.sock"));
+    (service, log)
+}
+
+/// Waits for `child` to end by itself within `secs` seconds.
+fn ended_within(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "the service did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// failmode=panic: the service ends at once, saying why; the pool opens again once the
 /// devices are back, with everything committed before, and scrubs clean.
 #[test]

@@ -18,6 +18,7 @@ pub mod reshape_in_use;
 pub mod spare_groups_in_use;
 pub mod spec;
 pub mod status;
+pub mod suspended_io;
 pub mod suspension;
 pub mod vdev_tree;
 

@@ -466,18 +466,8 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
     let any = |h: Health| leaves.iter().any(|c| Pool::leaf_health(c) == h);
     let name = pool.name();
     let health = pool.health();
-    if let Some(why) = pool.io_suspended() {
-        let failmode = pool.props().failmode.name();
-        return Some((
-            format!(
-                "One or more devices are faulted in response to IO failures: the pool's\n\
-                 \tI/O is suspended (failmode={failmode}): {why}"
-            ),
-            format!(
-                "Make sure the affected devices are connected, then run 'cairn clear {name}'\n\
-                 \t(the writes that wait are issued again; nothing is lost)."
-            ),
-        ));
+    if let Some(advice) = suspended_advice(pool) {
+        return Some(advice);
     }
     if health != Health::Online && health != Health::Degraded {
         return Some((
@@ -542,6 +532,23 @@ fn advice(pool: &Pool) -> Option<(String, String)> {
         });
     }
     None
+}
+
+/// The "status:" and "action:" lines of a suspended pool (`crate::suspension`).
+fn suspended_advice(pool: &Pool) -> Option<(String, String)> {
+    let why = pool.io_suspended()?;
+    let name = pool.name();
+    let failmode = pool.props().failmode.name();
+    Some((
+        format!(
+            "One or more devices are faulted in response to IO failures: the pool's\n\
+             \tI/O is suspended (failmode={failmode}): {why}"
+        ),
+        format!(
+            "Make sure the affected devices are connected, then run 'cairn clear {name}'\n\
+             \t(the writes that wait are issued again; nothing is lost)."
+        ),
+    ))
 }
 
 /// The "status:" and "action:" lines when hot spares stand in for failed leaves.

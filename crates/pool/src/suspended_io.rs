@@ -1,0 +1,169 @@
+//! The pool's side of a suspension (`crate::suspension` has the state and the rules):
+//! txg writes retried while the pool is suspended, `clear`'s resume, and what reports see.
+
+use std::time::{Duration, Instant};
+
+use cairn_vdev::{FailMode, VdevError};
+
+use crate::error::PoolError;
+use crate::pool::Pool;
+
+/// How long `clear` waits for the retried writes to say whether the devices are back.
+const VERDICT_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether `e` means devices are gone or refuse writes (not a bug, not a full pool): the
+/// errors a suspended pool waits out.
+pub fn is_device_loss(e: &PoolError) -> bool {
+    matches!(
+        e,
+        PoolError::Vdev(
+            VdevError::Missing { .. } | VdevError::Io { .. } | VdevError::TooManyFailures { .. }
+        ) | PoolError::Unavailable { .. }
+    )
+}
+
+impl Pool {
+    /// Lets txg writes wait for `cairn clear` when devices fail (the service does; a
+    /// one-shot command never sets it, so it gets the error).
+    pub fn set_resumable(&self, on: bool) {
+        self.suspension.lock().resumable = on;
+    }
+
+    /// Why the pool's I/O is suspended, if it is.
+    pub fn io_suspended(&self) -> Option<String> {
+        self.suspension.lock().reason.clone()
+    }
+
+    /// Runs `op`, a write of the open txg; while it fails because devices are lost and
+    /// the pool may wait (`failmode` wait or continue, a resumable owner), the pool is
+    /// suspended and `op` is run again after each `resume_io`.
+    pub fn retry_while_suspended<T>(
+        &self,
+        mut op: impl FnMut() -> Result<T, PoolError>,
+    ) -> Result<T, PoolError> {
+        let mut waited_on = None;
+        loop {
+            match op() {
+                Ok(v) => {
+                    if let Some(g) = waited_on {
+                        let mut s = self.suspension.lock();
+                        s.retried_ok = s.retried_ok.max(g);
+                        self.suspension.notify();
+                    }
+                    return Ok(v);
+                }
+                Err(e) if is_device_loss(&e) => {
+                    let Some(g) = self.suspend_io(&e) else {
+                        return Err(e);
+                    };
+                    if !self.wait_for_resume() {
+                        return Err(e);
+                    }
+                    waited_on = Some(g);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Marks a resumable pool suspended by `e` (once per suspension: an event). Returns the
+    /// suspension's generation, or None if this failure does not wait (`failmode=panic`,
+    /// whose service then ends, or a one-shot command, whose pool is not suspended).
+    fn suspend_io(&self, e: &PoolError) -> Option<u64> {
+        let failmode = self.props().failmode;
+        let mut s = self.suspension.lock();
+        if !s.resumable {
+            // A one-shot command: the error goes to its caller, the pool is not suspended.
+            return None;
+        }
+        let newly = s.reason.is_none();
+        if newly {
+            s.generation += 1;
+            s.reason = Some(e.to_string());
+            self.suspension.notify();
+        }
+        let waits = !s.abandoned && failmode != FailMode::Panic;
+        let generation = s.generation;
+        drop(s);
+        if newly {
+            self.post_event(
+                "ereport.fs.zfs.io_failure",
+                None,
+                &[
+                    ("failmode", failmode.name().to_string()),
+                    ("error", e.to_string()),
+                ],
+            );
+        }
+        waits.then_some(generation)
+    }
+
+    /// Waits until the pool is resumed (true) or abandoned (false).
+    fn wait_for_resume(&self) -> bool {
+        let mut s = self.suspension.lock();
+        while s.reason.is_some() && !s.abandoned {
+            s = self.suspension.wait(s);
+        }
+        !s.abandoned
+    }
+
+    /// Lets the waiting writes go again (`cairn clear`, after the devices were brought
+    /// back) and waits for their verdict: Ok when one succeeded or none was waiting, an
+    /// error when they failed again (the pool stays suspended).
+    pub fn resume_io(&self) -> Result<(), PoolError> {
+        let mut s = self.suspension.lock();
+        if s.reason.take().is_none() {
+            return Ok(());
+        }
+        let g = s.generation;
+        self.suspension.notify();
+        let deadline = Instant::now() + VERDICT_WAIT;
+        while s.retried_ok < g && s.generation == g && !s.abandoned {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // Still writing: the devices take the retried writes so far.
+                return Ok(());
+            }
+            s = self.suspension.wait_timeout(s, left);
+        }
+        match s.reason.clone() {
+            Some(why) if s.generation > g => {
+                drop(s);
+                Err(self.still_suspended(why))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `error` of a `clear` that could not bring the devices back, saying so when the
+    /// pool is suspended (it stays so).
+    pub(crate) fn still_suspended(&self, error: impl std::fmt::Display) -> PoolError {
+        PoolError::Unavailable {
+            pool: self.name().to_string(),
+            why: format!(
+                "its I/O is still suspended: {error}; bring the devices back, then run `cairn clear {}` again",
+                self.name()
+            ),
+        }
+    }
+
+    /// Ends every wait for good (the owner stops): waiting writes fail with their error.
+    pub fn abandon_suspended_io(&self) {
+        self.suspension.lock().abandoned = true;
+        self.suspension.notify();
+    }
+}
+
+impl Pool {
+    /// Under `failmode=continue`, why new writes and flushes fail now (the pool is
+    /// suspended); None when they may go on (or wait, under `wait`).
+    pub fn refuses_new_writes(&self) -> Option<String> {
+        let why = self.io_suspended()?;
+        (self.props().failmode == FailMode::Continue).then(|| {
+            format!(
+                "its I/O is suspended ({why}) and failmode=continue: bring the devices back, then run `cairn clear {}`",
+                self.name()
+            )
+        })
+    }
+}
