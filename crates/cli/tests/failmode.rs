@@ -7,7 +7,9 @@ mod support;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::served::{check_numbered, put_numbered, scrub_is_clean, serve, wait_for_socket};
+use support::served::{
+    check_numbered, put_numbered, scrub_is_clean, serve, status_when, wait_for_socket,
+};
 use support::{cairn, cairn_cmd, fails, files, ok, MIB};
 
 /// Sets what the fault leaves over `paths` fail ("" for nothing) and waits until they
@@ -31,18 +33,6 @@ fn faulty_pool(dir: &std::path::Path, home: &std::path::Path) -> Vec<String> {
     d
 }
 
-fn status_until(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let start = Instant::now();
-    loop {
-        let st = ok(&cairn(home, &["status", "tank"]));
-        if done(&st) {
-            return st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no {what}: {st}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// failmode=wait (the default): a `put` while both sides refuse writes leaves the pool
 /// SUSPENDED (status, list, status -x, an io_failure event); `clear` before the devices
 /// are back says the pool stays suspended; after, it resumes: the put completes, every
@@ -64,7 +54,7 @@ fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = status_until(&home, "suspension", |st| st.contains("SUSPENDED"));
+    let st = status_when(&home, "suspension", |st| st.contains("SUSPENDED"));
     assert!(
         st.contains("I/O is suspended (failmode=wait)") && st.contains("'cairn clear tank'"),
         "{st}"
@@ -77,7 +67,7 @@ fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
     assert!(e.contains("still suspended"), "{e}");
     set_faults(&d, "");
     ok(&cairn(&home, &["clear", "tank"]));
-    let st = status_until(&home, "resume", |st| !st.contains("SUSPENDED"));
+    let st = status_when(&home, "resume", |st| !st.contains("SUSPENDED"));
     assert!(!st.contains("I/O is suspended"), "{st}");
     let out = put.wait_with_output().unwrap();
     assert!(
@@ -114,7 +104,7 @@ fn stopping_a_suspended_service_gives_up_the_waiting_txg() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    status_until(&home, "suspension", |st| st.contains("SUSPENDED"));
+    status_when(&home, "suspension", |st| st.contains("SUSPENDED"));
     // SAFETY: sending SIGTERM to our own child process.
     unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
     assert!(!ended_within(&mut service, 30).success());
@@ -171,21 +161,7 @@ fn under_panic_the_service_ends_at_once() {
     let home = dir.path().join("home");
     let d = faulty_pool(dir.path(), &home);
     ok(&cairn(&home, &["set", "failmode=panic", "tank"]));
-    let log = dir.path().join("serve.log");
-    let mut service = cairn_cmd(&home)
-        .args([
-            "serve",
-            "--sync-interval",
-            "0.5",
-            "--duration",
-            "300",
-            "tank",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_for_socket(&home.join("run").join("tank.sock"));
+    let (mut service, log) = serve_logged(dir.path(), &home);
     set_faults(&d, "fail_writes=1");
     // The put may fail (the service ends under it) or not (it ended after); either way the
     // service must end by itself.

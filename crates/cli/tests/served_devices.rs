@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::served::{
     check_numbered, put_numbered, scrub_is_clean, serve, serve_with, start_and_wait_for,
-    while_putting,
+    status_when, while_putting,
 };
 use support::{
     cairn, fails, files, grow_files, ok, pool_size, pseudo_random, spare_state, state_of, MIB,
@@ -360,20 +360,6 @@ fn export_and_import(home: &std::path::Path, dir: &std::path::Path) {
         home,
         &["import", "-d", dir.to_str().unwrap(), "tank"],
     ));
-}
-
-/// Waits (up to 60 s) until `done` holds for `status` of `tank` (`what` says what is
-/// awaited); returns that status.
-fn status_when(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let start = std::time::Instant::now();
-    loop {
-        let st = ok(&cairn(home, &["status", "tank"]));
-        if done(&st) {
-            return st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no {what}: {st}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn nothing_to_resilver(st: &str) -> bool {

@@ -131,3 +131,17 @@ pub fn start_and_wait_for(home: &Path, args: &[&str], status_says: &str) -> Chil
     }
     child
 }
+
+/// Waits (up to 60 s) until `done` holds for `status` of `tank` (`what` says what is
+/// awaited); returns that status.
+pub fn status_when(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        let st = ok(&cairn(home, &["status", "tank"]));
+        if done(&st) {
+            return st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no {what}: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
