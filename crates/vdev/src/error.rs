@@ -36,7 +36,7 @@ pub enum VdevError {
         #[source]
         source: crate::label::LabelError,
     },
-    #[error("{vdev}: block at offset {offset}: {failed} of its columns failed and this vdev can rebuild only {parity}")]
+    #[error("{vdev}: block at offset {offset}: {failed} of its devices failed; it survives the loss of at most {parity}")]
     TooManyFailures {
         vdev: String,
         offset: u64,
