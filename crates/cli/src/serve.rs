@@ -639,9 +639,12 @@ fn run_until_stopped(
         }
         if last_sync.elapsed() >= interval {
             last_sync = Instant::now();
-            if store.is_dirty() {
+            // A suspended pool (failmode=continue) keeps its txg until `cairn clear`.
+            if store.is_dirty() && store.pool().io_suspended().is_none() {
                 if let Err(e) = store.sync() {
-                    return Some(e.to_string());
+                    if store.pool().io_suspended().is_none() {
+                        return Some(e.to_string());
+                    }
                 }
             }
         }

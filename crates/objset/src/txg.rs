@@ -412,6 +412,11 @@ impl StoreCore {
         // A txg's writes are async writes in `iostat -q`/`-w`, even when a scrub or an
         // intent log commit is what asked for the sync.
         let _io = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::AsyncWrite);
+        // Under failmode=continue a pool that cannot take writes is suspended before
+        // anything changes: the sync fails at once and the store stays readable.
+        if self.pool.suspend_unless_writable().is_err() {
+            self.refuse_if_suspended()?;
+        }
         self.take_back_background_batch(st);
         // Blocks freed two txgs ago are no longer referenced by any kept uberblock. Wait for
         // readers still fetching blocks they looked up earlier (and for a background batch

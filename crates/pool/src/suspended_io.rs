@@ -11,6 +11,11 @@ use crate::pool::Pool;
 /// How long `clear` waits for the retried writes to say whether the devices are back.
 const VERDICT_WAIT: Duration = Duration::from_secs(10);
 
+/// Where `probe_writes` writes: the start of the 3.5 MiB each leaf keeps after its front
+/// labels (ZFS's boot reserve), which holds nothing.
+const PROBE_OFFSET: u64 = 2 * cairn_geometry::LABEL_SIZE;
+const _: () = assert!(PROBE_OFFSET + (1 << 16) <= cairn_geometry::LEAF_DATA_START);
+
 /// Whether `e` means devices are gone or refuse writes (not a bug, not a full pool): the
 /// errors a suspended pool waits out.
 pub fn is_device_loss(e: &PoolError) -> bool {
@@ -27,6 +32,57 @@ impl Pool {
     /// one-shot command never sets it, so it gets the error).
     pub fn set_resumable(&self, on: bool) {
         self.suspension.lock().resumable = on;
+    }
+
+    /// Whether every data top-level vdev takes a write now: one sector of zeros into each
+    /// usable leaf's reserved area; a vdev fails when more leaves refuse than it survives.
+    /// (Under `failmode=continue` a txg sync asks first, so that a pool that cannot write
+    /// is suspended before the sync changes anything and the store stays readable; `clear`
+    /// asks before it resumes.)
+    pub fn probe_writes(&self) -> Result<(), PoolError> {
+        for top in self.tops.iter().filter(|t| !t.is_log() && !t.is_hole()) {
+            let zeros = vec![0u8; top.sector() as usize];
+            let failed = top
+                .children
+                .iter()
+                .filter(|c| {
+                    let took = c.is_usable()
+                        && c.leaf
+                            .as_ref()
+                            .is_some_and(|l| l.write_at(&zeros, PROBE_OFFSET).is_ok());
+                    !took
+                })
+                .count();
+            let survives = match top.shape() {
+                cairn_geometry::VdevShape::Mirror { .. } => top.children.len() - 1,
+                shape => shape.redundancy(),
+            };
+            if failed > survives {
+                return Err(PoolError::Vdev(VdevError::TooManyFailures {
+                    vdev: top.display_name(),
+                    offset: PROBE_OFFSET,
+                    failed,
+                    parity: survives,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Under `failmode=continue` in a pool that can be resumed: suspends the pool if it
+    /// cannot take writes now (`probe_writes`), before a txg sync starts; the error says
+    /// why. A sync that fails later than this waits as under `wait`.
+    pub fn suspend_unless_writable(&self) -> Result<(), PoolError> {
+        let probing = {
+            let s = self.suspension.lock();
+            s.resumable && !s.abandoned
+        };
+        if !probing || self.props().failmode != FailMode::Continue {
+            return Ok(());
+        }
+        self.probe_writes().inspect_err(|e| {
+            self.suspend_io(e);
+        })
     }
 
     /// Why the pool's I/O is suspended, if it is.
@@ -101,9 +157,11 @@ impl Pool {
     /// Waits until the pool is resumed (true) or abandoned (false).
     fn wait_for_resume(&self) -> bool {
         let mut s = self.suspension.lock();
+        s.waiting += 1;
         while s.reason.is_some() && !s.abandoned {
             s = self.suspension.wait(s);
         }
+        s.waiting -= 1;
         !s.abandoned
     }
 
@@ -111,8 +169,18 @@ impl Pool {
     /// back) and waits for their verdict: Ok when one succeeded or none was waiting, an
     /// error when they failed again (the pool stays suspended).
     pub fn resume_io(&self) -> Result<(), PoolError> {
+        if self.io_suspended().is_none() {
+            return Ok(());
+        }
+        self.probe_writes().map_err(|e| self.still_suspended(e))?;
         let mut s = self.suspension.lock();
         if s.reason.take().is_none() {
+            return Ok(());
+        }
+        if s.waiting == 0 {
+            // Nothing waits (under `continue` the suspension came before a sync began):
+            // the probe was the verdict.
+            self.suspension.notify();
             return Ok(());
         }
         let g = s.generation;

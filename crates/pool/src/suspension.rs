@@ -29,6 +29,8 @@ pub(crate) struct State {
     pub(crate) generation: u64,
     /// The newest suspension whose retried write succeeded.
     pub(crate) retried_ok: u64,
+    /// Writes waiting for a resume now.
+    pub(crate) waiting: usize,
     /// Suspensions may wait (someone can resume them).
     pub(crate) resumable: bool,
     /// No more waiting: the owner is going away.
