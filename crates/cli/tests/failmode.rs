@@ -8,7 +8,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::served::{
-    check_numbered, put_numbered, scrub_is_clean, serve, status_when, wait_for_socket,
+    check_numbered, export_and_import, put_numbered, scrub_is_clean, serve, status_when,
+    wait_for_socket,
 };
 use support::{cairn, cairn_cmd, fails, files, ok, MIB};
 
@@ -79,11 +80,7 @@ fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
     let events = ok(&cairn(&home, &["events"]));
     assert!(events.contains("io_failure"), "{events}");
     served.stop();
-    ok(&cairn(&home, &["export", "tank"]));
-    ok(&cairn(
-        &home,
-        &["import", "-d", dir.path().to_str().unwrap(), "tank"],
-    ));
+    export_and_import(&home, dir.path());
     check_numbered(&home, 3);
     scrub_is_clean(&home);
 }

@@ -7,8 +7,8 @@ mod support;
 use std::time::Duration;
 
 use support::served::{
-    check_numbered, put_numbered, scrub_is_clean, serve, serve_with, start_and_wait_for,
-    status_when, while_putting,
+    check_numbered, export_and_import, put_numbered, scrub_is_clean, serve, serve_with,
+    start_and_wait_for, status_when, while_putting,
 };
 use support::{
     cairn, fails, files, grow_files, ok, pool_size, pseudo_random, spare_state, state_of, MIB,
@@ -351,15 +351,6 @@ fn a_spare_added_in_the_service_takes_over_a_failing_leaf() {
     let st = ok(&cairn(&home, &["status", "tank"]));
     assert!(st.contains("spare-0") && st.contains("INUSE"), "{st}");
     check_numbered(&home, 8);
-}
-
-/// Exports `tank` (the service stopped) and imports it again from the files in `dir`.
-fn export_and_import(home: &std::path::Path, dir: &std::path::Path) {
-    ok(&cairn(home, &["export", "tank"]));
-    ok(&cairn(
-        home,
-        &["import", "-d", dir.to_str().unwrap(), "tank"],
-    ));
 }
 
 fn nothing_to_resilver(st: &str) -> bool {

@@ -10,11 +10,14 @@ impl StoreCore {
 
     /// Bytes allocated in `zfs list` units (asize × deflate ratio / 512, per vdev).
     pub(crate) fn deflated_alloc(&self, st: &State) -> u64 {
-        st.alloc
-            .vdevs
-            .iter()
+        self.deflated(st.alloc.vdevs.iter().map(|v| v.allocated_bytes()))
+    }
+
+    /// Raw allocated bytes per top-level vdev, in zfs list units.
+    fn deflated(&self, per_top: impl Iterator<Item = u64>) -> u64 {
+        per_top
             .zip(self.pool.deflate_ratios())
-            .map(|(v, ratio)| (v.allocated_bytes() >> 9) * ratio)
+            .map(|(bytes, ratio)| (bytes >> 9) * ratio)
             .sum()
     }
 
@@ -57,12 +60,8 @@ impl StoreCore {
             ),
             // Suspended (a sync waits for `cairn clear`): the last committed txg's figures.
             None => {
-                let per_top = self.pool.allocated_noted();
-                let used = per_top
-                    .iter()
-                    .zip(self.pool.deflate_ratios())
-                    .map(|(a, ratio)| (a >> 9) * ratio)
-                    .sum();
+                let per_top = self.pool.allocated_per_top();
+                let used = self.deflated(per_top.iter().copied());
                 (per_top.iter().sum(), used, 0)
             }
         };

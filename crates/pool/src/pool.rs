@@ -937,11 +937,7 @@ impl Pool {
     }
 
     /// Bytes allocated per top-level vdev as of the last committed txg (`note_allocated`).
-    pub fn allocated_noted(&self) -> Vec<u64> {
-        self.allocated_per_top()
-    }
-
-    pub(crate) fn allocated_per_top(&self) -> Vec<u64> {
+    pub fn allocated_per_top(&self) -> Vec<u64> {
         self.allocated
             .lock()
             .unwrap_or_else(|p| p.into_inner())

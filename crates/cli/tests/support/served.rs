@@ -145,3 +145,12 @@ pub fn status_when(home: &std::path::Path, what: &str, done: impl Fn(&str) -> bo
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Exports `tank` (the service stopped) and imports it again from the files in `dir`.
+pub fn export_and_import(home: &std::path::Path, dir: &std::path::Path) {
+    ok(&cairn(home, &["export", "tank"]));
+    ok(&cairn(
+        home,
+        &["import", "-d", dir.to_str().unwrap(), "tank"],
+    ));
+}
