@@ -12,7 +12,8 @@
 //! Objects are numbered pool-wide, so a clone gets objects of its own: a copy of each
 //! dnode of the snapshot (same block trees), and new directories listing the new ids (a
 //! directory's entries name objects). Taking a clone therefore costs time in proportion to
-//! the number of files and the size of the directories, not to the data. Which copy each
+//! the number of files and the size of the directories, not to the data. The copy is made
+//! under the state lock, so one txg holds all of it (no sync sees half a clone). Which copy each
 //! object became is kept (the clone map, `crate::id_map`) for `send -i ORIGIN CLONE@SNAP`.
 //! The origin snapshot cannot be destroyed while a clone of it exists; `promote`
 //! (`crate::promote`) turns the roles around.
@@ -68,7 +69,8 @@ impl StoreCore {
         made
     }
 
-    /// Gives the new dataset `target` copies of the snapshot's objects.
+    /// Gives the new dataset `target` copies of the snapshot's objects, in one txg (the
+    /// state lock is held throughout, so no sync sees half a copy).
     fn copy_snapshot_into(
         &self,
         v: &SnapshotView,
@@ -76,39 +78,39 @@ impl StoreCore {
         rec: &crate::snapshot::SnapshotRecord,
         root: &Dnode,
     ) -> Result<(), StoreError> {
-        let ds = self
-            .datasets()
-            .by_name(target)
-            .cloned()
-            .expect("just created");
-        let mut copy = Copy {
-            map: HashMap::from([(v.root, ds.object)]),
-            dirs: Default::default(),
-        };
-        {
-            let mut st = self.lock();
-            self.take_dnode(&mut st, ds.object, root, ds.id, &mut copy)?;
-            self.copy_xattr_object(&mut st, v, root, ds.id, &mut copy)?;
-        }
-        if root.kind == ObjectKind::Directory {
-            self.copy_directory(v, v.root, ds.object, ds.id, &mut copy)?;
-        }
         let mut st = self.lock();
-        self.link_xattrs(&mut st, &copy.map, v)?;
+        let ds = st.datasets.by_name(target).cloned().expect("just created");
+        let mut copy = Copy::new(v.root, ds.object);
+        self.copy_snapshot_locked(&mut st, v, root, ds.id, &mut copy)?;
         let d = st.datasets.by_id_mut(ds.id).expect("just created");
         d.props.insert(ORIGIN_PROP.into(), v.name.clone());
         // The snapshot's directory blocks are not the clone's: it has new directories.
-        let (used, logical, physical) = copy.dirs;
         d.props
-            .insert(ORIGIN_RELEASED_PROP.into(), used.to_string());
-        (d.used, d.logical, d.physical) = (
-            rec.referenced.saturating_sub(used),
-            rec.logical.saturating_sub(logical),
-            rec.physical.saturating_sub(physical),
-        );
+            .insert(ORIGIN_RELEASED_PROP.into(), copy.dirs.0.to_string());
+        copy.set_space(d, rec);
         st.datasets_dirty = true;
         drop(st);
         self.save_clone_map(ds.id, copy.map)
+    }
+
+    /// Makes dataset `dataset` show snapshot `v`: its root object (`copy.map[v.root]`)
+    /// takes the snapshot root `root`, and every object below gets a copy (directories
+    /// with new entries). On an error the objects made so far are in `copy.map`.
+    pub(crate) fn copy_snapshot_locked(
+        &self,
+        st: &mut State,
+        v: &SnapshotView,
+        root: &Dnode,
+        dataset: u32,
+        copy: &mut Copy,
+    ) -> Result<(), StoreError> {
+        let to = copy.map[&v.root];
+        self.take_dnode(st, to, root, dataset, copy)?;
+        self.copy_xattr_object(st, v, root, dataset, copy)?;
+        if root.kind == ObjectKind::Directory {
+            self.copy_directory(st, v, v.root, to, dataset, copy)?;
+        }
+        self.link_xattrs(st, &copy.map, v)
     }
 
     /// Keeps which object of the clone each object of the origin snapshot became: an
@@ -204,27 +206,26 @@ impl StoreCore {
     /// Copies directory `from` (of the snapshot) into `to` (of the clone), depth first.
     fn copy_directory(
         &self,
+        st: &mut State,
         v: &SnapshotView,
         from: u64,
         to: u64,
         dataset: u32,
         copy: &mut Copy,
     ) -> Result<(), StoreError> {
-        for (name, entry) in self.snapshot_read_dir(v, from)? {
+        let dnode = snapshot_dnode_of(self, st, v, from)?;
+        for (name, entry) in self.snapshot_dir_entries(from, dnode)? {
             let (child, new) = match copy.map.get(&entry.object) {
                 Some(&id) => (id, false),
-                None => (self.copy_object(v, entry.object, dataset, copy)?, true),
+                None => (self.copy_object(st, v, entry.object, dataset, copy)?, true),
             };
-            {
-                let mut st = self.lock();
-                let e = DirEntry {
-                    object: child,
-                    kind: entry.kind,
-                };
-                self.dir_insert(&mut st, to, &name, e)?;
-            }
+            let e = DirEntry {
+                object: child,
+                kind: entry.kind,
+            };
+            self.dir_insert(st, to, &name, e)?;
             if new && entry.kind == ObjectKind::Directory {
-                self.copy_directory(v, entry.object, child, dataset, copy)?;
+                self.copy_directory(st, v, entry.object, child, dataset, copy)?;
             }
         }
         Ok(())
@@ -233,17 +234,17 @@ impl StoreCore {
     /// A new object of the clone for snapshot object `id` (and its xattr object).
     fn copy_object(
         &self,
+        st: &mut State,
         v: &SnapshotView,
         id: u64,
         dataset: u32,
         copy: &mut Copy,
     ) -> Result<u64, StoreError> {
-        let dn = self.snapshot_dnode(v, id)?;
-        let mut st = self.lock();
-        let new = self.create_object_locked(&mut st, dn.kind, dataset, dn.block_size)?;
-        self.take_dnode(&mut st, new, &dn, dataset, copy)?;
+        let dn = snapshot_dnode_of(self, st, v, id)?;
+        let new = self.create_object_locked(st, dn.kind, dataset, dn.block_size)?;
         copy.map.insert(id, new);
-        self.copy_xattr_object(&mut st, v, &dn, dataset, copy)?;
+        self.take_dnode(st, new, &dn, dataset, copy)?;
+        self.copy_xattr_object(st, v, &dn, dataset, copy)?;
         Ok(new)
     }
 
@@ -276,9 +277,34 @@ impl StoreCore {
 
 /// What a clone copy has done: snapshot ids → the clone's, and the space of the snapshot's
 /// directories (used, logical, physical), which the clone does not share.
-struct Copy {
-    map: HashMap<u64, u64>,
-    dirs: (u64, u64, u64),
+pub(crate) struct Copy {
+    pub(crate) map: HashMap<u64, u64>,
+    pub(crate) dirs: (u64, u64, u64),
+}
+
+impl Copy {
+    /// A copy whose root `from` (the snapshot's) becomes object `to`.
+    pub(crate) fn new(from: u64, to: u64) -> Copy {
+        Copy {
+            map: HashMap::from([(from, to)]),
+            dirs: (0, 0, 0),
+        }
+    }
+
+    /// The copy's space before the sync writes its directories (which adds theirs): the
+    /// snapshot's, less its directories.
+    pub(crate) fn set_space(
+        &self,
+        ds: &mut crate::dataset::Dataset,
+        rec: &crate::snapshot::SnapshotRecord,
+    ) {
+        let (used, logical, physical) = self.dirs;
+        (ds.used, ds.logical, ds.physical) = (
+            rec.referenced.saturating_sub(used),
+            rec.logical.saturating_sub(logical),
+            rec.physical.saturating_sub(physical),
+        );
+    }
 }
 
 /// Snapshot object `id`, under the state lock already held.

@@ -39,6 +39,7 @@ pub mod receive;
 pub(crate) mod receive_clone;
 pub mod rename;
 pub mod resilver;
+mod rollback_moved;
 pub mod root;
 pub mod scan_state;
 pub mod scrub;

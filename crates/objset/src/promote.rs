@@ -33,11 +33,11 @@
 //!   before that origin's txg are its, listed by nobody, and each side's
 //!   `cairn:origin-released` is counted from the blocks its head still holds.
 //!
-//! One txg: a crash leaves the pool before or after the promote. Limits: a clone's
-//! snapshot name that the origin's moved snapshots also use is refused; the moved snapshots cannot be rolled back to, and
-//! only the newest (the one the dataset was cloned from) is the base of an incremental or
-//! a diff to a snapshot taken after the promote, through the clone map
-//! (`crate::clone_send`).
+//! One txg: a crash leaves the pool before or after the promote. A rollback to a moved
+//! snapshot copies it in, as a clone (`crate::rollback_moved`). Limits: a clone's snapshot
+//! name that the origin's moved snapshots also use is refused; only the newest moved
+//! snapshot (the one the dataset was cloned from) is the base of an incremental or a diff
+//! to a snapshot taken after the promote, through the clone map (`crate::clone_send`).
 
 use std::collections::HashMap;
 

@@ -435,18 +435,12 @@ impl StoreCore {
 
     /// `cairn rollback [-r] POOL/DS@NAME`: the dataset becomes what the snapshot shows.
     /// Only to the newest snapshot, unless `destroy_newer` destroys the ones after it (as
-    /// `zfs rollback -r`). The dataset must not be in use (mounted or exported).
+    /// `zfs rollback -r`). The dataset must not be in use (mounted or exported). A
+    /// snapshot that came by `promote` is copied in (`crate::rollback_moved`).
     pub fn snapshot_rollback(&self, full: &str, destroy_newer: bool) -> Result<(), StoreError> {
         let mut st = self.wait_for_writer(self.lock());
         let rec = find_snapshot(&st, full)?;
         let (ds_name, id) = (full.split_once('@').expect("checked").0, rec.dataset);
-        if rec.root != 0 {
-            return Err(StoreError::NotPermitted(format!(
-                "{full} came to {ds_name} by `promote` and shows other objects than \
-                 {ds_name}'s; rolling back to it is not built: `cairn clone {full} NEW` \
-                 gives a writable copy of it"
-            )));
-        }
         let newer: Vec<SnapshotRecord> = st
             .datasets
             .snapshots
@@ -469,6 +463,13 @@ impl StoreCore {
             self.destroy_snapshot_locked(&mut st, r)?;
         }
         self.sync_locked(&mut st)?;
+        if rec.root != 0 {
+            // It came by `promote` and shows objects under other ids than the dataset's.
+            let ids = self.rollback_to_moved(&mut st, full, &rec)?;
+            drop(st);
+            self.save_clone_map(rec.dataset, ids)?;
+            return self.sync().map(|_| ());
+        }
         self.restore_locked(&mut st, &rec)?;
         self.sync_locked(&mut st)?;
         self.settle_rolled_back(&mut st, &rec)
@@ -570,7 +571,7 @@ fn merge_overrides_into_previous(st: &mut State, rec: &SnapshotRecord) {
 }
 
 /// Replaces object `id`'s state in the open txg by `dnode` (forgetting what was cached).
-fn restore_object(st: &mut State, id: u64, dnode: Dnode) {
+pub(crate) fn restore_object(st: &mut State, id: u64, dnode: Dnode) {
     st.dirs.forget(id);
     st.cache.retain(|&(o, _, _), _| o != id);
     let mut obj = ObjectState::new(dnode);
@@ -582,7 +583,7 @@ fn restore_object(st: &mut State, id: u64, dnode: Dnode) {
 /// Collects the copies of every block of a tree born after `txg`. A block born at or
 /// before it is shared with the snapshot of that txg, and so is everything below it (a
 /// block is never older than its children), so the walk skips it whole.
-fn free_born_after(
+pub(crate) fn free_born_after(
     pool: &Pool,
     bp: &BlockPointer,
     levels: u8,

@@ -128,6 +128,17 @@ impl StoreCore {
     ) -> Result<Vec<(String, DirEntry)>, StoreError> {
         let dnode = self.snapshot_dnode(v, dir)?;
         let _gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
+        self.snapshot_dir_entries(dir, dnode)
+    }
+
+    /// The entries of snapshot directory `dir` whose dnode is `dnode`, in name order. The
+    /// caller keeps its blocks from being freed meanwhile: it holds the read gate or the
+    /// state lock (without which no sync runs).
+    pub(crate) fn snapshot_dir_entries(
+        &self,
+        dir: u64,
+        dnode: Dnode,
+    ) -> Result<Vec<(String, DirEntry)>, StoreError> {
         match open_dir(&self.pool, dir, dnode)? {
             SnapDir::Small(d) => Ok(d.entries.into_iter().collect()),
             SnapDir::Hashed(mut h) => {

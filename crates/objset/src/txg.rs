@@ -297,11 +297,14 @@ impl TxgSync<'_> {
             self.write_object(0, meta_props)?;
         }
         self.st.meta.dnode_dirty = false;
+        // An id is used again only if no snapshot may show it: a rollback may put a
+        // snapshotted dataset's object back under its id, and a snapshot that came by
+        // `promote` shows ids of another dataset, which may free them meanwhile.
+        let promoted = self.st.datasets.snapshots.has_promoted();
         for id in &dnode_ids {
             if self.st.objects.get(id).is_some_and(|o| o.freeing) {
                 let obj = self.st.objects.remove(id).expect("checked");
-                // A rollback may put a snapshotted dataset's object back under its id.
-                if self.st.datasets.snapshots.floor(obj.dnode.dataset) == 0 {
+                if self.st.datasets.snapshots.floor(obj.dnode.dataset) == 0 && !promoted {
                     self.st.free_objects.insert(*id);
                 }
             }
