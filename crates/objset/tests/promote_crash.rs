@@ -1,6 +1,6 @@
 //! Power cuts around `promote` (issue 16): the pool's leaves stop persisting at leaf write
-//! N, for N spread over a workload of clone, promote, writes on both sides, snapshots and
-//! destroys; after a normal import the pool holds exactly a state some txg committed — each
+//! N, for N spread over a workload of clone, promote, writes on both sides, snapshots, a
+//! rollback to a moved snapshot and destroys; after a normal import the pool holds exactly a state some txg committed — each
 //! dataset's files, its snapshots with their contents, its origin — and scrub finds nothing.
 
 mod common;
@@ -126,6 +126,19 @@ fn workload(store: &Store, power: &PowerCut, c: &mut Committed) -> Result<(), St
     store.sync()?;
     note(store, power, &m, c);
     snapshot(store, &mut m, "tank/c", "t")?;
+    note(store, power, &m, c);
+
+    // A rollback to a snapshot that came by the promote (`crate::rollback_moved`).
+    let data = write(store, "tank/c/x", 14)?;
+    ds(&mut m, "tank/c").live.insert("x".into(), data);
+    store.sync()?;
+    note(store, power, &m, c);
+    store.snapshot_destroy("tank/c@t")?;
+    ds(&mut m, "tank/c").snaps.remove("t");
+    note(store, power, &m, c);
+    store.snapshot_rollback("tank/c@s1", false)?;
+    let cm = ds(&mut m, "tank/c");
+    cm.live = cm.snaps["s1"].clone();
     note(store, power, &m, c);
     store.dataset_destroy("tank/fs", true)?;
     m.remove("tank/fs");
