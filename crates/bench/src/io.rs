@@ -42,6 +42,11 @@ pub struct IoBenchArgs {
     /// keeps fletcher4).
     #[arg(long, default_value = "fletcher4")]
     pub checksum: String,
+    /// The pool's failmode, in a pool held as by the service (resumable): under `continue`
+    /// every txg sync first copies the store's state, so that a sync that loses its devices
+    /// part-way can be undone. Not for zfs-fuse.
+    #[arg(long, default_value = "wait", value_parser = ["wait", "continue"])]
+    pub failmode: String,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -56,6 +61,8 @@ pub struct IoResult {
     pub layout: String,
     /// Checksum of the data blocks.
     pub checksum: String,
+    /// cairn's pool failmode (`wait` for zfs-fuse).
+    pub failmode: String,
     pub bytes: u64,
     pub write_mbs: f64,
     pub read_mbs: f64,
@@ -178,6 +185,7 @@ pub(crate) fn make_leaves(dir: &Path, n: usize, size: u64) -> Result<Vec<PathBuf
 struct Case<'a> {
     layout: &'a str,
     checksum: &'a str,
+    failmode: &'a str,
     bytes: u64,
     pattern: &'a [u8],
 }
@@ -189,6 +197,12 @@ impl Case<'_> {
             engine: engine.into(),
             layout: self.layout.into(),
             checksum: self.checksum.into(),
+            failmode: if engine == "cairn" {
+                self.failmode
+            } else {
+                "wait"
+            }
+            .into(),
             bytes: self.bytes,
             write_mbs: self.bytes as f64 / 1e6 / write.secs,
             read_mbs: read_bytes as f64 / 1e6 / read.secs,
@@ -244,7 +258,7 @@ fn text(e: impl std::fmt::Display) -> String {
 fn bench_cairn(dir: &Path, case: &Case) -> Result<IoResult, String> {
     let tokens = make_layout(dir, case.layout, case.bytes)?;
     let home = Home::at(dir.join("home"));
-    let store = create_bench_store(&home, &tokens, case.checksum)?;
+    let store = create_bench_store(&home, &tokens, case)?;
     let file = store.resolve("bench/file").map_err(text)?;
     let ((), write) = timed(|| write_to_store(&store, &file, case))?;
     let pool = store.close().map_err(text)?;
@@ -258,19 +272,22 @@ fn bench_cairn(dir: &Path, case: &Case) -> Result<IoResult, String> {
     Ok(case.result("cairn", write, case.bytes, read))
 }
 
-/// The pool `bench` over `tokens`, its root file system lz4-compressed and checksummed with
-/// `checksum`, holding the empty file `bench/file`.
-fn create_bench_store(home: &Home, tokens: &[String], checksum: &str) -> Result<Store, String> {
+/// The pool `bench` over `tokens` with the case's failmode (resumable, as in the service),
+/// its root file system lz4-compressed and checksummed with the case's checksum, holding
+/// the empty file `bench/file`.
+fn create_bench_store(home: &Home, tokens: &[String], case: &Case) -> Result<Store, String> {
     let pool = Pool::create(home, "bench", tokens, CreateOptions::default())
         .map_err(text)?
         .pool
         .ok_or("dry run")?;
+    pool.set_resumable(true);
+    pool.set_property("failmode", case.failmode).map_err(text)?;
     let store = Store::open(pool).map_err(text)?;
     store
         .set_property("bench", "compression", "lz4")
         .map_err(text)?;
     store
-        .set_property("bench", "checksum", checksum)
+        .set_property("bench", "checksum", case.checksum)
         .map_err(text)?;
     store.create_file("bench/file", true).map_err(text)?;
     Ok(store)
@@ -464,6 +481,7 @@ pub fn run(a: &IoBenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         let case = Case {
             layout,
             checksum: &a.checksum,
+            failmode: &a.failmode,
             bytes,
             pattern: &pattern,
         };
@@ -536,10 +554,11 @@ fn print_report(report: &Report, sparse: bool) {
         }
     );
     println!(
-        "{:<9} {:<10} {:<9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "{:<9} {:<10} {:<9} {:<8} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}",
         "engine",
         "layout",
         "checksum",
+        "failmode",
         "MiB",
         "write MB/s",
         "read MB/s",
@@ -549,10 +568,11 @@ fn print_report(report: &Report, sparse: bool) {
     );
     for r in &report.results {
         println!(
-            "{:<9} {:<10} {:<9} {:>8} {:>10.0} {:>10.0} {:>8.1}s {:>8.1}s {:>6.0}MiB",
+            "{:<9} {:<10} {:<9} {:<8} {:>8} {:>10.0} {:>10.0} {:>8.1}s {:>8.1}s {:>6.0}MiB",
             r.engine,
             r.layout,
             r.checksum,
+            r.failmode,
             r.bytes >> 20,
             r.write_mbs,
             r.read_mbs,

@@ -90,12 +90,23 @@ fn a_suspended_pool_waits_for_clear_and_loses_nothing() {
 /// and after `clear` the pool takes writes again and loses nothing.
 #[test]
 fn under_continue_writes_fail_and_reads_go_on() {
+    continue_case("fail_writes=1");
+}
+
+/// The same with devices that fail part-way through a txg, after they took the probe
+/// that starts it: the txg is undone, and reads still go on.
+#[test]
+fn under_continue_a_txg_that_fails_part_way_is_undone_and_reads_go_on() {
+    continue_case("fail_data_writes=1");
+}
+
+fn continue_case(fault: &str) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let d = faulty_pool(dir.path(), &home);
     ok(&cairn(&home, &["set", "failmode=continue", "tank"]));
     let served = serve(&home, "tank");
-    set_faults(&d, "fail_writes=1");
+    set_faults(&d, fault);
     // This put may land in the txg that finds the devices gone; it is kept either way.
     let first = cairn(&home, &["put", "/etc/hostname", "tank/extra"]);
     status_when(&home, "suspension", |st| st.contains("SUSPENDED"));

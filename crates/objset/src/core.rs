@@ -25,6 +25,7 @@ pub(crate) const FREE_DELAY_TXGS: u64 = 2;
 pub(crate) type Prefetched = HashMap<u64, (BlockPointer, Vec<u8>)>;
 
 /// Mutable state of the store, behind one lock.
+#[derive(Clone)]
 pub(crate) struct State {
     pub txg: u64,
     pub alloc: Allocator,
@@ -60,7 +61,7 @@ pub(crate) struct State {
 }
 
 /// What the background writer is doing (see `crate::writer`).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Presync {
     /// Batches taken and not yet landed (at most one per writer thread).
     pub in_flight: usize,

@@ -395,11 +395,13 @@ impl BlockSource for NoBlocks {
     }
 }
 
+#[derive(Clone)]
 struct TableBlock {
     slots: Vec<u32>,
     dirty: bool,
 }
 
+#[derive(Clone)]
 struct CachedLeaf {
     leaf: Leaf,
     dirty: bool,
@@ -407,6 +409,7 @@ struct CachedLeaf {
 
 /// A DIR2 directory in the open txg: its header, and the table blocks and leaves it has
 /// read (clean) or changed (dirty, written at the next sync by `take_dirty`).
+#[derive(Clone)]
 pub(crate) struct HashedDir {
     id: u64,
     hash: HashFn,

@@ -37,11 +37,12 @@ use crate::object::{read_object, IndirectCache, ObjectState};
 /// Clean entries kept after a sync beyond this many in all are dropped.
 const KEEP_CLEAN_ENTRIES: usize = 1 << 20;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct DirCache {
     pub(crate) dirs: HashMap<u64, CachedDir>,
 }
 
+#[derive(Clone)]
 pub(crate) enum CachedDir {
     /// DIR1: the whole directory.
     Small(SmallDir),
@@ -49,6 +50,7 @@ pub(crate) enum CachedDir {
     Hashed(Box<HashedDir>),
 }
 
+#[derive(Clone)]
 pub(crate) struct SmallDir {
     pub(crate) dir: Directory,
     /// `dir.encoded_len()`, kept up to date.

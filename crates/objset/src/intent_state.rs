@@ -104,7 +104,7 @@ impl IntentLog {
 }
 
 /// The chain of the open txg, under the store lock.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct LogChain {
     /// What the committed root block names (None: no chain; a log commit syncs instead).
     pub head: Option<LogHead>,

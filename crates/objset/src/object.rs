@@ -227,11 +227,11 @@ impl SyncCtx<'_> {
         dnode.physical += u64::from(bp.psize);
     }
 
-    /// Allocates and writes one block; waits while the pool is suspended
-    /// (`cairn_pool::suspension`).
+    /// Allocates and writes one block; waits while the pool is suspended, or fails at once
+    /// where the sync is undone (`cairn_pool::suspension`, `crate::txg`).
     fn write(&mut self, block: &PreparedBlock) -> Result<BlockPointer, StoreError> {
         let (pool, alloc, txg) = (self.pool, &mut *self.alloc, self.txg);
-        Ok(pool.retry_while_suspended(|| pool.write_prepared(alloc, block, txg))?)
+        Ok(pool.write_or_suspend(|| pool.write_prepared(alloc, block, txg))?)
     }
 }
 
@@ -467,8 +467,7 @@ fn write_data_blocks(
             to_write.extend(block);
         }
         let (pool, alloc, txg) = (ctx.pool, &mut *ctx.alloc, ctx.txg);
-        let written =
-            pool.retry_while_suspended(|| pool.write_prepared_batch(alloc, &to_write, txg))?;
+        let written = pool.write_or_suspend(|| pool.write_prepared_batch(alloc, &to_write, txg))?;
         drop(to_write);
         let mut written = written.into_iter();
         for (blkid, stored) in order {

@@ -263,7 +263,7 @@ pub(crate) struct DnodeList {
 }
 
 /// Every snapshot list of the pool, by the object that holds it (`State::snaps`).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct SnapLists {
     pub dead: HashMap<u64, BlockList>,
     pub overrides: HashMap<u64, DnodeList>,

@@ -356,15 +356,16 @@ impl TxgSync<'_> {
         );
         debug_assert_eq!(block.physical.len() as u64, root_size);
         let pool = &store.pool;
-        let root_bp = pool.retry_while_suspended(|| pool.write_kept(root_dvas, &block, txg))?;
+        let root_bp = pool.write_or_suspend(|| pool.write_kept(root_dvas, &block, txg))?;
         Ok((root_bp, map_bps))
     }
 
     /// Everything durable, then the uberblock: the commit point.
     fn commit(self, root_bp: BlockPointer, map_bps: Vec<BlockPointer>) -> Result<u64, StoreError> {
         let (pool, st, txg) = (&self.store.pool, self.st, self.txg);
-        // Each step waits while the pool is suspended (`cairn_pool::suspension`).
-        pool.retry_while_suspended(|| pool.flush())?;
+        // Each step waits while the pool is suspended (`cairn_pool::suspension`); the flush
+        // may fail instead, where the sync is undone (nothing names this txg's blocks yet).
+        pool.write_or_suspend(|| pool.flush())?;
         // Leaves that missed this txg get it in their DTL before the txg is committed.
         pool.retry_while_suspended(|| pool.record_synced_txg(txg))?;
         // A leaf that failed for good gets a hot spare in its slot now (its config reaches
@@ -410,7 +411,7 @@ impl StoreCore {
         }
     }
 
-    /// The sync itself, under the state lock: the steps of `TxgSync` in order.
+    /// The sync itself, under the state lock.
     pub(crate) fn sync_locked(&self, st: &mut State) -> Result<u64, StoreError> {
         // A txg's writes are async writes in `iostat -q`/`-w`, even when a scrub or an
         // intent log commit is what asked for the sync.
@@ -425,6 +426,24 @@ impl StoreCore {
         // readers still fetching blocks they looked up earlier (and for a background batch
         // still writing into space it was given).
         let _no_readers = self.read_gate.write().unwrap_or_else(|p| p.into_inner());
+        // Under failmode=continue a device lost part-way undoes the sync: the state it
+        // started from is put back (blocks written meanwhile are in space it counts free,
+        // named by nothing on disk), so lookups and reads go on while the pool is
+        // suspended, and after `cairn clear` the next sync writes it all. The copy costs
+        // time and memory in proportion to the state (dirty data, cached metadata, lists).
+        let before = self.pool.undoes_failed_syncs().then(|| st.clone());
+        let synced = self.write_txg(st);
+        match (synced, before) {
+            (Err(e), Some(before)) if self.pool.io_suspended().is_some() => {
+                *st = before;
+                Err(self.refuse_if_suspended().err().unwrap_or(e))
+            }
+            (synced, _) => synced,
+        }
+    }
+
+    /// The steps of `TxgSync` in order (under the state lock and the read gate).
+    fn write_txg(&self, st: &mut State) -> Result<u64, StoreError> {
         let mut sync = TxgSync {
             store: self,
             txg: st.txg,
@@ -506,7 +525,7 @@ impl StoreCore {
                 pos += n;
                 let block = prepare(&chunk, raw_props(BlockKind::Metadata, copies), sector);
                 let pool = &self.pool;
-                bps.push(pool.retry_while_suspended(|| pool.write_kept(dva, &block, txg))?);
+                bps.push(pool.write_or_suspend(|| pool.write_kept(dva, &block, txg))?);
             }
             return Ok((map.len() as u64, bps));
         }

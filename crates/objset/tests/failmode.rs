@@ -204,6 +204,56 @@ fn under_continue_writes_fail_at_once_and_reads_go_on() {
     s.clear_and_check(|| {});
 }
 
+/// failmode=continue, with devices that fail part-way through a sync (after the probe it
+/// took): the sync is undone and fails at once, so lookups and reads go on (the open txg
+/// is read from memory) while new writes fail; after `clear` the next sync writes it all.
+#[test]
+fn under_continue_a_sync_that_fails_part_way_is_undone_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, files) = faulty_mirror(dir.path());
+    let store = Arc::new(open_store(&home));
+    store.pool().set_resumable(true);
+    store.pool().set_property("failmode", "continue").unwrap();
+    let a = put(&store, "tank/a", 3, 2 * MIB as usize);
+    store.sync().unwrap();
+    fail_all(&files, "fail_data_writes=1");
+    let b = put(&store, "tank/b", 5, 3 * MIB as usize);
+    let syncing = {
+        let store = store.clone();
+        std::thread::spawn(move || store.sync())
+    };
+    wait_until("the sync's end", || syncing.is_finished());
+    let e = syncing.join().unwrap().unwrap_err().to_string();
+    assert!(e.contains("failmode=continue"), "{e}");
+    let pool = store.pool();
+    assert!(pool.io_suspended().is_some());
+    assert_eq!(pool.health(), Health::Suspended);
+    assert_eq!(read_live(&store, "tank/a"), a);
+    assert_eq!(
+        read_live(&store, "tank/b"),
+        b,
+        "the open txg is read from memory"
+    );
+    let r = store.resolve("tank/a").unwrap();
+    let e = store.write(&r, 0, b"new").unwrap_err().to_string();
+    assert!(e.contains("cairn clear tank"), "{e}");
+    fail_all(&files, "");
+    pool.clear_in_use(None).unwrap();
+    store.sync().unwrap();
+    assert_eq!(pool.io_suspended(), None);
+    let store = Arc::into_inner(store).unwrap();
+    store.close().unwrap();
+    let store = open_store(&home);
+    assert_eq!(read_live(&store, "tank/a"), a);
+    assert_eq!(read_live(&store, "tank/b"), b);
+    if store.pool().needs_resilver() {
+        store
+            .resilver(Default::default(), &mut |_| ScrubControl::Continue)
+            .unwrap();
+    }
+    scrub_clean(&store);
+}
+
 /// Without an owner that can resume it (a one-shot command), and under failmode=panic, a
 /// sync that loses its devices fails at once with the device error.
 #[test]

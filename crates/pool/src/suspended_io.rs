@@ -71,13 +71,11 @@ impl Pool {
 
     /// Under `failmode=continue` in a pool that can be resumed: suspends the pool if it
     /// cannot take writes now (`probe_writes`), before a txg sync starts; the error says
-    /// why. A sync that fails later than this waits as under `wait`.
+    /// why. A sync that fails later than this is undone by the store (`write_or_suspend`),
+    /// except in its last steps (the DTLs, the spare take-over, the uberblock), which wait
+    /// as under `wait`.
     pub fn suspend_unless_writable(&self) -> Result<(), PoolError> {
-        let probing = {
-            let s = self.suspension.lock();
-            s.resumable && !s.abandoned
-        };
-        if !probing || self.props().failmode != FailMode::Continue {
+        if !self.undoes_failed_syncs() {
             return Ok(());
         }
         self.probe_writes().inspect_err(|e| {
@@ -120,6 +118,33 @@ impl Pool {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A write of a txg sync before its commit point, which the store can undo (it copied
+    /// its state first, `undoes_failed_syncs`): there a device loss suspends the pool and
+    /// is returned at once, so that reads go on; otherwise as `retry_while_suspended`.
+    pub fn write_or_suspend<T>(
+        &self,
+        mut op: impl FnMut() -> Result<T, PoolError>,
+    ) -> Result<T, PoolError> {
+        if !self.undoes_failed_syncs() {
+            return self.retry_while_suspended(op);
+        }
+        op().inspect_err(|e| {
+            if is_device_loss(e) {
+                self.suspend_io(e);
+            }
+        })
+    }
+
+    /// Whether a txg sync that loses its devices before its commit point is undone rather
+    /// than waited out: under `failmode=continue`, in a pool that can be resumed.
+    pub fn undoes_failed_syncs(&self) -> bool {
+        let resumable = {
+            let s = self.suspension.lock();
+            s.resumable && !s.abandoned
+        };
+        resumable && self.props().failmode == FailMode::Continue
     }
 
     /// Marks a resumable pool suspended by `e` (once per suspension: an event). Returns the

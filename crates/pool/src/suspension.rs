@@ -16,6 +16,10 @@
 //! - Whoever waits holds no pool lock (`retry_while_suspended` runs the operation to its
 //!   end first), so `clear`, `status` and `get` go on meanwhile.
 //! - `abandon` (the service stopping) ends every wait for good: the operations fail.
+//! - Under `failmode=continue` the writes of a sync before its commit point do not wait
+//!   (`write_or_suspend`): they suspend the pool and fail, and the store puts back the
+//!   state it copied before the sync, so that reads go on; after `clear` the next sync
+//!   writes the txg again from the start.
 //!
 //! This module holds the state; the `Pool` methods that use it are in `crate::suspended_io`.
 

@@ -1271,6 +1271,7 @@ fn current_settings(sw: &FaultSwitches) -> FaultSettings {
     FaultSettings {
         fail_reads: p(&sw.read_error_ppm),
         fail_writes: p(&sw.write_error_ppm),
+        fail_data_writes: p(&sw.data_write_error_ppm),
         corrupt: p(&sw.corrupt_read_ppm),
         tear: p(&sw.torn_write_ppm),
         delay_us: sw.delay_us.load(Ordering::Relaxed),

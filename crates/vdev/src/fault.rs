@@ -33,6 +33,10 @@ pub struct FaultSwitches {
     pub read_error_ppm: AtomicU32,
     /// Chance, in parts per million, that a write fails with EIO (nothing is written).
     pub write_error_ppm: AtomicU32,
+    /// The same, for writes into the data area only (not the labels, nor the reserved area
+    /// after the front labels): a disk that fails in the middle of a txg, after it took
+    /// `failmode=continue`'s probe.
+    pub data_write_error_ppm: AtomicU32,
     /// Chance, in parts per million, that a read returns flipped bits.
     pub corrupt_read_ppm: AtomicU32,
     /// Chance, in parts per million, that a write persists only its first half (whole
@@ -106,6 +110,8 @@ impl FaultSwitches {
             .store(ppm(s.fail_reads), Ordering::Relaxed);
         self.write_error_ppm
             .store(ppm(s.fail_writes), Ordering::Relaxed);
+        self.data_write_error_ppm
+            .store(ppm(s.fail_data_writes), Ordering::Relaxed);
         self.corrupt_read_ppm
             .store(ppm(s.corrupt), Ordering::Relaxed);
         self.torn_write_ppm.store(ppm(s.tear), Ordering::Relaxed);
@@ -127,6 +133,7 @@ impl FaultSwitches {
 /// |-----|---------|
 /// | `fail_reads=P` | a read fails with EIO with probability P |
 /// | `fail_writes=P` | a write fails with EIO with probability P |
+/// | `fail_data_writes=P` | the same, for writes into the data area only (not labels) |
 /// | `corrupt=P` | a read returns flipped bits with probability P |
 /// | `tear=P` | a write persists only its first half, reporting success, with probability P |
 /// | `delay_ms=N`, `delay_us=N` | latency added to every I/O |
@@ -140,6 +147,7 @@ impl FaultSwitches {
 pub struct FaultSettings {
     pub fail_reads: f64,
     pub fail_writes: f64,
+    pub fail_data_writes: f64,
     pub corrupt: f64,
     pub tear: f64,
     pub delay_us: u64,
@@ -154,7 +162,7 @@ pub struct FaultSettings {
 /// A fault setting that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FaultSpecError {
-    #[error("unknown fault setting '{0}' (known: fail_reads, fail_writes, corrupt, tear, delay_ms, delay_us, bw, vanish, stale, serial, seed, control)")]
+    #[error("unknown fault setting '{0}' (known: fail_reads, fail_writes, fail_data_writes, corrupt, tear, delay_ms, delay_us, bw, vanish, stale, serial, seed, control)")]
     UnknownKey(String),
     #[error("fault setting '{key}': bad value '{value}' ({why})")]
     BadValue {
@@ -210,6 +218,7 @@ impl FaultSettings {
         match key {
             "fail_reads" => self.fail_reads = probability()?,
             "fail_writes" => self.fail_writes = probability()?,
+            "fail_data_writes" => self.fail_data_writes = probability()?,
             "corrupt" => self.corrupt = probability()?,
             "tear" => self.tear = probability()?,
             "delay_ms" => {
@@ -411,7 +420,12 @@ impl Leaf for FaultLeaf {
             return Err(e);
         }
         let sw = &self.switches;
-        if sw.fail_writes.load(Ordering::Relaxed) || sw.chance(&sw.write_error_ppm) {
+        let data_area =
+            cairn_geometry::LEAF_DATA_START..cairn_geometry::label_offset(self.inner.size(), 2);
+        if sw.fail_writes.load(Ordering::Relaxed)
+            || sw.chance(&sw.write_error_ppm)
+            || (data_area.contains(&offset) && sw.chance(&sw.data_write_error_ppm))
+        {
             sw.injected_writes.fetch_add(1, Ordering::Relaxed);
             return Err(eio());
         }
@@ -613,6 +627,25 @@ mod tests {
         assert!(back[..4096].iter().all(|&b| b == 3));
         assert!(back[4096..].iter().all(|&b| b == 1));
         assert_eq!(leaf.switches.injected_writes.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn fail_data_writes_spares_the_labels_and_the_reserved_area() {
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = FaultLeaf::new(file_leaf(dir.path()));
+        leaf.switches
+            .apply(&FaultSettings::parse("fail_data_writes=1").unwrap());
+        let size = leaf.size();
+        let end_labels = cairn_geometry::label_offset(size, 2);
+        for (at, fails) in [
+            (0, false),
+            (2 * cairn_geometry::LABEL_SIZE, false),
+            (cairn_geometry::LEAF_DATA_START, true),
+            (end_labels - 4096, true),
+            (end_labels, false),
+        ] {
+            assert_eq!(leaf.write_at(&[7u8; 4096], at).is_err(), fails, "at {at}");
+        }
     }
 
     #[test]
