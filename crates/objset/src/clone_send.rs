@@ -20,6 +20,10 @@
 //! The stream names the clone's objects; CLONE_IDS records (first) give the origin's id of
 //! each, so a receiver can clone its copy of the origin and know every object
 //! (`crate::receive_clone`).
+//!
+//! Across a promote (`crate::promote`) the same goes from any snapshot that came with it
+//! (`promoted_map`): objects of an older one that the map does not name, gone before the
+//! map's snapshot, are named by `gone_id` in CLONE_IDS and freed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -96,19 +100,26 @@ impl StoreCore {
         vb: &SnapshotView,
         s: &mut Sender<'_>,
     ) -> Result<ChangeSet, StoreError> {
-        let map = self.load_clone_map(vb.dataset)?;
-        if va.dataset == vb.dataset {
-            self.check_promoted_map(va, vb, &map)?;
-        } else if !map.contains_key(&va.root) {
-            // The map is from another snapshot: the clone was cloned from a clone that it
-            // was promoted over (`crate::promote`), and took over that one's origin.
-            return Err(StoreError::NotPermitted(format!(
-                "{}'s clone map is not from {} (it was promoted over the clone it was cloned \
-                 from); send a full stream of {}",
-                vb.name, va.name, vb.name
-            )));
-        }
-        send_clone_ids(&map, s)?;
+        let (map, gone) = if va.dataset == vb.dataset {
+            self.promoted_map(va, vb.root)?
+        } else {
+            let map = self.load_clone_map(vb.dataset)?;
+            if !map.contains_key(&va.root) {
+                // The map is from another snapshot: the clone was cloned from a clone that
+                // it was promoted over (`crate::promote`), and took over that one's origin.
+                return Err(StoreError::NotPermitted(format!(
+                    "{}'s clone map is not from {} (it was promoted over the clone it was \
+                     cloned from); send a full stream of {}",
+                    vb.name, va.name, vb.name
+                )));
+            }
+            (map, Vec::new())
+        };
+        // Objects of `va` gone before the map's snapshot are named by ids of their own,
+        // freed below.
+        let mut named = map.clone();
+        named.extend(gone.iter().map(|&o| (o, gone_id(o))));
+        send_clone_ids(&named, s)?;
         let back: HashMap<u64, u64> = map.iter().map(|(&o, &c)| (c, o)).collect();
         let (objects, _) = self.collect(vb)?;
         let mut set = ChangeSet::default();
@@ -140,14 +151,15 @@ impl StoreCore {
             .values()
             .filter(|c| !present.contains(c))
             .copied()
+            .chain(gone.iter().map(|&o| gone_id(o)))
             .collect();
         set.freed.sort_unstable();
         Ok(set)
     }
 
     /// `send -i DS@B DS@T` where `@B` came to DS by `promote` and `@T` was taken after:
-    /// DS's clone map (made when DS was cloned) must be from exactly `@B`'s objects to
-    /// DS's own. Otherwise (an older moved snapshot, or a map replaced by a later promote)
+    /// DS's clone map (made when DS was cloned, or rolled back to `@B`) must be from
+    /// exactly `@B`'s objects to DS's own. Otherwise (a map replaced by a later promote)
     /// the stream cannot name what changed.
     fn check_promoted_map(
         &self,
@@ -163,23 +175,52 @@ impl StoreCore {
         if fits {
             return Ok(());
         }
-        Err(crate::diff::promoted_apart(&va.name, &vb.name))
+        Err(promoted_apart(&va.name, &vb.name))
     }
 
-    /// The clone map of `va`'s dataset, when it names exactly `va`'s objects (`va` came by
-    /// `promote`; see `check_promoted_map`) and `to_root` is the dataset's own root.
+    /// The clone map for a diff or an incremental from `va`, which came to its dataset by
+    /// `promote`, to the dataset's own `to_root` (a snapshot taken after, or the head).
+    /// The map names exactly the objects of the newest snapshot that came with `va`
+    /// (`check_promoted_map`); an object keeps its id from one snapshot of a dataset to the
+    /// next (ids are not reused while snapshots may show them), so the map names `va`'s
+    /// objects too, but for those gone before that snapshot, returned apart. Restricted
+    /// to `va`'s objects.
     pub(crate) fn promoted_map(
         &self,
         va: &SnapshotView,
         to_root: u64,
-    ) -> Result<HashMap<u64, u64>, StoreError> {
+    ) -> Result<(HashMap<u64, u64>, Vec<u64>), StoreError> {
         let map = self.load_clone_map(va.dataset)?;
         let vb = SnapshotView {
             root: to_root,
             ..va.clone()
         };
-        self.check_promoted_map(va, &vb, &map)?;
-        Ok(map)
+        let newest = self
+            .datasets()
+            .snapshots
+            .of(va.dataset)
+            .filter(|r| r.root == va.root)
+            .last()
+            .map(|r| r.name.clone());
+        let ds_name = va.name.split_once('@').map_or("", |(d, _)| d);
+        let newest = match newest {
+            Some(n) if n != va.snapshot => self.snapshot_view(&format!("{ds_name}@{n}"))?,
+            _ => va.clone(),
+        };
+        self.check_promoted_map(&newest, &vb, &map)?;
+        if newest == *va {
+            return Ok((map, Vec::new()));
+        }
+        let (objects, _) = self.collect(va)?;
+        let shown: HashSet<u64> = objects.iter().map(|(id, _)| *id).collect();
+        let mut gone: Vec<u64> = shown
+            .iter()
+            .filter(|o| !map.contains_key(o))
+            .copied()
+            .collect();
+        gone.sort_unstable();
+        let map = map.into_iter().filter(|(o, _)| shown.contains(o)).collect();
+        Ok((map, gone))
     }
 
     /// Whether clone object `b` (of `vb`) is not what origin object `a` (of `va`) was:
@@ -219,6 +260,25 @@ impl StoreCore {
             });
         Ok(!same)
     }
+}
+
+/// Snapshot `from` came to its dataset by `promote` and `to` is from after it: their
+/// objects have different ids (`crate::promote`), and the dataset's clone map is not from
+/// the snapshots that came with `from`.
+pub(crate) fn promoted_apart(from: &str, to: &str) -> StoreError {
+    StoreError::NotPermitted(format!(
+        "{from} came to its dataset by `promote`, {to} is from after it, and their objects \
+         are numbered apart, but the dataset's clone map is not from {from}'s snapshots (a \
+         later promote replaced it, or a cairn that kept no clone map made the clone): send \
+         a full stream of {to}"
+    ))
+}
+
+/// The id a stream gives object `origin` of a moved snapshot that the clone map does not
+/// name (gone before the map's snapshot; `promoted_map`): far above any object id, so no
+/// other stream names it.
+pub(crate) fn gone_id(origin: u64) -> u64 {
+    u64::MAX - origin
 }
 
 /// CLONE_IDS records: every (clone id, origin id) pair of the clone map, in clone id order.

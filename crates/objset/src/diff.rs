@@ -76,12 +76,18 @@ impl StoreCore {
             return Ok(compare(&before, &after, false));
         }
         // `from` came by `promote`: its objects are named by the dataset's clone map.
-        let map = self
+        let (map, gone) = self
             .promoted_map(&a, to_root)
-            .map_err(|_| promoted_apart(from, to))?;
+            .map_err(|_| crate::clone_send::promoted_apart(from, to))?;
+        // (Objects gone before the map's snapshot get ids of their own: removed.)
         before = before
             .into_iter()
-            .filter_map(|(id, v)| map.get(&id).map(|&ours| (ours, v)))
+            .filter_map(|(id, v)| match map.get(&id) {
+                Some(&ours) => Some((ours, v)),
+                None => {
+                    (gone.binary_search(&id).is_ok()).then(|| (crate::clone_send::gone_id(id), v))
+                }
+            })
             .collect();
         Ok(compare(&before, &after, true))
     }
@@ -133,18 +139,6 @@ impl StoreCore {
         }
         Ok(out)
     }
-}
-
-/// Snapshot `from` came to its dataset by `promote` and `to` is from after it: their
-/// objects have different ids (`crate::promote`), and the dataset's clone map does not
-/// name `from`'s objects.
-pub(crate) fn promoted_apart(from: &str, to: &str) -> StoreError {
-    StoreError::NotPermitted(format!(
-        "{from} came to its dataset by `promote`, {to} is from after it, and their objects \
-         are numbered apart: a diff or an incremental across a promote starts only from the \
-         snapshot the dataset was cloned from (or send a full stream of {to}, or -I through \
-         the snapshots between)"
-    ))
 }
 
 fn kind_of(dn: &Dnode) -> &'static str {

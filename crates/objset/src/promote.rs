@@ -34,10 +34,10 @@
 //!   `cairn:origin-released` is counted from the blocks its head still holds.
 //!
 //! One txg: a crash leaves the pool before or after the promote. A rollback to a moved
-//! snapshot copies it in, as a clone (`crate::rollback_moved`). Limits: a clone's snapshot
-//! name that the origin's moved snapshots also use is refused; only the newest moved
-//! snapshot (the one the dataset was cloned from) is the base of an incremental or a diff
-//! to a snapshot taken after the promote, through the clone map (`crate::clone_send`).
+//! snapshot copies it in, as a clone (`crate::rollback_moved`). An incremental or a diff
+//! from a moved snapshot to one taken after the promote goes through the clone map
+//! (`crate::clone_send`). Limit: a clone's snapshot name that the origin's moved snapshots
+//! also use is refused.
 
 use std::collections::HashMap;
 

@@ -889,6 +889,99 @@ fn a_backup_follows_a_promote_with_incrementals() {
     same(&src, "tank/new@u", &dst, "tank/fs@u");
 }
 
+/// An incremental across a promote from an older moved snapshot: the backup received only
+/// tank/fs@a; on the source a 2 MiB file goes before @b (so the clone map, from @b, does not
+/// name it), the clone of @b is promoted and snapshotted; `send -i @a CLONE@t` updates the
+/// backup in place (that file's object freed there too) and `diff @a` lists the changes;
+/// the next incremental is an ordinary one.
+#[test]
+fn a_backup_follows_a_promote_from_an_older_moved_snapshot() {
+    let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
+    let put = |s: &Store, path: &str, data: &[u8]| {
+        if s.resolve(path).is_err() {
+            s.create_file(path, false).unwrap();
+        }
+        s.write(&s.resolve(path).unwrap(), 0, data).unwrap();
+    };
+    fs(&src, "tank/fs");
+    src.set_property("tank/fs", "compression", "off").unwrap();
+    src.mkdir("tank/fs/d").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    for i in 0..30 {
+        let mut data = vec![0u8; 4096 * (1 + i % 4)];
+        rng.fill_bytes(&mut data);
+        put(&src, &format!("tank/fs/d/f{i}"), &data);
+    }
+    let mut big = vec![0u8; 2 * MIB as usize];
+    rng.fill_bytes(&mut big);
+    put(&src, "tank/fs/gone", &big);
+    snap(&src, "tank/fs@a");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/fs@a", None, false, false),
+        false,
+    )
+    .unwrap();
+    src.remove("tank/fs/gone", false).unwrap();
+    put(&src, "tank/fs/d/f1", b"changed before b");
+    put(&src, "tank/fs/between", b"made between a and b");
+    snap(&src, "tank/fs@b");
+    src.clone_create("tank/fs@b", "tank/new").unwrap();
+    put(&src, "tank/new/d/f2", b"the clone's change");
+    src.remove("tank/new/d/f3", false).unwrap();
+    put(&src, "tank/new/added", b"a new file");
+    src.promote("tank/new").unwrap();
+    snap(&src, "tank/new@t");
+    let changes: Vec<(char, String)> = src
+        .diff("tank/new@a", "tank/new@t")
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.change, d.path))
+        .collect();
+    for want in [
+        ('-', "/gone"),
+        ('+', "/between"),
+        ('+', "/added"),
+        ('M', "/d/f1"),
+        ('M', "/d/f2"),
+        ('-', "/d/f3"),
+    ] {
+        assert!(
+            changes.contains(&(want.0, want.1.to_string())),
+            "{want:?} in {changes:?}"
+        );
+    }
+    assert!(changes.len() <= 8, "only what changed: {changes:?}");
+    let stream = send(&src, "tank/new@t", Some("@a"), false, false);
+    assert!(
+        stream.len() < 256 << 10,
+        "{} bytes: only the change",
+        stream.len()
+    );
+    receive(&dst, "tank/fs", &stream, false).unwrap();
+    same(&src, "tank/new@t", &dst, "tank/fs@t");
+    let refer = |s: &Store, ds: &str| -> u64 {
+        s.get_property(ds, "referenced").unwrap().0.parse().unwrap()
+    };
+    dst.sync().unwrap();
+    let (theirs, ours) = (refer(&src, "tank/new"), refer(&dst, "tank/fs"));
+    assert!(
+        ours.abs_diff(theirs) < 256 << 10,
+        "REFER {ours} on the backup, {theirs} on the source: nothing left over"
+    );
+    put(&src, "tank/new/added2", b"B");
+    snap(&src, "tank/new@u");
+    receive(
+        &dst,
+        "tank/fs",
+        &send(&src, "tank/new@u", Some("@t"), false, false),
+        false,
+    )
+    .unwrap();
+    same(&src, "tank/new@u", &dst, "tank/fs@u");
+}
+
 /// The short form `-i @o` is the clone's own snapshot (named in full, the origin is
 /// taken); a stream received with another snapshot as origin is refused, nothing made.
 #[test]
