@@ -18,7 +18,9 @@
 //! object put back, so the dataset is as it was); drop the old objects (no reads). The
 //! clone map (`crate::clone_send`) then names the copies, so `send -i @b` and `diff @b`
 //! work as before; it is saved in the next txg (a crash in between leaves the dataset with
-//! no map: only full sends of it, as for clones made before clone maps).
+//! no map: only full sends of it, as for clones made before clone maps). A receive map of
+//! the dataset names its old objects and goes with them: a received dataset rolled back so
+//! takes a full stream before the next incremental.
 
 use std::collections::HashMap;
 
@@ -27,7 +29,7 @@ use cairn_pool::io::bp::{BlockPointer, Dva};
 use crate::block_sets::old_blocks;
 use crate::clone::Copy;
 use crate::core::{now_ns, State, StoreCore};
-use crate::dataset::{CLONE_MAP_PROP, ORIGIN_RELEASED_PROP, POOL_OBJECTS};
+use crate::dataset::{CLONE_MAP_PROP, ORIGIN_RELEASED_PROP, POOL_OBJECTS, RECEIVE_MAP_PROP};
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
 use crate::object_io::read_dnode;
@@ -139,6 +141,10 @@ impl StoreCore {
             }),
             None => None,
         };
+        if let Some(map) = old_map {
+            // Loaded now, so that freeing it later reads nothing.
+            self.object_mut(st, map)?;
+        }
         let view = SnapshotView {
             name: full.to_string(),
             dataset: rec.dataset,
@@ -238,6 +244,9 @@ impl StoreCore {
                 .insert(ORIGIN_RELEASED_PROP.into(), released.to_string());
         }
         ds.props.remove(CLONE_MAP_PROP);
+        // A receive map is one of the old objects, and names them: the dataset takes no
+        // incremental stream until a full one (`crate::receive`).
+        ds.props.remove(RECEIVE_MAP_PROP);
         st.datasets_dirty = true;
         if let Some(map) = plan.old_map {
             self.free_object_locked(st, map)?;
