@@ -133,6 +133,21 @@ fn build(store: &Store, exp: &mut Expected) {
     store.sync().unwrap();
 }
 
+/// A mirror pool with `build`'s datasets: (its folder, home, store, space used before the
+/// build, what each snapshot shows).
+fn built() -> (tempfile::TempDir, cairn_pool::Home, Store, u64, Expected) {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB as u64);
+    let store = open_store(&home);
+    let baseline = store.space().used;
+    let mut exp = Expected {
+        snaps: BTreeMap::new(),
+        live: BTreeMap::new(),
+    };
+    build(&store, &mut exp);
+    (dir, home, store, baseline, exp)
+}
+
 fn refresh_live(store: &Store, exp: &mut Expected) {
     for ds in ["tank/fs", "tank/c"] {
         if store.datasets().by_name(ds).is_some() {
@@ -143,15 +158,7 @@ fn refresh_live(store: &Store, exp: &mut Expected) {
 
 #[test]
 fn promote_moves_history_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB as u64);
-    let store = open_store(&home);
-    let baseline = store.space().used;
-    let mut exp = Expected {
-        snaps: BTreeMap::new(),
-        live: BTreeMap::new(),
-    };
-    build(&store, &mut exp);
+    let (_dir, home, store, baseline, mut exp) = built();
     refresh_live(&store, &mut exp);
     exp.check(&store, "before");
 
@@ -186,38 +193,27 @@ fn promote_moves_history_and_loses_nothing() {
             .unwrap();
     }
     // diff across the promote names objects through the clone map too.
-    let changes: Vec<(char, String)> = store
-        .diff("tank/c@b", "tank/c@t")
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.change, d.path))
-        .collect();
-    for want in [('M', "/big"), ('-', "/d/f1"), ('+', "/mine"), ('M', "/d")] {
-        assert!(
-            changes.contains(&(want.0, want.1.to_string())),
-            "{want:?} in {changes:?}"
-        );
-    }
-    assert!(changes.len() <= 6, "only what changed: {changes:?}");
+    assert_diff(
+        &store,
+        "tank/c@b",
+        "tank/c@t",
+        &[('M', "/big"), ('-', "/d/f1"), ('+', "/mine"), ('M', "/d")],
+        6,
+    );
     // From the older moved snapshot too: /d/f0 went before @b (the map does not name it).
-    let changes: Vec<(char, String)> = store
-        .diff("tank/c@a", "tank/c@t")
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.change, d.path))
-        .collect();
-    for want in [
-        ('M', "/big"),
-        ('-', "/d/f0"),
-        ('-', "/d/f1"),
-        ('+', "/mine"),
-        ('+', "/x"),
-    ] {
-        assert!(
-            changes.contains(&(want.0, want.1.to_string())),
-            "{want:?} in {changes:?}"
-        );
-    }
+    assert_diff(
+        &store,
+        "tank/c@a",
+        "tank/c@t",
+        &[
+            ('M', "/big"),
+            ('-', "/d/f0"),
+            ('-', "/d/f1"),
+            ('+', "/mine"),
+            ('+', "/x"),
+        ],
+        8,
+    );
     let e = store.snapshot_destroy("tank/c@b").unwrap_err().to_string();
     assert!(e.contains("clones") && e.contains("tank/fs"), "{e}");
     // An incremental from the new origin into the old one works as for any clone.
@@ -288,15 +284,7 @@ fn promote_moves_history_and_loses_nothing() {
     let id = store.datasets().by_name("tank/c").unwrap().id;
     assert_eq!(store.snapshot_space(id).0, 0);
     store.dataset_destroy("tank/c", false).unwrap();
-    for _ in 0..4 {
-        store.sync().unwrap();
-    }
-    let end = store.space().used;
-    assert!(
-        end < baseline + 2 * MIB as u64,
-        "{} bytes more than at the start: a leak",
-        end - baseline
-    );
+    assert_no_leak(&store, baseline, "at the end");
     scrub_clean(&store);
 }
 
@@ -306,15 +294,7 @@ fn promote_moves_history_and_loses_nothing() {
 /// destroy frees what it reported, and with everything destroyed nothing leaks.
 #[test]
 fn rollback_to_a_moved_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "mirror", 2, 256 * MIB as u64);
-    let store = open_store(&home);
-    let baseline = store.space().used;
-    let mut exp = Expected {
-        snaps: BTreeMap::new(),
-        live: BTreeMap::new(),
-    };
-    build(&store, &mut exp);
+    let (_dir, home, store, baseline, mut exp) = built();
     store.promote("tank/c").unwrap();
     exp.moved("tank/fs", "tank/c", &["a", "b"]);
     put(&store, "tank/c/extra", 0, &random(2 * MIB, 13)); // dropped by the rollback
@@ -362,19 +342,13 @@ fn rollback_to_a_moved_snapshot() {
         "tank/c@u".into(),
         read_snapshot(&store, &store.snapshot_view("tank/c@u").unwrap()),
     );
-    let changes: Vec<(char, String)> = store
-        .diff("tank/c@b", "tank/c@u")
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.change, d.path))
-        .collect();
-    for want in [('M', "/big"), ('-', "/d/f3"), ('+', "/new")] {
-        assert!(
-            changes.contains(&(want.0, want.1.to_string())),
-            "{want:?} in {changes:?}"
-        );
-    }
-    assert!(changes.len() <= 5, "only what changed: {changes:?}");
+    assert_diff(
+        &store,
+        "tank/c@b",
+        "tank/c@u",
+        &[('M', "/big"), ('-', "/d/f3"), ('+', "/new")],
+        5,
+    );
     let opts = SendOptions {
         from: Some("@b".into()),
         ..Default::default()
@@ -405,15 +379,7 @@ fn rollback_to_a_moved_snapshot() {
     }
     scrub_clean(&store);
     store.dataset_destroy("tank/c", false).unwrap();
-    for _ in 0..4 {
-        store.sync().unwrap();
-    }
-    let end = store.space().used;
-    assert!(
-        end < baseline + 2 * MIB as u64,
-        "{} bytes more than at the start: a leak",
-        end - baseline
-    );
+    assert_no_leak(&store, baseline, "at the end");
 }
 
 /// A rollback to a snapshot that came by promote, which cannot read the snapshot (a
@@ -742,15 +708,7 @@ fn promote_through_a_random_lineage_keeps_every_snapshot() {
             store.dataset_destroy(&ds, true).unwrap();
             m.remove(&ds);
         }
-        for _ in 0..4 {
-            store.sync().unwrap();
-        }
-        let end = store.space().used;
-        assert!(
-            end < baseline + 2 * MIB as u64,
-            "seed {seed}: {} bytes more than at the start: a leak ({log:?})",
-            end - baseline
-        );
+        assert_no_leak(&store, baseline, &format!("seed {seed} ({log:?})"));
         scrub_clean(&store);
     }
     assert!(

@@ -823,6 +823,49 @@ fn send_capital_i_from_a_clones_origin_carries_every_snapshot() {
     assert!(e.to_string().contains("-I tank/fs@o"), "{e}");
 }
 
+/// Writes `data` at the start of `path`, making the file if needed.
+fn put_at(s: &Store, path: &str, data: &[u8]) {
+    if s.resolve(path).is_err() {
+        s.create_file(path, false).unwrap();
+    }
+    s.write(&s.resolve(path).unwrap(), 0, data).unwrap();
+}
+
+/// On `src`: tank/fs with 40 files of 4 to 20 KiB in tank/fs/d (uncompressed); returns
+/// the generator that made them, for more.
+fn fs_with_files(src: &Store, seed: u64) -> rand::rngs::StdRng {
+    fs(src, "tank/fs");
+    src.set_property("tank/fs", "compression", "off").unwrap();
+    src.mkdir("tank/fs/d").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for i in 0..40 {
+        let mut data = vec![0u8; 4096 * (1 + i % 5)];
+        rng.fill_bytes(&mut data);
+        put_at(src, &format!("tank/fs/d/f{i}"), &data);
+    }
+    rng
+}
+
+/// On `src`: tank/fs@b cloned as tank/new, changed (d/f2 written, d/f3 removed, `added`
+/// made), promoted (it takes tank/fs's snapshots) and snapshotted as tank/new@t.
+fn clone_change_promote(src: &Store) {
+    src.clone_create("tank/fs@b", "tank/new").unwrap();
+    put_at(src, "tank/new/d/f2", b"the clone's change");
+    src.remove("tank/new/d/f3", false).unwrap();
+    put_at(src, "tank/new/added", b"a new file");
+    src.promote("tank/new").unwrap();
+    snap(src, "tank/new@t");
+}
+
+/// The next incremental after one across a promote is an ordinary one.
+fn then_an_ordinary_incremental(src: &Store, dst: &Store) {
+    put_at(src, "tank/new/added2", b"B");
+    snap(src, "tank/new@u");
+    let stream = send(src, "tank/new@u", Some("@t"), false, false);
+    receive(dst, "tank/fs", &stream, false).unwrap();
+    same(src, "tank/new@u", dst, "tank/fs@u");
+}
+
 /// A backup follows a promote, as with zfs: the backup received tank/fs's @a and @b; on the
 /// source tank/fs@b is cloned, the clone promoted (it takes @a and @b) and snapshotted;
 /// `send -i @b CLONE@t` then updates the same backup dataset, and later incrementals
@@ -830,43 +873,15 @@ fn send_capital_i_from_a_clones_origin_carries_every_snapshot() {
 #[test]
 fn a_backup_follows_a_promote_with_incrementals() {
     let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
-    let put = |s: &Store, path: &str, data: &[u8]| {
-        if s.resolve(path).is_err() {
-            s.create_file(path, false).unwrap();
-        }
-        s.write(&s.resolve(path).unwrap(), 0, data).unwrap();
-    };
-    fs(&src, "tank/fs");
-    src.mkdir("tank/fs/d").unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
-    for i in 0..40 {
-        let mut data = vec![0u8; 4096 * (1 + i % 5)];
-        rng.fill_bytes(&mut data);
-        put(&src, &format!("tank/fs/d/f{i}"), &data);
-    }
+    fs_with_files(&src, 21);
     snap(&src, "tank/fs@a");
-    put(&src, "tank/fs/d/f1", b"changed before b");
+    put_at(&src, "tank/fs/d/f1", b"changed before b");
     snap(&src, "tank/fs@b");
-    receive(
-        &dst,
-        "tank/fs",
-        &send(&src, "tank/fs@a", None, false, false),
-        false,
-    )
-    .unwrap();
-    receive(
-        &dst,
-        "tank/fs",
-        &send(&src, "tank/fs@b", Some("@a"), false, false),
-        false,
-    )
-    .unwrap();
-    src.clone_create("tank/fs@b", "tank/new").unwrap();
-    put(&src, "tank/new/d/f2", b"the clone's change");
-    src.remove("tank/new/d/f3", false).unwrap();
-    put(&src, "tank/new/added", b"a new file");
-    src.promote("tank/new").unwrap();
-    snap(&src, "tank/new@t");
+    for (snapshot, from) in [("tank/fs@a", None), ("tank/fs@b", Some("@a"))] {
+        let stream = send(&src, snapshot, from, false, false);
+        receive(&dst, "tank/fs", &stream, false).unwrap();
+    }
+    clone_change_promote(&src);
     let stream = send(&src, "tank/new@t", Some("@b"), false, false);
     assert!(
         stream.len() < 64 << 10,
@@ -876,17 +891,7 @@ fn a_backup_follows_a_promote_with_incrementals() {
     receive(&dst, "tank/fs", &stream, false).unwrap();
     same(&src, "tank/new@t", &dst, "tank/fs@t");
     same(&src, "tank/new@b", &dst, "tank/fs@b");
-    // The next incremental is an ordinary one.
-    put(&src, "tank/new/added", b"A");
-    snap(&src, "tank/new@u");
-    receive(
-        &dst,
-        "tank/fs",
-        &send(&src, "tank/new@u", Some("@t"), false, false),
-        false,
-    )
-    .unwrap();
-    same(&src, "tank/new@u", &dst, "tank/fs@u");
+    then_an_ordinary_incremental(&src, &dst);
 }
 
 /// An incremental across a promote from an older moved snapshot: the backup received only
@@ -897,24 +902,10 @@ fn a_backup_follows_a_promote_with_incrementals() {
 #[test]
 fn a_backup_follows_a_promote_from_an_older_moved_snapshot() {
     let (_dirs, src, dst) = two_pools("", 1, 512 * MIB);
-    let put = |s: &Store, path: &str, data: &[u8]| {
-        if s.resolve(path).is_err() {
-            s.create_file(path, false).unwrap();
-        }
-        s.write(&s.resolve(path).unwrap(), 0, data).unwrap();
-    };
-    fs(&src, "tank/fs");
-    src.set_property("tank/fs", "compression", "off").unwrap();
-    src.mkdir("tank/fs/d").unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
-    for i in 0..30 {
-        let mut data = vec![0u8; 4096 * (1 + i % 4)];
-        rng.fill_bytes(&mut data);
-        put(&src, &format!("tank/fs/d/f{i}"), &data);
-    }
+    let mut rng = fs_with_files(&src, 22);
     let mut big = vec![0u8; 2 * MIB as usize];
     rng.fill_bytes(&mut big);
-    put(&src, "tank/fs/gone", &big);
+    put_at(&src, "tank/fs/gone", &big);
     snap(&src, "tank/fs@a");
     receive(
         &dst,
@@ -924,35 +915,24 @@ fn a_backup_follows_a_promote_from_an_older_moved_snapshot() {
     )
     .unwrap();
     src.remove("tank/fs/gone", false).unwrap();
-    put(&src, "tank/fs/d/f1", b"changed before b");
-    put(&src, "tank/fs/between", b"made between a and b");
+    put_at(&src, "tank/fs/d/f1", b"changed before b");
+    put_at(&src, "tank/fs/between", b"made between a and b");
     snap(&src, "tank/fs@b");
-    src.clone_create("tank/fs@b", "tank/new").unwrap();
-    put(&src, "tank/new/d/f2", b"the clone's change");
-    src.remove("tank/new/d/f3", false).unwrap();
-    put(&src, "tank/new/added", b"a new file");
-    src.promote("tank/new").unwrap();
-    snap(&src, "tank/new@t");
-    let changes: Vec<(char, String)> = src
-        .diff("tank/new@a", "tank/new@t")
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.change, d.path))
-        .collect();
-    for want in [
-        ('-', "/gone"),
-        ('+', "/between"),
-        ('+', "/added"),
-        ('M', "/d/f1"),
-        ('M', "/d/f2"),
-        ('-', "/d/f3"),
-    ] {
-        assert!(
-            changes.contains(&(want.0, want.1.to_string())),
-            "{want:?} in {changes:?}"
-        );
-    }
-    assert!(changes.len() <= 8, "only what changed: {changes:?}");
+    clone_change_promote(&src);
+    assert_diff(
+        &src,
+        "tank/new@a",
+        "tank/new@t",
+        &[
+            ('-', "/gone"),
+            ('+', "/between"),
+            ('+', "/added"),
+            ('M', "/d/f1"),
+            ('M', "/d/f2"),
+            ('-', "/d/f3"),
+        ],
+        8,
+    );
     let stream = send(&src, "tank/new@t", Some("@a"), false, false);
     assert!(
         stream.len() < 256 << 10,
@@ -970,16 +950,7 @@ fn a_backup_follows_a_promote_from_an_older_moved_snapshot() {
         ours.abs_diff(theirs) < 256 << 10,
         "REFER {ours} on the backup, {theirs} on the source: nothing left over"
     );
-    put(&src, "tank/new/added2", b"B");
-    snap(&src, "tank/new@u");
-    receive(
-        &dst,
-        "tank/fs",
-        &send(&src, "tank/new@u", Some("@t"), false, false),
-        false,
-    )
-    .unwrap();
-    same(&src, "tank/new@u", &dst, "tank/fs@u");
+    then_an_ordinary_incremental(&src, &dst);
 }
 
 /// The short form `-i @o` is the clone's own snapshot (named in full, the origin is

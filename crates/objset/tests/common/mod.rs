@@ -181,3 +181,35 @@ pub fn scrub_after_cut(store: &Store, limit: u64) {
     assert_eq!(end, cairn_objset::scrub::ScrubEnd::Finished);
     assert_eq!(p.errors, 0, "limit {limit}: scrub after the cut");
 }
+
+/// `diff FROM TO` of `store` holds each of `wants` (change, path) and no more than
+/// `at_most` lines: only what changed.
+pub fn assert_diff(store: &Store, from: &str, to: &str, wants: &[(char, &str)], at_most: usize) {
+    let changes: Vec<(char, String)> = store
+        .diff(from, to)
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.change, d.path))
+        .collect();
+    for want in wants {
+        assert!(
+            changes.contains(&(want.0, want.1.to_string())),
+            "{from} → {to}: {want:?} in {changes:?}"
+        );
+    }
+    assert!(changes.len() <= at_most, "only what changed: {changes:?}");
+}
+
+/// Once the frees of the last few txgs are released, the pool holds no more than 2 MiB
+/// above `baseline` (its object table may have grown): nothing leaked.
+pub fn assert_no_leak(store: &Store, baseline: u64, when: &str) {
+    for _ in 0..4 {
+        store.sync().unwrap();
+    }
+    let end = store.space().used;
+    assert!(
+        end < baseline + (2 << 20),
+        "{when}: {} bytes more than at the start: a leak",
+        end - baseline
+    );
+}
