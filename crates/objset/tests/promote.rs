@@ -382,6 +382,53 @@ fn rollback_to_a_moved_snapshot() {
     assert_no_leak(&store, baseline, "at the end");
 }
 
+/// A volume rolled back to a snapshot that came by promote reads as that snapshot, after
+/// a re-import too; with everything destroyed nothing leaks.
+#[test]
+fn a_volume_rolls_back_to_a_moved_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "", 1, 256 * MIB as u64);
+    let store = open_store(&home);
+    let baseline = store.space().used;
+    let kind = cairn_objset::dataset::DatasetKind::Volume;
+    let size = 32 * MIB as u64;
+    store
+        .dataset_create("tank/vm", kind, Default::default(), Some(size), false)
+        .unwrap();
+    let vm = store.resolve("tank/vm").unwrap();
+    store.write(&vm, MIB as u64, &random(8 * MIB, 40)).unwrap();
+    store
+        .snapshot_create(&["tank/vm@gold".into()], false)
+        .unwrap();
+    let read = |store: &Store, name: &str| {
+        let mut buf = vec![0u8; size as usize];
+        let r = store.resolve(name).unwrap();
+        store.read(&r, 0, &mut buf).unwrap();
+        buf
+    };
+    let gold = read(&store, "tank/vm");
+    store.clone_create("tank/vm@gold", "tank/vm2").unwrap();
+    let vm2 = store.resolve("tank/vm2").unwrap();
+    store
+        .write(&vm2, 4 * MIB as u64, &random(2 * MIB, 41))
+        .unwrap();
+    store.promote("tank/vm2").unwrap();
+    store.write(&vm2, 0, &random(MIB, 42)).unwrap();
+    store.snapshot_rollback("tank/vm2@gold", false).unwrap();
+    assert!(
+        read(&store, "tank/vm2") == gold,
+        "the volume reads as @gold"
+    );
+    store.close().unwrap();
+    let store = open_store(&home);
+    assert!(read(&store, "tank/vm2") == gold, "after a re-import");
+    scrub_clean(&store);
+    store.dataset_destroy("tank/vm", false).unwrap();
+    destroy_checked(&store, "tank/vm2@gold");
+    store.dataset_destroy("tank/vm2", false).unwrap();
+    assert_no_leak(&store, baseline, "with everything destroyed");
+}
+
 /// A rollback to a snapshot that came by promote, which cannot read the snapshot (a
 /// directory of it damaged in every copy), fails and leaves the dataset as it was, in
 /// memory and after a re-import.
