@@ -12,9 +12,10 @@
 //! Objects are numbered pool-wide, so a clone gets objects of its own: a copy of each
 //! dnode of the snapshot (same block trees), and new directories listing the new ids (a
 //! directory's entries name objects). Taking a clone therefore costs time in proportion to
-//! the number of files and the size of the directories, not to the data. The copy is made
-//! under the state lock, so one txg holds all of it (no sync sees half a clone). Which copy each
-//! object became is kept (the clone map, `crate::id_map`) for `send -i ORIGIN CLONE@SNAP`.
+//! the number of files and the size of the directories, not to the data. The copy is
+//! made under the state lock, so one txg holds all of it (no sync sees half a clone).
+//! Which copy each object became is kept (the clone map, `crate::id_map`) for
+//! `send -i ORIGIN CLONE@SNAP`.
 //! The origin snapshot cannot be destroyed while a clone of it exists; `promote`
 //! (`crate::promote`) turns the roles around.
 //!

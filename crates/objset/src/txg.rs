@@ -431,7 +431,8 @@ impl StoreCore {
         // named by nothing on disk), so lookups and reads go on while the pool is
         // suspended, and after `cairn clear` the next sync writes it all. The copy costs
         // time and memory in proportion to the state (dirty data, cached metadata, lists).
-        let before = self.pool.undoes_failed_syncs().then(|| st.clone());
+        let syncing = self.pool.begin_sync();
+        let before = syncing.undoable.then(|| st.clone());
         let synced = self.write_txg(st);
         match (synced, before) {
             (Err(e), Some(before)) if self.pool.io_suspended().is_some() => {

@@ -27,6 +27,19 @@ pub fn is_device_loss(e: &PoolError) -> bool {
     )
 }
 
+/// A txg sync in progress (`Pool::begin_sync`); ends it when dropped.
+pub struct SyncGuard<'a> {
+    pool: &'a Pool,
+    /// Whether this sync is undone, not waited out, when its devices fail part-way.
+    pub undoable: bool,
+}
+
+impl Drop for SyncGuard<'_> {
+    fn drop(&mut self) {
+        self.pool.suspension.lock().undoable_sync = false;
+    }
+}
+
 impl Pool {
     /// Lets txg writes wait for `cairn clear` when devices fail (the service does; a
     /// one-shot command never sets it, so it gets the error).
@@ -120,14 +133,27 @@ impl Pool {
         }
     }
 
-    /// A write of a txg sync before its commit point, which the store can undo (it copied
-    /// its state first, `undoes_failed_syncs`): there a device loss suspends the pool and
-    /// is returned at once, so that reads go on; otherwise as `retry_while_suspended`.
+    /// Starts a txg sync (the caller holds the store's state lock: one at a time). Under
+    /// `failmode=continue` in a pool that can be resumed, the sync is undoable: its writes
+    /// before the commit point fail at once (`write_or_suspend`) and the caller undoes it.
+    /// Decided once for the whole sync, until the guard is dropped.
+    pub fn begin_sync(&self) -> SyncGuard<'_> {
+        let undoable = self.undoes_failed_syncs();
+        self.suspension.lock().undoable_sync = undoable;
+        SyncGuard {
+            pool: self,
+            undoable,
+        }
+    }
+
+    /// A write of a txg sync before its commit point. In an undoable sync (`begin_sync`) a
+    /// device loss suspends the pool and is returned at once, so that reads go on while the
+    /// caller undoes the sync; otherwise as `retry_while_suspended`.
     pub fn write_or_suspend<T>(
         &self,
         mut op: impl FnMut() -> Result<T, PoolError>,
     ) -> Result<T, PoolError> {
-        if !self.undoes_failed_syncs() {
+        if !self.suspension.lock().undoable_sync {
             return self.retry_while_suspended(op);
         }
         op().inspect_err(|e| {
@@ -139,7 +165,7 @@ impl Pool {
 
     /// Whether a txg sync that loses its devices before its commit point is undone rather
     /// than waited out: under `failmode=continue`, in a pool that can be resumed.
-    pub fn undoes_failed_syncs(&self) -> bool {
+    fn undoes_failed_syncs(&self) -> bool {
         let resumable = {
             let s = self.suspension.lock();
             s.resumable && !s.abandoned

@@ -39,6 +39,9 @@ pub(crate) struct State {
     pub(crate) resumable: bool,
     /// No more waiting: the owner is going away.
     pub(crate) abandoned: bool,
+    /// A txg sync that can be undone is running (`Pool::begin_sync`): its writes before
+    /// the commit point fail at once instead of waiting.
+    pub(crate) undoable_sync: bool,
 }
 
 /// The pool's suspension state (`Pool::suspension`).
