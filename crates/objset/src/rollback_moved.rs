@@ -194,11 +194,13 @@ impl StoreCore {
         })
     }
 
-    /// After a failed copy: the copies go (they were made in this txg and hold no blocks
-    /// of their own yet) and the root object is what it was.
+    /// After a failed copy: the copies go and the root object is what it was. A copy was
+    /// made in this txg; its blocks are the snapshot's, so it is emptied before it is
+    /// freed (the sync would put them on the dataset's dead list).
     fn undo_copy(&self, st: &mut State, plan: &Plan, copy: &Copy) -> Result<(), StoreError> {
         for &id in copy.map.values().filter(|&&id| id != plan.root.0) {
-            if st.objects.contains_key(&id) {
+            if let Some(dn) = st.objects.get(&id).map(|o| o.dnode) {
+                restore_object(st, id, emptied(dn));
                 // (Not `free_object_locked`: a copy's xattr field may still name the
                 // snapshot's object, which is not the copy's to free.)
                 self.free_one_object_locked(st, id)?;
