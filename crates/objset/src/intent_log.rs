@@ -15,7 +15,9 @@
 //!                a new one, which the new root block names; at the commit the intents the
 //!                txg covers are dropped and the new chain becomes current
 //!  import        the chain the root block names is read to its first block that does not
-//!                verify; its records are applied to the open txg, which is synced
+//!                verify; its records are applied to the open txg, which is synced. Reads
+//!                are speculative (a block the crash cut charges no device), and a block
+//!                logged by pointer that cannot be read in the chain's last block ends it
 //! ```
 //!
 //! Invariants (why an acknowledged write survives a crash at any moment):
@@ -517,6 +519,16 @@ fn chain_id(txg: u64) -> u64 {
     u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes")) | 1
 }
 
+/// What replaying one record did.
+enum Applied {
+    Yes,
+    /// Its object is gone, or is not a file or volume.
+    Skipped,
+    /// The block its data was logged in cannot be read (the crash cut its commit, or the
+    /// block is damaged).
+    DataCut(StoreError),
+}
+
 /// What a replay found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
@@ -539,11 +551,21 @@ impl StoreCore {
             blocks: blocks.len() as u64,
             ..Default::default()
         };
-        for block in blocks {
+        let last = blocks.len().saturating_sub(1);
+        'chain: for (i, block) in blocks.into_iter().enumerate() {
             for record in block.records {
-                report.records += 1;
-                if !self.apply_record(&record)? {
-                    report.skipped += 1;
+                match self.apply_record(&record)? {
+                    Applied::Yes => report.records += 1,
+                    Applied::Skipped => {
+                        report.records += 1;
+                        report.skipped += 1;
+                    }
+                    // In the chain's last block, its commit is the one the crash cut, so
+                    // never acknowledged: the chain ends here, as at a block that does not
+                    // verify. (Commits run one at a time: a block after it means its
+                    // commit finished, and the data is damaged.)
+                    Applied::DataCut(_) if i == last => break 'chain,
+                    Applied::DataCut(e) => return Err(e),
                 }
             }
         }
@@ -596,13 +618,13 @@ impl StoreCore {
         out
     }
 
-    /// Applies one record; false if its object is gone.
-    fn apply_record(&self, record: &Record) -> Result<bool, StoreError> {
+    /// Applies one record.
+    fn apply_record(&self, record: &Record) -> Result<Applied, StoreError> {
         let Ok(dnode) = self.dnode(record.object()) else {
-            return Ok(false);
+            return Ok(Applied::Skipped);
         };
         if !matches!(dnode.kind, ObjectKind::File | ObjectKind::Volume) {
-            return Ok(false);
+            return Ok(Applied::Skipped);
         }
         let target = Resolved {
             dataset: dnode.dataset,
@@ -616,23 +638,28 @@ impl StoreCore {
             Record::WriteBlock {
                 offset, bytes, bp, ..
             } => {
-                let data = self.pool.read_bp(bp)?;
+                // Written with the log block that names it: a crash may have cut it
+                // (`Pool::read_bp_speculative` charges no device for that).
+                let data = match self.pool.read_bp_speculative(bp) {
+                    Ok(data) => data,
+                    Err(e) => return Ok(Applied::DataCut(e.into())),
+                };
                 let n = (*bytes as usize).min(data.len());
                 self.write_unchecked(&target, *offset, &data[..n])?;
             }
             Record::Truncate { size, .. } if dnode.kind == ObjectKind::File => {
                 self.truncate_unlogged(&target, *size)?;
             }
-            Record::Truncate { .. } => return Ok(false),
+            Record::Truncate { .. } => return Ok(Applied::Skipped),
             Record::Punch { offset, bytes, .. } => {
                 self.punch_unlogged(&target, *offset, *bytes)?;
             }
             Record::Attr { attrs, .. } if dnode.kind == ObjectKind::File => {
                 self.set_logged_attrs(record.object(), attrs)?;
             }
-            Record::Attr { .. } => return Ok(false),
+            Record::Attr { .. } => return Ok(Applied::Skipped),
         }
-        Ok(true)
+        Ok(Applied::Yes)
     }
 }
 

@@ -439,6 +439,28 @@ impl Pool {
         Ok((into_logical(bp, physical)?, health))
     }
 
+    /// Reads a block the intent log names at import, which a crash may have cut while it
+    /// was written (`TopVdev::read_block_speculative`: no device is charged). Copies are
+    /// not healed: the block is read once, and freed once its log is replayed.
+    pub fn read_bp_speculative(&self, bp: &BlockPointer) -> Result<Vec<u8>, PoolError> {
+        let verify = |buf: &[u8]| bp.checksum_kind.digest(buf) == bp.checksum;
+        let mut last_err = VdevError::Unrecoverable {
+            vdev: "the block's vdevs".into(),
+            offset: 0,
+        };
+        for dva in bp.copies() {
+            let Some(top) = self.tops.get(dva.vdev as usize) else {
+                continue;
+            };
+            let mut buf = vec![0u8; bp.psize as usize];
+            match top.read_block_speculative(dva.offset, &mut buf, &verify) {
+                Ok(_) => return into_logical(bp, buf),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(PoolError::Vdev(last_err))
+    }
+
     /// Scrubs one block: every copy and every parity column is read and checked, and
     /// whatever is wrong is rewritten.
     pub fn scrub_bp(&self, bp: &BlockPointer) -> Result<BlockHealth, PoolError> {

@@ -620,10 +620,12 @@ impl TopVdev {
         self.read_block_as(offset, out, verify, false)
     }
 
-    /// Reads a block that may never have been written: the intent log's next block, which
-    /// ZFS too reads speculatively. When no copy or combination of columns verifies, the
-    /// block is absent, not damaged, and no checksum error is charged; a block that
-    /// verifies after a repair was written and damaged, and is charged as any read is.
+    /// Reads a block that may never have been written, or whose write a crash may have cut:
+    /// the intent log's blocks at import, which ZFS too reads speculatively. No checksum
+    /// error is charged: when nothing verifies the block is absent, and a block that
+    /// verifies only after a repair may be one whose write the crash cut part-way (some
+    /// columns or sides written, the others not: the write hole), which is no device's
+    /// fault (ZFS reports no checksum error for a speculative read either).
     pub fn read_block_speculative(
         &self,
         offset: u64,
@@ -1043,8 +1045,7 @@ impl TopVdev {
 
     /// Mirror read: the sides in the read policy's order until one returns data that
     /// verifies; the sides that failed or returned wrong data are then rewritten with it.
-    /// `speculative`: sides that did not verify are charged only once one side does
-    /// (`read_block_speculative`).
+    /// `speculative`: sides that did not verify are not charged (`read_block_speculative`).
     fn read_copies(
         &self,
         offset: u64,
@@ -1063,7 +1064,9 @@ impl TopVdev {
             }
             return Err(self.no_good_copy(offset, verify.is_some(), &report));
         }
-        self.charge_checksum_errors(&report);
+        if !speculative {
+            self.charge_checksum_errors(&report);
+        }
         // A side that cannot take I/O (missing, offline, faulted) counts as failed, whichever
         // side the policy chose, as a missing raidz column does.
         for (c, child) in self.children.iter().enumerate() {
@@ -1270,7 +1273,9 @@ impl TopVdev {
                 report.reconstructed = true;
                 for &c in &culprits {
                     let child = &self.children[map.columns[c].child];
-                    child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    if !speculative {
+                        child.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    }
                     report.checksum_failed_children.push(map.columns[c].child);
                 }
                 self.repair_columns(map, &mut parity_bufs, out, &culprits, &mut report);
