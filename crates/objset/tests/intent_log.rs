@@ -474,6 +474,64 @@ fn the_end_of_the_chain_is_no_checksum_error() {
     }
 }
 
+/// A block logged by pointer that cannot be read at import: in the chain's last log block
+/// its commit is the one a crash cut (never acknowledged), so the replay ends before it and
+/// the store opens without it, charging no device; in an earlier log block its commit
+/// finished (commits run one at a time), so the damage is an error and the store does not
+/// open.
+#[test]
+fn an_unreadable_pointer_block_ends_the_replay_only_in_the_last_log_block() {
+    for later_commit in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, files) = new_pool(dir.path(), "", 1, 64 * MIB);
+        let store = open_store_with(&home, config());
+        let vol = make_volume(&store, "tank/vol", &[("compression", "off")]);
+        store.commit_log().unwrap(); // arms the log
+        store.write(&vol, 0, &block(1)).unwrap();
+        store.sync_writes(vol.dataset).unwrap();
+        let big: Vec<u8> = (0..12).flat_map(|i| block(100 + i)).collect();
+        store.write(&vol, 8 * BLOCK as u64, &big).unwrap(); // logged by pointer
+        store.sync_writes(vol.dataset).unwrap();
+        if later_commit {
+            store.write(&vol, 2 * BLOCK as u64, &block(3)).unwrap();
+            store.sync_writes(vol.dataset).unwrap();
+        }
+        drop(store); // a crash
+        let mut leaf = std::fs::read(&files[0]).unwrap();
+        let at = leaf
+            .windows(BLOCK)
+            .position(|w| w == &big[..BLOCK])
+            .expect("the pointer block is on the leaf");
+        leaf[at..at + 512].fill(0xee);
+        std::fs::write(&files[0], &leaf).unwrap();
+        let opened = Store::open_with(Pool::open(&home, "tank").unwrap(), config());
+        if later_commit {
+            assert!(
+                opened.is_err(),
+                "the damage of a finished commit is an error"
+            );
+            continue;
+        }
+        let store = opened.unwrap();
+        assert!(
+            read_block(&store, &vol, 0) == block(1),
+            "the commit before it"
+        );
+        assert!(
+            read_block(&store, &vol, 8) == vec![0u8; BLOCK],
+            "the cut commit is not replayed"
+        );
+        let counts: Vec<u64> = store
+            .pool()
+            .tops()
+            .iter()
+            .flat_map(|t| t.children.iter())
+            .map(|c| c.stats.checksum_errors.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(counts, [0], "no device charged");
+    }
+}
+
 #[test]
 fn log_commits_are_sync_writes_txg_syncs_async_writes_and_a_scrub_scrub_reads() {
     use cairn_vdev::io_class::IoClass;
