@@ -58,6 +58,17 @@ fn read_block(store: &Store, vol: &Resolved, b: u64) -> Vec<u8> {
     buf
 }
 
+/// Checksum errors charged to each leaf.
+fn checksum_errors(store: &Store) -> Vec<u64> {
+    store
+        .pool()
+        .tops()
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .map(|c| c.stats.checksum_errors.load(Ordering::Relaxed))
+        .collect()
+}
+
 fn scrub_errors(store: &Store) -> u64 {
     let (p, end) = store
         .scrub(None, Duration::from_secs(3600), &mut |_| {
@@ -458,13 +469,7 @@ fn the_end_of_the_chain_is_no_checksum_error() {
         for round in 0..2 {
             let store = open_store_with(&home, config());
             assert!(read_block(&store, &vol, 9) == block(9), "{kind}");
-            let counts: Vec<u64> = store
-                .pool()
-                .tops()
-                .iter()
-                .flat_map(|t| t.children.iter())
-                .map(|c| c.stats.checksum_errors.load(Ordering::Relaxed))
-                .collect();
+            let counts = checksum_errors(&store);
             assert!(
                 counts.iter().all(|&c| c == 0),
                 "{kind}, import {round}: checksum errors {counts:?}"
@@ -521,14 +526,7 @@ fn an_unreadable_pointer_block_ends_the_replay_only_in_the_last_log_block() {
             read_block(&store, &vol, 8) == vec![0u8; BLOCK],
             "the cut commit is not replayed"
         );
-        let counts: Vec<u64> = store
-            .pool()
-            .tops()
-            .iter()
-            .flat_map(|t| t.children.iter())
-            .map(|c| c.stats.checksum_errors.load(Ordering::Relaxed))
-            .collect();
-        assert_eq!(counts, [0], "no device charged");
+        assert_eq!(checksum_errors(&store), [0], "no device charged");
     }
 }
 
