@@ -3,7 +3,7 @@
 //! Every other store module adds methods to `StoreCore`; this one depends on none of them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 
 use cairn_pool::io::alloc::Allocator;
@@ -100,6 +100,9 @@ pub struct StoreCore {
     pub(crate) read_latency: crate::read_latency::ReadLatency,
     /// Sequential read streams and what was fetched ahead of them.
     pub(crate) readahead: crate::readahead::ReadAhead,
+    /// `State::txg`, for threads that must not wait for the state lock (the prefetch
+    /// thread, which holds the read gate). Set by the sync's commit, under the gate.
+    pub(crate) open_txg_now: AtomicU64,
 }
 
 pub fn now_ns() -> u64 {
@@ -125,6 +128,7 @@ impl StoreCore {
         };
         StoreCore {
             readahead: crate::readahead::ReadAhead::new(readahead_max),
+            open_txg_now: AtomicU64::new(state.txg),
             pool,
             state: Mutex::new(state),
             read_gate: RwLock::new(()),

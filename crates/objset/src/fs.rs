@@ -15,6 +15,7 @@ use crate::intent_state::{IntentOp, LogPolicy};
 use crate::object::read_for_update;
 use crate::property_values::validate_property;
 use crate::props::size_property;
+use crate::readahead::Prefetch;
 
 /// What a path names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -686,36 +687,46 @@ impl StoreCore {
 
     /// Reads from a file or volume; returns bytes read (short at end of file).
     /// Blocks are fetched from disk without the store lock (reads run in parallel and
-    /// beside writes); the read gate keeps them from being reused meanwhile.
+    /// beside writes); the read gate keeps them from being reused meanwhile. A sequential
+    /// stream on rotating disks also queues a read-ahead (`crate::readahead`).
     pub fn read(&self, r: &Resolved, offset: u64, buf: &mut [u8]) -> Result<usize, StoreError> {
         let began = std::time::Instant::now();
+        self.readahead
+            .wait_for_fetch(r.object, offset, buf.len() as u64);
         let (plan, ahead, gate) = {
             let mut st = self.lock();
             self.object_mut(&mut st, r.object)?;
+            let open_txg = st.txg;
             let State { objects, cache, .. } = &mut *st;
             let obj = objects.get(&r.object).expect("loaded");
             let plan = crate::object::plan_read(self.pool(), cache, r.object, obj, offset, buf)?;
-            let ahead =
-                match self
-                    .readahead
-                    .note_read(r.object, offset, plan.len as u64, obj.dnode.size)
-                {
-                    Some((from, to)) => {
-                        crate::object::disk_blocks(self.pool(), cache, r.object, obj, from, to)
-                            .unwrap_or_default()
-                    }
-                    None => Vec::new(),
-                };
+            let ahead = self
+                .readahead
+                .note_read(r.object, offset, plan.len as u64, obj.dnode.size)
+                .map(|range| Prefetch {
+                    object: r.object,
+                    range,
+                    bps: crate::object::disk_blocks(
+                        self.pool(),
+                        cache,
+                        r.object,
+                        obj,
+                        range.0,
+                        range.1,
+                    )
+                    .unwrap_or_default(),
+                    open_txg,
+                });
             // Taken before the state lock is released: no sync can slip in between.
             let gate = self.read_gate.read().unwrap_or_else(|p| p.into_inner());
             (plan, ahead, gate)
         };
         let fetched = plan.fetch(self.pool(), buf);
-        if fetched.is_ok() && !ahead.is_empty() {
-            // Into the block cache for the reads to come (best effort: see readahead);
-            // counted as async reads, as zpool counts prefetch.
-            let _prefetch = cairn_vdev::io_class::enter(cairn_vdev::io_class::IoClass::AsyncRead);
-            let _ = self.pool().read_bps_shared(&ahead);
+        if let Some(ahead) = ahead {
+            match fetched.is_ok() && !ahead.bps.is_empty() {
+                true => self.readahead.queue(ahead),
+                false => self.readahead.cancel(ahead.object, ahead.range),
+            }
         }
         drop(gate);
         self.read_latency.record(began.elapsed());

@@ -29,6 +29,7 @@ pub mod intent_state;
 pub mod object;
 pub mod object_io;
 pub mod posix;
+pub(crate) mod prefetch;
 pub mod promote;
 pub mod property_values;
 pub mod props;

@@ -48,10 +48,10 @@ use crate::object::ObjectState;
 use crate::object_io::load_object_bytes;
 use crate::root::RootBlock;
 
-/// An open store: its core, and the background writer threads working on it.
+/// An open store: its core, and the threads working on it (background writers, prefetch).
 pub struct Store {
     core: Option<Arc<StoreCore>>,
-    writers: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Deref for Store {
@@ -70,6 +70,14 @@ impl Store {
 
     pub fn open_with(pool: Pool, config: StoreConfig) -> Result<Store, StoreError> {
         let core = Arc::new(StoreCore::open_with(pool, config)?);
+        let mut store = Store {
+            core: Some(Arc::clone(&core)),
+            threads: Vec::new(),
+        };
+        if core.readahead.enabled() {
+            let c = Arc::clone(&core);
+            store.start_thread("cairn-prefetch".into(), move || c.prefetch_worker())?;
+        }
         // Before anything is written: the chain's blocks after its head are free in the
         // space map of the txg it follows (`crate::intent_log`).
         core.replay_log()?;
@@ -77,28 +85,35 @@ impl Store {
         core.undo_interrupted_receives()?;
         // Files unlinked while open that a crash kept from being freed at their last close.
         core.free_unlinked()?;
-        let mut store = Store {
-            core: Some(Arc::clone(&core)),
-            writers: Vec::new(),
-        };
         if config.background_writer {
             for i in 0..config.background_writers.max(1) {
                 let c = Arc::clone(&core);
-                let h = std::thread::Builder::new()
-                    .name(format!("cairn-writer-{i}"))
-                    .spawn(move || c.background_writer())
-                    .map_err(|source| StoreError::LocalIo {
-                        path: "starting the background writer threads".into(),
-                        source,
-                    })?; // (dropping `store` stops the ones started)
-                store.writers.push(h);
+                store.start_thread(format!("cairn-writer-{i}"), move || c.background_writer())?;
             }
         }
         Ok(store)
     }
 
-    fn stop_writer(&mut self) {
-        if self.writers.is_empty() {
+    /// Starts one of the store's threads (dropping the store stops the ones started).
+    fn start_thread(
+        &mut self,
+        name: String,
+        body: impl FnOnce() + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let h = std::thread::Builder::new()
+            .name(name)
+            .spawn(body)
+            .map_err(|source| StoreError::LocalIo {
+                path: "starting the store's threads".into(),
+                source,
+            })?;
+        self.threads.push(h);
+        Ok(())
+    }
+
+    /// Stops the background writers and the prefetch thread.
+    fn stop_threads(&mut self) {
+        if self.threads.is_empty() {
             return;
         }
         self.stop.store(true, Ordering::SeqCst);
@@ -106,14 +121,15 @@ impl Store {
             let _st = self.lock();
             self.presync_cv.notify_all();
         }
-        for h in self.writers.drain(..) {
+        self.readahead.shut_down();
+        for h in self.threads.drain(..) {
             let _ = h.join();
         }
     }
 
     /// Syncs and returns the pool (for export).
     pub fn close(mut self) -> Result<Pool, StoreError> {
-        self.stop_writer();
+        self.stop_threads();
         self.sync()?;
         let core = self.core.take().expect("open");
         match Arc::try_unwrap(core) {
@@ -127,7 +143,7 @@ impl Store {
 /// background batch finishes, but nothing commits it).
 impl Drop for Store {
     fn drop(&mut self) {
-        self.stop_writer();
+        self.stop_threads();
     }
 }
 

@@ -1,5 +1,7 @@
 //! The txg sync: how the open transaction group becomes the pool's new committed state.
 
+use std::sync::atomic::Ordering;
+
 use cairn_pool::io::alloc::encode_space_map;
 use cairn_pool::io::bp::{BlockKind, BlockPointer, Dva};
 use cairn_pool::io::pipeline::{prepare, WriteProps};
@@ -378,6 +380,7 @@ impl TxgSync<'_> {
         st.root_bp = root_bp;
         st.space_map_bps = map_bps;
         st.txg = txg + 1;
+        self.store.open_txg_now.store(txg + 1, Ordering::SeqCst);
         st.damaged_dirty = false;
         st.dirty_bytes = 0;
         st.presync.taken_bytes = 0;
