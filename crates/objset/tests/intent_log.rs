@@ -59,16 +59,6 @@ fn read_block(store: &Store, vol: &Resolved, b: u64) -> Vec<u8> {
 }
 
 /// Checksum errors charged to each leaf.
-fn checksum_errors(store: &Store) -> Vec<u64> {
-    store
-        .pool()
-        .tops()
-        .iter()
-        .flat_map(|t| t.children.iter())
-        .map(|c| c.stats.checksum_errors.load(Ordering::Relaxed))
-        .collect()
-}
-
 fn scrub_errors(store: &Store) -> u64 {
     let (p, end) = store
         .scrub(None, Duration::from_secs(3600), &mut |_| {

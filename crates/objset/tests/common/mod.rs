@@ -213,3 +213,18 @@ pub fn assert_no_leak(store: &Store, baseline: u64, when: &str) {
         end - baseline
     );
 }
+
+/// The checksum errors each leaf counted.
+pub fn checksum_errors(store: &Store) -> Vec<u64> {
+    store
+        .pool()
+        .tops()
+        .iter()
+        .flat_map(|t| t.children.iter())
+        .map(|c| {
+            c.stats
+                .checksum_errors
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .collect()
+}
