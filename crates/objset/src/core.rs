@@ -103,6 +103,9 @@ pub struct StoreCore {
     /// `State::txg`, for threads that must not wait for the state lock (the prefetch
     /// thread, which holds the read gate). Set by the sync's commit, under the gate.
     pub(crate) open_txg_now: AtomicU64,
+    /// Set while the intent log is replayed at import: no sync may run part-way
+    /// (`StoreCore::sync_allowed_midway`).
+    pub(crate) replaying: AtomicBool,
 }
 
 pub fn now_ns() -> u64 {
@@ -129,6 +132,7 @@ impl StoreCore {
         StoreCore {
             readahead: crate::readahead::ReadAhead::new(readahead_max),
             open_txg_now: AtomicU64::new(state.txg),
+            replaying: AtomicBool::new(false),
             pool,
             state: Mutex::new(state),
             read_gate: RwLock::new(()),

@@ -905,7 +905,7 @@ impl StoreCore {
 
     /// Syncs when the open txg holds more dirty data than allowed.
     pub(crate) fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
-        if self.over_dirty_limit(st) {
+        if self.over_dirty_limit(st) && self.sync_allowed_midway() {
             self.sync_locked(st)?;
         }
         Ok(())

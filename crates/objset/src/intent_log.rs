@@ -15,9 +15,11 @@
 //!                a new one, which the new root block names; at the commit the intents the
 //!                txg covers are dropped and the new chain becomes current
 //!  import        the chain the root block names is read to its first block that does not
-//!                verify; its records are applied to the open txg, which is synced. Reads
-//!                are speculative (a block the crash cut charges no device), and a block
-//!                logged by pointer that cannot be read in the chain's last block ends it
+//!                verify; its blocks and the blocks its records point to are claimed
+//!                (allocated in memory); its records are applied to the open txg, which is
+//!                synced once, at the end. Reads are speculative (a block the crash cut
+//!                charges no device), and a block logged by pointer that cannot be read in
+//!                the chain's last block ends it
 //! ```
 //!
 //! Invariants (why an acknowledged write survives a crash at any moment):
@@ -35,6 +37,9 @@
 //!   with the attributes as they are at the commit, so replay also keeps its mtime.
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
+//! - A replay overwrites nothing the committed root block or its chain needs before its
+//!   one sync commits: no sync runs part-way (`sync_allowed_midway`) and nothing is
+//!   allocated over the claimed chain, so an import cut short replays the same chain again.
 //! - Intents are kept only once the log is armed, which the first commit does under the
 //!   committer lock before it syncs: a commit that finds the log armed runs after that
 //!   sync, which covered every write that kept no intent.
@@ -519,6 +524,34 @@ fn chain_id(txg: u64) -> u64 {
     u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes")) | 1
 }
 
+/// Marks the store as replaying its log while alive (`StoreCore::sync_allowed_midway`).
+struct Replaying<'a>(&'a StoreCore);
+
+impl<'a> Replaying<'a> {
+    fn start(store: &'a StoreCore) -> Replaying<'a> {
+        store.replaying.store(true, Ordering::SeqCst);
+        Replaying(store)
+    }
+}
+
+impl Drop for Replaying<'_> {
+    fn drop(&mut self) {
+        self.0.replaying.store(false, Ordering::SeqCst);
+    }
+}
+
+impl StoreCore {
+    /// Whether a write may sync the txg part-way (the dirty cap, a full pool or quota).
+    /// Not while the log is replayed: such a sync would retire the chain before its end is
+    /// applied (a crash then loses those records), and its allocations could take the
+    /// space of blocks logged by pointer that are still to be read (they are free in the
+    /// committed space map). The replay's txg is synced once, whole, at its end; it holds
+    /// what the crashed txg held, whatever `dirty_max` is now.
+    pub(crate) fn sync_allowed_midway(&self) -> bool {
+        !self.replaying.load(Ordering::SeqCst)
+    }
+}
+
 /// What replaying one record did.
 enum Applied {
     Yes,
@@ -547,11 +580,13 @@ impl StoreCore {
             return Ok(ReplayReport::default());
         };
         let blocks = self.read_chain(head);
+        self.claim_chain(&blocks);
         let mut report = ReplayReport {
             blocks: blocks.len() as u64,
             ..Default::default()
         };
         let last = blocks.len().saturating_sub(1);
+        let _replaying = Replaying::start(self);
         'chain: for (i, block) in blocks.into_iter().enumerate() {
             for record in block.records {
                 match self.apply_record(&record)? {
@@ -569,6 +604,7 @@ impl StoreCore {
                 }
             }
         }
+        drop(_replaying);
         if report.records > 0 {
             let txg = self.sync()?;
             self.pool.post_event(
@@ -583,6 +619,31 @@ impl StoreCore {
             );
         }
         Ok(report)
+    }
+
+    /// Marks allocated what the committed space map counts free but the chain still needs
+    /// until the replay's txg commits (ZFS's `zil_claim`): its blocks after the head (the
+    /// head is allocated in the map) and the blocks its records point to. They join the
+    /// chain's blocks, which the replay's sync retires into the deferred frees, so no
+    /// allocation before that sync's commit can overwrite them and an import cut short
+    /// finds the chain whole again. A range already allocated is left alone (the record
+    /// pointing there then fails its checksum at replay).
+    fn claim_chain(&self, blocks: &[LogBlock]) {
+        let mut dvas: Vec<Dva> = blocks.iter().map(|b| b.next.dva).collect();
+        for record in blocks.iter().flat_map(|b| &b.records) {
+            if let Record::WriteBlock { bp, .. } = record {
+                dvas.extend(bp.copies().copied());
+            }
+        }
+        let mut st = self.lock();
+        for dva in dvas.into_iter().filter(|d| !d.is_empty()) {
+            let Some(vdev) = st.alloc.vdevs.get_mut(dva.vdev as usize) else {
+                continue;
+            };
+            if vdev.claim(dva.offset, dva.asize).is_ok() {
+                st.log.allocated.push(dva);
+            }
+        }
     }
 
     /// The chain's blocks in order, up to the first that cannot be read or verified, or

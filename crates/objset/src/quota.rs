@@ -71,7 +71,9 @@ impl StoreCore {
             // Bytes counted in the open txg may since have been deleted or overwritten, and
             // deletes give space back at the sync: after one the counts are exact (as
             // ENOSPC waits for txgs).
-            Err(StoreError::QuotaExceeded { .. }) if crate::fs::is_dirty_locked(st) => {
+            Err(StoreError::QuotaExceeded { .. })
+                if crate::fs::is_dirty_locked(st) && self.sync_allowed_midway() =>
+            {
                 self.sync_locked(st)?;
                 self.try_charge(st, dataset, more)
             }

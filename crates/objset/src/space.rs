@@ -91,7 +91,7 @@ impl StoreCore {
             if self.space_fits(st, more) {
                 return Ok(());
             }
-            if st.dirty_bytes == 0 && st.deferred.is_empty() {
+            if (st.dirty_bytes == 0 && st.deferred.is_empty()) || !self.sync_allowed_midway() {
                 break;
             }
             self.sync_locked(st)?;
