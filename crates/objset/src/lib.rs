@@ -21,6 +21,7 @@ pub(crate) mod dircache;
 pub mod dnode;
 pub mod error;
 pub mod fs;
+pub mod fuzz_entry;
 pub mod history;
 pub(crate) mod id_map;
 pub(crate) mod intent_format;

@@ -438,7 +438,9 @@ impl<'a> Input<'a> {
         let payload = self.take(n as usize)?;
         let got = self.take(CHECK)?;
         let want = chain(&self.check, kind, &len, &payload);
-        if got != want {
+        // (Fuzzing builds take any check: a sender that means harm can compute it, so the
+        // records behind it must be safe to decode and apply whatever they hold.)
+        if got != want && !cfg!(fuzzing) {
             return Err(bad(format!(
                 "record at byte {} fails its check (the stream is damaged)",
                 self.bytes

@@ -31,18 +31,24 @@ fn pool(dir: &std::path::Path, simulated: bool) -> Home {
     home
 }
 
-/// Writes 16 MiB, reopens (cold cache), reads it back 1 MiB a call; the cache hits and
-/// the leaves' async (read-ahead) read requests.
-fn stream_hits(simulated: bool, readahead_max: u64) -> (u64, u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let home = pool(dir.path(), simulated);
-    let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 131 % 251) as u8).collect();
+/// The pool of `pool` with `data` in the file `tank/f` (uncompressed), closed.
+fn with_file(dir: &std::path::Path, simulated: bool, data: &[u8]) -> Home {
+    let home = pool(dir, simulated);
     let store = Store::open(Pool::open(&home, "tank").unwrap()).unwrap();
     store.set_property("tank", "compression", "off").unwrap();
     store.create_file("tank/f", false).unwrap();
     let f = store.resolve("tank/f").unwrap();
-    store.write(&f, 0, &data).unwrap();
+    store.write(&f, 0, data).unwrap();
     store.close().unwrap();
+    home
+}
+
+/// Writes 16 MiB, reopens (cold cache), reads it back 1 MiB a call; the cache hits and
+/// the leaves' async (read-ahead) read requests.
+fn stream_hits(simulated: bool, readahead_max: u64) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 131 % 251) as u8).collect();
+    let home = with_file(dir.path(), simulated, &data);
     let config = StoreConfig {
         readahead_max,
         ..StoreConfig::default()
@@ -93,14 +99,8 @@ fn no_read_ahead_when_turned_off_or_on_files() {
 #[test]
 fn read_ahead_beside_rewrites_and_syncs_reads_nothing_freed() {
     let dir = tempfile::tempdir().unwrap();
-    let home = pool(dir.path(), true);
     let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 7 % 253) as u8).collect();
-    let store = Store::open(Pool::open(&home, "tank").unwrap()).unwrap();
-    store.set_property("tank", "compression", "off").unwrap();
-    store.create_file("tank/f", false).unwrap();
-    let f = store.resolve("tank/f").unwrap();
-    store.write(&f, 0, &data).unwrap();
-    store.close().unwrap();
+    let home = with_file(dir.path(), true, &data);
     let store = Store::open(Pool::open(&home, "tank").unwrap()).unwrap();
     let f = store.resolve("tank/f").unwrap();
     let rewriting = std::sync::atomic::AtomicBool::new(true);
