@@ -31,10 +31,11 @@
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
 //! - Changes the log has no record for (creating, renaming, removing, xattrs, attributes
-//!   of anything but a file, dataset changes) set `unlogged`; a log commit in such a txg
-//!   syncs the txg instead. A file's attributes (mode, owner, times; its size by a
-//!   TRUNCATE) are logged: every file a commit covers gets an ATTR record after its data,
-//!   with the attributes as they are at the commit, so replay also keeps its mtime.
+//!   of a volume, dataset changes) set `unlogged`; a log commit in such a txg syncs the
+//!   txg instead. The attributes (mode, owner, times; a file's size by a TRUNCATE) of
+//!   files, directories, symbolic links and special files are logged: every such object a
+//!   commit covers gets an ATTR record after its data, with the attributes as they are at
+//!   the commit, so replay also keeps a file's mtime.
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
 //! - A replay overwrites nothing the committed root block or its chain needs before its
@@ -56,7 +57,9 @@ use crate::fs::Resolved;
 use crate::intent_format::{
     capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, Record, LOG_HEADER, MAX_LOG_BLOCK,
 };
-use crate::intent_state::{Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS};
+use crate::intent_state::{
+    attrs_logged, Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS,
+};
 use crate::props::raw_props;
 
 /// Writes at least this large go to a block of their own and are logged by pointer (ZFS's
@@ -272,12 +275,13 @@ impl StoreCore {
         Ok(batch)
     }
 
-    /// An ATTR record for each file `intents` cover, with its attributes as they are now
-    /// (after the batch's data: replay sets them last). Files gone since are skipped.
+    /// An ATTR record for each file, directory, symbolic link or special file `intents`
+    /// cover, with its attributes as they are now (after the batch's data: replay sets
+    /// them last). Objects gone since are skipped.
     fn attr_records(&self, intents: &[Intent], batch: &mut Vec<Planned>) {
         let mut files: Vec<u64> = intents
             .iter()
-            .filter(|i| i.kind == ObjectKind::File)
+            .filter(|i| attrs_logged(i.kind))
             .map(|i| i.object)
             .collect();
         files.sort_unstable();
@@ -684,7 +688,11 @@ impl StoreCore {
         let Ok(dnode) = self.dnode(record.object()) else {
             return Ok(Applied::Skipped);
         };
-        if !matches!(dnode.kind, ObjectKind::File | ObjectKind::Volume) {
+        let applies = match record {
+            Record::Attr { .. } => attrs_logged(dnode.kind),
+            _ => matches!(dnode.kind, ObjectKind::File | ObjectKind::Volume),
+        };
+        if !applies {
             return Ok(Applied::Skipped);
         }
         let target = Resolved {
@@ -715,10 +723,9 @@ impl StoreCore {
             Record::Punch { offset, bytes, .. } => {
                 self.punch_unlogged(&target, *offset, *bytes)?;
             }
-            Record::Attr { attrs, .. } if dnode.kind == ObjectKind::File => {
+            Record::Attr { attrs, .. } => {
                 self.set_logged_attrs(record.object(), attrs)?;
             }
-            Record::Attr { .. } => return Ok(Applied::Skipped),
         }
         Ok(Applied::Yes)
     }

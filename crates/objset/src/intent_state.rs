@@ -11,6 +11,16 @@ use cairn_pool::io::bp::Dva;
 use crate::dnode::ObjectKind;
 use crate::intent_format::{LogBlockAddr, LogHead};
 
+/// Whether the attributes of an object of this kind are logged (ATTR records): files,
+/// directories, symbolic links and special files. A volume's are not (it has none worth
+/// an fsync), nor those of the store's own objects.
+pub(crate) fn attrs_logged(kind: ObjectKind) -> bool {
+    matches!(
+        kind,
+        ObjectKind::File | ObjectKind::Directory | ObjectKind::Symlink | ObjectKind::Special
+    )
+}
+
 /// A chain this long (blocks, or bytes logged) makes the next log commit sync the txg.
 pub(crate) const MAX_CHAIN_BLOCKS: usize = 8192;
 pub(crate) const MAX_CHAIN_BYTES: u64 = 256 << 20;

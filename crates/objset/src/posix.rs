@@ -428,13 +428,13 @@ impl StoreCore {
     }
 
     /// Changes attributes; a size change truncates or extends (with zeros). The ctime is
-    /// set to now (or to `ctime`), as every attribute change does. A file's change is
-    /// logged (an fsync after it stays on the intent log); anything else's makes the next
-    /// log commit sync the txg.
+    /// set to now (or to `ctime`), as every attribute change does. The change of a file,
+    /// directory, symbolic link or special file is logged (an fsync after it stays on the
+    /// intent log); anything else's makes the next log commit sync the txg.
     pub fn set_attr(&self, obj: u64, set: SetAttr) -> Result<Dnode, StoreError> {
         let mut st = self.lock();
         let dn = self.set_attr_locked(&mut st, obj, &set)?;
-        if dn.kind != ObjectKind::File {
+        if !crate::intent_state::attrs_logged(dn.kind) {
             st.log.unlogged = true;
             return Ok(dn);
         }
@@ -445,7 +445,7 @@ impl StoreCore {
             object: obj,
             kind: dn.kind,
         };
-        if let Some(size) = set.size {
+        if let Some(size) = set.size.filter(|_| dn.kind == ObjectKind::File) {
             let op = crate::intent_state::IntentOp::Truncate { size };
             self.note_intent(policy, target.clone(), op)?;
         }
@@ -494,7 +494,7 @@ impl StoreCore {
         Ok(o.dnode)
     }
 
-    /// Log replay: a file's attributes as an ATTR record logged them.
+    /// Log replay: an object's attributes as an ATTR record logged them.
     pub(crate) fn set_logged_attrs(
         &self,
         obj: u64,

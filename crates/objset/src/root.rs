@@ -7,7 +7,8 @@
 //!                it has clones, see `crate::clone`; 4 when the intent log is in use)
 //!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log, 8 log
 //!                records of kind ATTR may be in the chain, 16 promoted snapshots: the
-//!                snapshot section is "SNP2"); else 0
+//!                snapshot section is "SNP2", 32 ATTR records may name directories,
+//!                symbolic links and special files); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -80,6 +81,10 @@ const FLAG_LOG: u32 = 4;
 const FLAG_LOG_ATTR: u32 = 8;
 /// Some snapshot shows another dataset's objects (see `RootBlock::promoted`).
 const FLAG_PROMOTED: u32 = 16;
+/// ATTR records of the chain may name directories, symbolic links and special files. Set
+/// with every log head: a build that logs only files' attributes would skip those records
+/// at replay and lose the acknowledged changes; the unknown flag makes it refuse the pool.
+const FLAG_LOG_ATTR_ANY: u32 = 32;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -88,7 +93,7 @@ impl RootBlock {
         let mut w = Writer::new();
         let flags = u32::from(self.snapshots) * FLAG_SNAPSHOTS
             + u32::from(self.clones) * FLAG_CLONES
-            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR)
+            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY)
             + u32::from(self.promoted) * FLAG_PROMOTED;
         let with_flags = self.log.is_some() || self.promoted;
         let (version, flags) = match (with_flags, self.clones, self.snapshots) {
@@ -144,7 +149,12 @@ impl RootBlock {
                     + u32::from(v >= ROOT_VERSION_CLONES) * FLAG_CLONES
             }
         };
-        let known = FLAG_SNAPSHOTS | FLAG_CLONES | FLAG_LOG | FLAG_LOG_ATTR | FLAG_PROMOTED;
+        let known = FLAG_SNAPSHOTS
+            | FLAG_CLONES
+            | FLAG_LOG
+            | FLAG_LOG_ATTR
+            | FLAG_PROMOTED
+            | FLAG_LOG_ATTR_ANY;
         if flags & !known != 0 {
             return Err(StoreError::NewerFormat(format!(
                 "root block feature flags {flags:#x}"
@@ -280,7 +290,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[12] = 32;
+        unknown_flag[12] = 64;
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -303,10 +313,17 @@ mod tests {
         let bytes = root.encode();
         assert_eq!(bytes.len(), ROOT_BLOCK_SIZE);
         assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
-        assert_eq!(bytes[12] as u32, FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR);
+        assert_eq!(
+            bytes[12] as u32,
+            FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY
+        );
         let back = RootBlock::decode(&bytes).unwrap();
         assert_eq!(back.log, root.log);
-        // A log head written before ATTR records (no flag 8) still imports.
+        // A log head written before ATTR records of directories (no flag 32), or before
+        // ATTR records at all (no flag 8), still imports.
+        let mut files_only = bytes.clone();
+        files_only[12] = (FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR) as u8;
+        assert_eq!(RootBlock::decode(&files_only).unwrap().log, root.log);
         let mut before_attr = bytes.clone();
         before_attr[12] = (FLAG_SNAPSHOTS | FLAG_LOG) as u8;
         assert_eq!(RootBlock::decode(&before_attr).unwrap().log, root.log);

@@ -608,19 +608,59 @@ fn file_attributes_and_mtime_replay_and_need_no_sync() {
         "the write's mtime, not the replay's"
     );
     assert_eq!(read_live(&store, "tank/g"), b"written before the crash");
+}
+
+/// A directory's and a symbolic link's chmod, chown and utimens are logged as a file's
+/// are: the commit does not sync, and after a crash the replay puts them back.
+#[test]
+fn directory_and_symlink_attributes_replay_and_need_no_sync() {
+    use cairn_objset::dnode::ObjectKind;
+    use cairn_objset::posix::{NewNode, SetAttr};
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    store.mkdir("tank/d").unwrap();
+    let root = store.resolve("tank").unwrap().object;
+    let link = NewNode {
+        kind: ObjectKind::Symlink,
+        mode: 0o120777,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+    };
+    let (l, _) = store.make_node(root, "l", link, Some(b"d")).unwrap();
+    let d = store.resolve("tank/d").unwrap().object;
+    store.commit_log().unwrap(); // arms the log: a sync
     let txg = store.open_txg();
-    let d = store.resolve("tank/d").unwrap();
-    let chmod = SetAttr {
-        mode: Some(0o700),
+    let dir_set = SetAttr {
+        mode: Some(0o750),
+        uid: Some(11),
+        gid: Some(12),
+        mtime: Some(1_500_000_000_000_000_001),
         ..SetAttr::default()
     };
-    store.set_attr(d.object, chmod).unwrap();
+    store.set_attr(d, dir_set).unwrap();
+    let link_set = SetAttr {
+        uid: Some(21),
+        atime: Some(1_400_000_000_000_000_002),
+        ..SetAttr::default()
+    };
+    store.set_attr(l, link_set).unwrap();
     store.commit_log().unwrap();
-    assert_eq!(
-        store.open_txg(),
-        txg + 1,
-        "a directory's chmod needs a sync"
-    );
+    assert_eq!(store.open_txg(), txg, "logged, not synced");
+    let (d_before, l_before) = (store.dnode(d).unwrap(), store.dnode(l).unwrap());
+    drop(store); // a crash
+    let store = open_store_with(&home, config());
+    let (da, la) = (store.dnode(d).unwrap(), store.dnode(l).unwrap());
+    assert_eq!(da.kind, ObjectKind::Directory);
+    assert_eq!(da.mode & 0o7777, 0o750);
+    assert_eq!((da.uid, da.gid), (11, 12));
+    assert_eq!(da.mtime_ns, 1_500_000_000_000_000_001);
+    assert_eq!(da.ctime_ns, d_before.ctime_ns);
+    assert_eq!(la.kind, ObjectKind::Symlink);
+    assert_eq!((la.uid, la.atime_ns), (21, 1_400_000_000_000_000_002));
+    assert_eq!(la.ctime_ns, l_before.ctime_ns);
+    assert_eq!(store.read_link(l).unwrap(), b"d");
 }
 
 /// A volume whose 64 blocks were each written and acknowledged by a log commit (each
