@@ -46,6 +46,8 @@ use cairn_pool::io::bp::BlockPointer;
 const MAX_STREAMS: usize = 256;
 /// The first window of a stream.
 const FIRST_WINDOW: u64 = 1 << 20;
+/// How far before or after a stream's next byte a read may start and still continue it.
+const REORDER: u64 = 2 << 20;
 /// Prefetches of one stream queued or being read at once: the next one waits at the disks
 /// while the one before lands, so they never idle between two.
 const MAX_IN_FLIGHT: usize = 2;
@@ -123,7 +125,10 @@ impl ReadAhead {
         let end = offset.saturating_add(len);
         let mut inner = self.lock();
         let streams = &mut inner.streams;
-        let Some(mut s) = streams.get(&object).copied().filter(|s| s.next == offset) else {
+        // (Requests of one stream may arrive a little out of order: a mount's kernel
+        // read-ahead sends several at once, served by several threads.)
+        let continues = |s: &Stream| offset.abs_diff(s.next) <= REORDER;
+        let Some(mut s) = streams.get(&object).copied().filter(continues) else {
             if streams.len() >= MAX_STREAMS && !streams.contains_key(&object) {
                 streams.clear();
             }
@@ -141,7 +146,7 @@ impl ReadAhead {
             }
             return None;
         };
-        s.next = end;
+        s.next = s.next.max(end);
         s.ahead = s.ahead.max(end);
         let mut fetch = None;
         let slot = s.fetching.iter().position(Option::is_none);
@@ -285,6 +290,23 @@ mod tests {
         let off = ReadAhead::new(0);
         off.note_read(2, 0, MIB, 10 * MIB);
         assert_eq!(off.note_read(2, MIB, MIB, 10 * MIB), None, "max 0 is off");
+    }
+
+    #[test]
+    fn reads_a_little_out_of_order_continue_the_stream() {
+        let ra = ReadAhead::new(8 * MIB);
+        let size = 100 * MIB;
+        read(&ra, 4, 0, MIB, size);
+        // Two threads serve a mount's requests: [2M, 3M) may come before [1M, 2M).
+        assert_eq!(read(&ra, 4, 2 * MIB, MIB, size), Some((3 * MIB, 4 * MIB)));
+        assert_eq!(read(&ra, 4, MIB, MIB, size), None, "the stream goes on");
+        assert_eq!(read(&ra, 4, 3 * MIB, MIB, size), Some((4 * MIB, 6 * MIB)));
+        // Far from it, a read starts a new stream.
+        assert_eq!(read(&ra, 4, 40 * MIB, MIB, size), None);
+        assert_eq!(
+            read(&ra, 4, 41 * MIB, MIB, size),
+            Some((42 * MIB, 43 * MIB))
+        );
     }
 
     #[test]
