@@ -8,7 +8,7 @@
 # environment:
 #   ROUNDS         rounds (default 2)
 #   IO_SIZE        bytes per layout for `bench io` (default 2G)
-#   IO_LAYOUTS     layouts for `bench io` (default raidz2x6,mirror2x3)
+#   IO_LAYOUTS     layouts for `bench io` (default raidz2x6,mirror2x3; "none": NBD only)
 #   BENCH_RUNTIME  seconds per bench-nbd.sh workload (default 5)
 #   OUT            folder for the JSON (default ./before-after)
 #   CAIRN_BIN      the binary whose `bench sync-writes` is bench-nbd.sh's FUA client
@@ -48,8 +48,35 @@ for round in $(seq "$ROUNDS"); do
     for pair in "$@"; do
         label="${pair%%=*}" bin="${pair#*=}"
         echo "== round $round: $label ($bin)"
-        "$bin" bench io --size "$IO_SIZE" --layouts "$IO_LAYOUTS" --no-zfs-fuse \
-            --json-out "$OUT/io-$label-$round.json"
+        if [[ "$IO_LAYOUTS" != none ]]; then
+            "$bin" bench io --size "$IO_SIZE" --layouts "$IO_LAYOUTS" --no-zfs-fuse \
+                --json-out "$OUT/io-$label-$round.json"
+        fi
         nbd_run "$label" "$bin" "$OUT/nbd-$label-$round.json"
     done
 done
+
+# The NBD ratios (cairn / nbdkit of the same run) of every round, and their median.
+python3 - "$OUT" "$ROUNDS" "$@" <<'PY'
+import json, statistics, sys
+out, rounds, pairs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+labels = [p.split("=", 1)[0] for p in pairs]
+table = {}
+for label in labels:
+    for r in range(1, rounds + 1):
+        try:
+            doc = json.load(open(f"{out}/nbd-{label}-{r}.json"))
+        except (OSError, ValueError):
+            continue
+        for row in doc["results"]:
+            if row.get("ratio_iops") is not None:
+                table.setdefault(row["workload"], {}).setdefault(label, []).append(row["ratio_iops"])
+print(f"{'workload':<26}" + "".join(f"{l + ' (runs; median)':>40}" for l in labels))
+for workload, by_label in table.items():
+    cells = []
+    for l in labels:
+        v = by_label.get(l, [])
+        runs = " ".join(f"{x:.2f}" for x in v)
+        cells.append(f"{runs + ('; ' + format(statistics.median(v), '.2f') if v else ''):>40}")
+    print(f"{workload:<26}" + "".join(cells))
+PY

@@ -73,6 +73,11 @@ pub(crate) struct Presync {
     pub inflight: BTreeMap<u64, Vec<Dva>>,
     /// Dirty bytes already taken in the open txg (the rest is the backlog).
     pub taken_bytes: u64,
+    /// Dirty bytes of the open txg whose blocks background batches have been given space
+    /// for (landed or in flight; a block changed again after that counts again in
+    /// `dirty_bytes`, and its written copy stays allocated). The space check counts only
+    /// `dirty_bytes` minus these as still to be allocated.
+    pub allocated_bytes: u64,
     /// Blocks that landed in `written` since the store opened.
     pub landed_blocks: u64,
     /// Objects given a whole dirty block since the writer last looked at them: the only

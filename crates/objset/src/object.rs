@@ -67,9 +67,14 @@ impl ObjectState {
     /// object that lives on (not a short single-block object, whose stored size follows
     /// the object size, and not an object being deleted).
     pub fn may_presync(&self, blkid: u64) -> bool {
-        !self.freeing
-            && (blkid != 0 || self.dnode.levels > 1)
-            && self.written_whole.contains(&blkid)
+        self.may_drain(blkid) && self.written_whole.contains(&blkid)
+    }
+
+    /// Whether the drain before a sync may write block `blkid` early: any dirty block
+    /// (each holds the block's whole new contents) of an object that lives on, except the
+    /// single block of a short object.
+    pub fn may_drain(&self, blkid: u64) -> bool {
+        !self.freeing && (blkid != 0 || self.dnode.levels > 1)
     }
 
     /// Forgets what the background writer did for `blkid` because the block changes again;

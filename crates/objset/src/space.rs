@@ -77,7 +77,9 @@ impl StoreCore {
     /// Whether `more` bytes fit next to what is allocated and dirty, outside the slop.
     fn space_fits(&self, st: &State, more: u64) -> bool {
         let geo = self.pool.space();
-        let used = self.deflated_alloc(st) + st.dirty_bytes + more;
+        // (Blocks written early are in the allocation already.)
+        let unallocated = st.dirty_bytes.saturating_sub(st.presync.allocated_bytes);
+        let used = self.deflated_alloc(st) + unallocated + more;
         used <= geo.dspace.saturating_sub(geo.slop)
     }
 

@@ -384,6 +384,7 @@ impl TxgSync<'_> {
         st.damaged_dirty = false;
         st.dirty_bytes = 0;
         st.presync.taken_bytes = 0;
+        st.presync.allocated_bytes = 0;
         st.presync.candidates.clear();
         st.objects.retain(|_, o| o.is_dirty());
         st.dirs.trim();
@@ -398,6 +399,7 @@ impl StoreCore {
     /// the previous txg (reopen the store to continue from there).
     pub fn sync(&self) -> Result<u64, StoreError> {
         self.refuse_if_suspended()?;
+        self.drain_before_sync();
         let mut st = self.wait_for_writer(self.lock());
         self.sync_locked(&mut st)
     }
