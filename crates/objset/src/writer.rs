@@ -10,6 +10,10 @@
 //!                    ▲                         │                                        │
 //!                    └─── sync takes back ◄────┘            sync links into the tree ◄──┘
 //! ```
+//! Before each sync (`StoreCore::sync`) the same path drains the txg: it takes every dirty
+//! data block, also those written in pieces that the writers leave alone, in batches,
+//! so that the sync, which holds the state lock, finds them written (`drain_before_sync`).
+//!
 //! Rules that keep it correct:
 //! - A block that changes again (write, punch, truncate, delete) is forgotten: dropped from
 //!   `syncing`, or its written copy goes to the deferred frees. What stays in `written` is
@@ -21,6 +25,9 @@
 //! - A batch writes while holding the read gate shared, so the space of a batch taken back
 //!   cannot be released (and reused) before its writes end. No writer holds the gate while
 //!   it waits for the state lock (a sync takes the lock, then the gate).
+//! - Space: from its allocation on, a batch's blocks count as allocated and no longer as
+//!   dirty data to allocate (`Presync::allocated_bytes`), so the space check counts them
+//!   once; a block changed again counts again, as its written copy stays allocated.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
