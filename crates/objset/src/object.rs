@@ -67,14 +67,18 @@ impl ObjectState {
     /// object that lives on (not a short single-block object, whose stored size follows
     /// the object size, and not an object being deleted).
     pub fn may_presync(&self, blkid: u64) -> bool {
-        self.may_drain(blkid) && self.written_whole.contains(&blkid)
+        self.may_drain(blkid)
+            && (blkid != 0 || self.dnode.levels > 1)
+            && self.written_whole.contains(&blkid)
     }
 
     /// Whether the drain before a sync may write block `blkid` early: any dirty block
-    /// (each holds the block's whole new contents) of an object that lives on, except the
-    /// single block of a short object.
-    pub fn may_drain(&self, blkid: u64) -> bool {
-        !self.freeing && (blkid != 0 || self.dnode.levels > 1)
+    /// (each holds the block's whole new contents) of an object that lives on. The single
+    /// block of a short object is stored short, as the sync would store it now; if the
+    /// object grows past one block before the sync, the sync rewrites it whole
+    /// (`sync_object`).
+    pub fn may_drain(&self, _blkid: u64) -> bool {
+        !self.freeing
     }
 
     /// Forgets what the background writer did for `blkid` because the block changes again;
@@ -353,7 +357,7 @@ fn free_subtree(
 
 /// Size of data block `blkid` as stored: objects of one block store only what they use
 /// (rounded to 512 B), larger objects store whole blocks.
-fn stored_block_size(dnode: &Dnode, blkid: u64) -> usize {
+pub(crate) fn stored_block_size(dnode: &Dnode, blkid: u64) -> usize {
     let bs = u64::from(dnode.block_size);
     if dnode.levels == 1 && blkid == 0 && dnode.size <= bs {
         dnode.size.clamp(1, bs).next_multiple_of(512) as usize
@@ -395,20 +399,7 @@ pub fn sync_object(
     if need > MAX_LEVELS {
         return Err(StoreError::TooLarge(object));
     }
-    if dnode.levels == 1 && need > 1 && !dnode.root.is_hole() {
-        // A single short block becomes block 0 of a multi-block object: rewrite it whole.
-        if let std::collections::btree_map::Entry::Vacant(e) = st.dirty.entry(0) {
-            let mut data = ctx.pool.read_bp(&dnode.root)?;
-            data.resize(dnode.block_size as usize, 0);
-            e.insert(data);
-        }
-    }
-    while dnode.levels < need {
-        let mut entries = vec![BlockPointer::HOLE; BPS_PER_INDIRECT];
-        entries[0] = std::mem::replace(&mut dnode.root, BlockPointer::HOLE);
-        dirty.insert((dnode.levels, 0), entries);
-        dnode.levels += 1;
-    }
+    grow_tree(ctx, object, st, &mut dnode, &mut dirty, need)?;
     // Blocks the background writer already wrote: link them (each was forgotten again if
     // it changed after it was taken, so what is here is current).
     for (blkid, bp) in std::mem::take(&mut st.written) {
@@ -437,6 +428,45 @@ pub fn sync_object(
     st.dnode = dnode;
     st.truncate_from = None;
     st.dnode_dirty = true;
+    Ok(())
+}
+
+/// Adds levels to an object's tree until it has `need` (a new top level holds the old
+/// root). A single short block becomes block 0 of a multi-block object: it is rewritten
+/// whole.
+fn grow_tree(
+    ctx: &mut SyncCtx<'_>,
+    object: u64,
+    st: &mut ObjectState,
+    dnode: &mut Dnode,
+    dirty: &mut DirtyIndirects,
+    need: u8,
+) -> Result<(), StoreError> {
+    if dnode.levels == 1 && need > 1 {
+        // The single block written early was stored short: link it, so that the rewrite
+        // below starts from it.
+        if let Some(bp) = st.written.remove(&0) {
+            if !bp.is_hole() {
+                ctx.account_new(&bp, dnode);
+            }
+            let old = set_data_bp(ctx, object, dnode, dirty, 0, bp)?;
+            ctx.free_bp(&old, dnode);
+        }
+    }
+    if dnode.levels == 1 && need > 1 && !dnode.root.is_hole() {
+        // A single short block becomes block 0 of a multi-block object: rewrite it whole.
+        if let std::collections::btree_map::Entry::Vacant(e) = st.dirty.entry(0) {
+            let mut data = ctx.pool.read_bp(&dnode.root)?;
+            data.resize(dnode.block_size as usize, 0);
+            e.insert(data);
+        }
+    }
+    while dnode.levels < need {
+        let mut entries = vec![BlockPointer::HOLE; BPS_PER_INDIRECT];
+        entries[0] = std::mem::replace(&mut dnode.root, BlockPointer::HOLE);
+        dirty.insert((dnode.levels, 0), entries);
+        dnode.levels += 1;
+    }
     Ok(())
 }
 

@@ -404,6 +404,13 @@ impl StoreCore {
         self.sync_locked(&mut st)
     }
 
+    /// Writes the open txg's dirty data blocks now, without committing them (what a sync
+    /// does first, without the state lock: `drain_before_sync`). A crash still loses
+    /// exactly the open txg.
+    pub fn write_early(&self) {
+        self.drain_before_sync();
+    }
+
     /// Under `failmode=continue`, while the pool is suspended: new writes and flushes fail
     /// at once with the reason (the txg they would join waits for `cairn clear`).
     pub(crate) fn refuse_if_suspended(&self) -> Result<(), StoreError> {

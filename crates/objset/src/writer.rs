@@ -39,7 +39,7 @@ use cairn_pool::io::pipeline::{prepare_shared, release_all, PreparedBlock, Write
 use cairn_pool::PoolError;
 
 use crate::core::{State, StoreCore, DATASET_TABLE_OBJECT};
-use crate::object::ObjectState;
+use crate::object::{stored_block_size, ObjectState};
 use crate::object_io::defer_free;
 
 /// Batches of waiting dirty data at which writers pause until the background writer
@@ -50,7 +50,10 @@ const MAX_BACKLOG_BATCHES: u64 = 4;
 struct Item {
     object: u64,
     blkid: u64,
+    /// The dirty block as `syncing` holds it (`block_size` bytes).
     data: Arc<Vec<u8>>,
+    /// What is stored of it: less than `data` for the one block of a short object.
+    stored_len: usize,
     props: WriteProps,
 }
 
@@ -63,9 +66,14 @@ struct Batch {
 }
 
 impl Batch {
-    /// Dirty bytes the batch holds.
+    /// Dirty bytes the batch holds (as `State::dirty_bytes` counted them).
     fn bytes(&self) -> u64 {
         self.items.iter().map(|i| i.data.len() as u64).sum()
+    }
+
+    /// Bytes the batch stores.
+    fn stored_bytes(&self) -> u64 {
+        self.items.iter().map(|i| i.stored_len as u64).sum()
     }
 }
 
@@ -249,7 +257,7 @@ impl StoreCore {
             let Some(batch) = batch else {
                 break;
             };
-            budget = budget.saturating_sub(batch.bytes());
+            budget = budget.saturating_sub(batch.stored_bytes());
             if !self.write_background_batch(batch) {
                 return None;
             }
@@ -336,7 +344,7 @@ impl StoreCore {
 /// before, so it ends with what they dirtied in a fraction of the first pass's time.
 const DRAIN_PASSES: usize = 4;
 
-/// The objects with blocks a drain may take, in id order, and the bytes of those blocks.
+/// The objects with blocks a drain may take, in id order, and the bytes it would store.
 fn drainable(st: &State) -> (Vec<u64>, u64) {
     let mut ids = Vec::new();
     let mut bytes = 0u64;
@@ -348,7 +356,7 @@ fn drainable(st: &State) -> (Vec<u64>, u64) {
             .dirty
             .iter()
             .filter(|(&b, _)| obj.may_drain(b))
-            .map(|(_, d)| d.len() as u64)
+            .map(|(&b, _)| stored_block_size(&obj.dnode, b) as u64)
             .sum();
         if n > 0 {
             ids.push(id);
@@ -362,7 +370,10 @@ fn drainable(st: &State) -> (Vec<u64>, u64) {
 /// A batch being taken from the open txg.
 struct Taking {
     items: Vec<Item>,
+    /// Dirty bytes taken (as `State::dirty_bytes` counted them).
     bytes: u64,
+    /// Bytes to store, which `limit` bounds.
+    stored: u64,
     limit: u64,
 }
 
@@ -371,6 +382,7 @@ impl Taking {
         Taking {
             items: Vec::new(),
             bytes: 0,
+            stored: 0,
             limit,
         }
     }
@@ -399,15 +411,18 @@ impl Taking {
         for blkid in blkids {
             let data = Arc::new(obj.dirty.remove(&blkid).expect("listed"));
             obj.written_whole.remove(&blkid);
+            let stored_len = stored_block_size(&obj.dnode, blkid);
             self.bytes += data.len() as u64;
+            self.stored += stored_len as u64;
             obj.syncing.insert(blkid, Arc::clone(&data));
             self.items.push(Item {
                 object: id,
                 blkid,
                 data,
+                stored_len,
                 props: p,
             });
-            if self.bytes >= self.limit {
+            if self.stored >= self.limit {
                 return true;
             }
         }
@@ -498,8 +513,16 @@ fn give_back(st: &mut State, items: &[Item]) {
 fn prepare_items(items: &[Item], sector: u64) -> Vec<Option<PreparedBlock>> {
     let one = |item: &Item| {
         let zero_is_hole = item.props.compression.algorithm != Compression::Off;
-        if zero_is_hole && item.data.iter().all(|&b| b == 0) {
+        let stored = &item.data[..item.stored_len];
+        if zero_is_hole && stored.iter().all(|&b| b == 0) {
             None
+        } else if item.stored_len < item.data.len() {
+            // (The short block of a small object: a copy of its few bytes.)
+            Some(prepare_shared(
+                &Arc::new(stored.to_vec()),
+                item.props,
+                sector,
+            ))
         } else {
             Some(prepare_shared(&item.data, item.props, sector))
         }
