@@ -453,8 +453,11 @@ fn grow_tree(
             ctx.free_bp(&old, dnode);
         }
     }
-    if dnode.levels == 1 && need > 1 && !dnode.root.is_hole() {
+    if dnode.levels == 1 && need > 1 && !dnode.root.is_hole() && dnode.root.lsize < dnode.block_size
+    {
         // A single short block becomes block 0 of a multi-block object: rewrite it whole.
+        // (A whole one, as the drain writes the first block of a file still being
+        // written, serves as it is.)
         if let std::collections::btree_map::Entry::Vacant(e) = st.dirty.entry(0) {
             let mut data = ctx.pool.read_bp(&dnode.root)?;
             data.resize(dnode.block_size as usize, 0);

@@ -358,7 +358,8 @@ fn blocks_written_early_are_not_counted_twice_by_the_space_check() {
 }
 
 /// Small files, committed once, rewritten, their one block written early (stored short,
-/// as a sync would store it then), and changed again in the same txg: one grows past a block, one is extended
+/// as a sync would store it then), and changed again in the same txg (and a new file of
+/// one whole block, written early, then appended to): one grows past a block, one is extended
 /// by truncate, one is cut, one is rewritten, one untouched. After the sync and after a
 /// re-import each holds what was written last.
 #[test]
@@ -388,11 +389,29 @@ fn small_files_written_early_then_changed_keep_their_bytes() {
     for (path, data) in &files {
         store.write(&store.resolve(path).unwrap(), 0, data).unwrap();
     }
+    // A new file of exactly one whole block (128 KiB), to be appended to after the drain.
+    let mut whole = vec![0u8; 128 << 10];
+    rng.fill_bytes(&mut whole);
+    store.create_file("tank/whole", false).unwrap();
+    store
+        .write(&store.resolve("tank/whole").unwrap(), 0, &whole)
+        .unwrap();
+    files.insert("tank/whole".into(), whole);
     store.write_early();
     assert!(
-        store.background_blocks_landed() >= landed + 64,
+        store.background_blocks_landed() >= landed + 65,
         "the small files were not written early"
     );
+    let mut tail = vec![0u8; 200_000];
+    rng.fill_bytes(&mut tail);
+    let at = 128 << 10;
+    store
+        .write(&store.resolve("tank/whole").unwrap(), at, &tail)
+        .unwrap();
+    files
+        .get_mut("tank/whole")
+        .unwrap()
+        .extend_from_slice(&tail);
     for i in 0..64 {
         let path = format!("tank/f{i}");
         let r = store.resolve(&path).unwrap();
