@@ -58,17 +58,7 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # A small-file tree to untar: FILES files of 1-4 KiB in directories of 500.
 tree_tar=$work/tree.tar
-python3 - "$work/tree" "$FILES" <<'EOF'
-import os, sys, random
-root, n = sys.argv[1], int(sys.argv[2])
-random.seed(1)
-for i in range(n):
-    d = os.path.join(root, f"d{i // 500:04d}")
-    if i % 500 == 0:
-        os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
-        f.write(random.randbytes(random.randint(1024, 4096)))
-EOF
+"$repo/scripts/make-small-tree.py" "$work/tree" "$FILES"
 tar -C "$work" -cf "$tree_tar" tree && rm -rf "$work/tree"
 head -c 1G /dev/urandom > "$work/src.bin"
 

@@ -11,17 +11,7 @@ set -euo pipefail
 ROUNDS="${ROUNDS:-3}" FILES="${FILES:-50000}" JSON="${JSON:-bench-untar.json}"
 WORK="$(mktemp -d /dev/shm/bench-untar.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
-python3 - "$WORK/tree" "$FILES" <<'PY'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-random.seed(1)
-for i in range(n):
-    d = os.path.join(root, f"d{i // 500:04d}")
-    if i % 500 == 0:
-        os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
-        f.write(random.randbytes(random.randint(1024, 4096)))
-PY
+"$(dirname "$0")/make-small-tree.py" "$WORK/tree" "$FILES"
 tar -C "$WORK" -cf "$WORK/tree.tar" tree && rm -rf "$WORK/tree"
 now() { date +%s.%N; }
 for round in $(seq "$ROUNDS"); do

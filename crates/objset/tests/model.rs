@@ -310,12 +310,7 @@ fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
     drop(store);
     let store = open_store_with(&home, config);
     assert!(read_all(&store) == expected, "contents after a re-import");
-    let (p, _) = store
-        .scrub(None, std::time::Duration::from_secs(3600), &mut |_| {
-            cairn_objset::scrub::ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!((p.errors, p.repaired_bytes), (0, 0), "{p:?}");
+    scrub_clean(&store);
 }
 
 /// Blocks the background writer wrote early are counted once by the space check: in the
@@ -455,10 +450,5 @@ fn small_files_written_early_then_changed_keep_their_bytes() {
     drop(store);
     let store = open_store_with(&home, config);
     check(&store, "after a re-import");
-    let (p, _) = store
-        .scrub(None, std::time::Duration::from_secs(3600), &mut |_| {
-            cairn_objset::scrub::ScrubControl::Continue
-        })
-        .unwrap();
-    assert_eq!((p.errors, p.repaired_bytes), (0, 0), "{p:?}");
+    scrub_clean(&store);
 }
