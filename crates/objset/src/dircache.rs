@@ -81,6 +81,14 @@ impl DirCache {
         self.dirs.values().any(|d| d.is_dirty())
     }
 
+    /// The directories changed in the open txg.
+    pub fn dirty_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirs
+            .iter()
+            .filter(|(_, d)| d.is_dirty())
+            .map(|(&id, _)| id)
+    }
+
     /// Drops a freed directory.
     pub fn forget(&mut self, id: u64) {
         self.dirs.remove(&id);

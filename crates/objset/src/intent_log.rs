@@ -7,7 +7,8 @@
 //!                                                 appended to `Pending` (no data copied)
 //!  commit_log()  one committer at a time; the others queue and most find their writes
 //!                already durable when their turn comes (group commit)
-//!    1 take every pending intent; read their data from the store as it is now
+//!    1 take the pending intents of every dataset that can log (`take_loggable`); read
+//!      their data from the store as it is now
 //!    2 under the store lock: still the same chain? allocate the log blocks (and a block
 //!      of its own for each large write, logged by pointer); take the read gate
 //!    3 write the blocks, flush the leaves: durable up to the last intent taken
@@ -31,11 +32,18 @@
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
 //! - Changes the log has no record for (creating, renaming, removing, xattrs, attributes
-//!   of a volume, dataset changes) set `unlogged`; a log commit in such a txg syncs the
-//!   txg instead. The attributes (mode, owner, times; a file's size by a TRUNCATE) of
-//!   files, directories, symbolic links and special files are logged: every such object a
-//!   commit covers gets an ATTR record after its data, with the attributes as they are at
-//!   the commit, so replay also keeps a file's mtime.
+//!   of a volume) mark their dataset `unlogged`, as does a changed directory; a dataset
+//!   change (create, destroy, a property) blocks every dataset. A log commit for a blocked
+//!   dataset syncs the txg instead. A commit for another dataset takes the intents of
+//!   every dataset that can log and leaves the blocked ones' for the sync (checked again
+//!   under the lock before the blocks are allocated), so each dataset replays to a state
+//!   it had: its last txg plus the writes logged before its first unrecorded change. (An
+//!   object belongs to one dataset, and a freed id is used again only after the txg that
+//!   freed it, so no record names an object another dataset changed.)
+//! - The attributes (mode, owner, times; a file's size by a TRUNCATE) of files,
+//!   directories, symbolic links and special files are logged: every such object a commit
+//!   covers gets an ATTR record after its data, with the attributes as they are at the
+//!   commit, so replay also keeps a file's mtime.
 //! - Data is read at commit time, so a record holds the newest bytes of its range; every
 //!   record is applied whole at replay, so no unacknowledged write appears in part.
 //! - A replay overwrites nothing the committed root block or its chain needs before its
@@ -45,6 +53,7 @@
 //!   committer lock before it syncs: a commit that finds the log armed runs after that
 //!   sync, which covered every write that kept no intent.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use cairn_pool::io::bp::{BlockKind, Dva};
@@ -131,23 +140,30 @@ impl StoreCore {
             });
         }
         if policy.sync == SyncPolicy::Always {
-            return self.commit_log();
+            return self.commit_log_for(Some(target.dataset));
         }
         Ok(())
     }
 
-    /// FLUSH or fsync on a dataset: every write, punch and truncate that returned before
-    /// this call is durable when it returns (none are under `sync=disabled`).
+    /// FLUSH or fsync on a dataset: every write, punch and truncate of it that returned
+    /// before this call is durable when it returns (none are under `sync=disabled`).
     pub fn sync_writes(&self, dataset: u32) -> Result<(), StoreError> {
         match self.sync_policy(dataset) {
             SyncPolicy::Disabled => Ok(()),
-            _ => self.commit_log(),
+            _ => self.commit_log_for(Some(dataset)),
         }
     }
 
     /// Makes every write, punch and truncate of the pool that returned before this call
     /// durable: through the intent log when it can, else by a txg sync.
     pub fn commit_log(&self) -> Result<(), StoreError> {
+        self.commit_log_for(None)
+    }
+
+    /// A log commit that makes the writes of `scope` (a dataset; None: every dataset)
+    /// durable. It also takes the other datasets' intents that can be logged now (group
+    /// commit); a dataset with a change the log cannot record makes a commit for it a sync.
+    fn commit_log_for(&self, scope: Option<u32>) -> Result<(), StoreError> {
         self.refuse_if_suspended()?;
         let target = self.intent.appended();
         let _committer = self
@@ -162,32 +178,48 @@ impl StoreCore {
             // Writes before now kept no intents: only a sync covers them.
             return self.sync_for_log();
         }
-        let (intents, generation) = {
-            let st = self.lock();
-            if !log_usable(&st) {
-                drop(st);
-                return self.sync_for_log();
-            }
-            let mut p = self.intent.pending();
-            if p.durable >= target {
-                return Ok(());
-            }
-            (std::mem::take(&mut p.intents), st.log.generation)
+        let Some((intents, generation)) = self.take_loggable(scope, target) else {
+            return self.sync_for_log();
         };
-        let last = intents.last().map_or(target, |i| i.seq);
+        if intents.is_empty() {
+            return Ok(());
+        }
         if written_bytes(&intents) > MAX_COMMIT_BYTES {
             return self.sync_for_log();
         }
         match self.log_intents(&intents, generation) {
-            Ok(true) => {
-                let mut p = self.intent.pending();
-                p.durable = p.durable.max(last);
-                Ok(())
-            }
+            Ok(true) => Ok(()),
             // The intents taken are gone from the list: a sync covers them (and the chain,
             // if a write to it failed, is marked broken).
             Ok(false) | Err(_) => self.sync_for_log(),
         }
+    }
+
+    /// Under the committer lock: the pending intents of every dataset that can log now,
+    /// taken from the list, and the chain's generation. None: `scope` cannot log (a sync
+    /// must cover it). Empty: every intent of `scope` up to `target` is durable already
+    /// (an earlier commit took it and finished before this one got the committer lock).
+    fn take_loggable(&self, scope: Option<u32>, target: u64) -> Option<(Vec<Intent>, u64)> {
+        let st = self.lock();
+        let blocked = unloggable_datasets(&st)?;
+        let scope_blocked = match scope {
+            Some(dataset) => blocked.contains(&dataset),
+            None => !blocked.is_empty(),
+        };
+        if scope_blocked {
+            return None;
+        }
+        let mut p = self.intent.pending();
+        let wanted = |i: &Intent| i.seq <= target && scope.is_none_or(|d| i.dataset == d);
+        if !p.intents.iter().any(wanted) {
+            return Some((Vec::new(), st.log.generation));
+        }
+        // Intents of datasets that cannot log stay for the sync that will cover them.
+        let (taken, kept) = std::mem::take(&mut p.intents)
+            .into_iter()
+            .partition(|i| !blocked.contains(&i.dataset));
+        p.intents = kept;
+        Some((taken, st.log.generation))
     }
 
     /// A txg sync for a log commit that cannot use the log.
@@ -205,8 +237,11 @@ impl StoreCore {
             // A txg committed since the intents were taken: it holds every one of them.
             return Ok(true);
         }
-        if !log_usable(&st) {
-            return Ok(false);
+        // A dataset of these intents made a change the log cannot record meanwhile: its
+        // records, replayed over the committed txg without that change, could be wrong.
+        match unloggable_datasets(&st) {
+            Some(blocked) if intents.iter().all(|i| !blocked.contains(&i.dataset)) => {}
+            _ => return Ok(false),
         }
         let plan = match self.plan_commit(&mut st, batch) {
             Ok(plan) => plan,
@@ -435,7 +470,7 @@ impl StoreCore {
             None => {
                 st.log.head = None;
                 st.log.broken = false;
-                st.log.unlogged = false;
+                st.log.unlogged.clear();
             }
         }
         self.intent.committed(st.log.covered);
@@ -502,8 +537,19 @@ fn written_bytes(intents: &[Intent]) -> u64 {
 
 /// Whether a log commit may use the chain: there is one, and the open txg holds no change
 /// the log cannot record (directories and the dataset table change only through those).
-fn log_usable(st: &State) -> bool {
-    st.log.usable() && !st.datasets_dirty && !st.dirs.any_dirty()
+/// The datasets whose intents cannot be logged now: those with a change in the open txg
+/// the log cannot record (`LogChain::unlogged`, and a changed directory, whatever changed
+/// it). None: no dataset can log (no usable chain, or the dataset table changed, or a
+/// changed directory whose dataset is not known).
+fn unloggable_datasets(st: &State) -> Option<BTreeSet<u32>> {
+    if !st.log.usable() || st.datasets_dirty {
+        return None;
+    }
+    let mut blocked = st.log.unlogged.clone();
+    for dir in st.dirs.dirty_ids() {
+        blocked.insert(st.objects.get(&dir)?.dnode.dataset);
+    }
+    Some(blocked)
 }
 
 /// A log block's size for `payload` record bytes: a power of two from MIN_LOG_BLOCK to

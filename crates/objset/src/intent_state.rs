@@ -3,6 +3,7 @@
 //! and the `sync` / `logbias` policies. Depends on no store module that uses it, so
 //! `core` and `fs` can hold these types.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -77,8 +78,6 @@ pub(crate) struct Pending {
     pub intents: Vec<Intent>,
     /// Seq of the last intent appended.
     pub appended: u64,
-    /// Every intent up to this seq is durable (logged or committed).
-    pub durable: u64,
 }
 
 /// The log's state outside the store lock.
@@ -103,9 +102,7 @@ impl IntentLog {
 
     /// A sync committed every intent up to `seq`.
     pub(crate) fn committed(&self, seq: u64) {
-        let mut p = self.pending();
-        p.intents.retain(|i| i.seq > seq);
-        p.durable = p.durable.max(seq);
+        self.pending().intents.retain(|i| i.seq > seq);
     }
 
     pub(crate) fn is_armed(&self) -> bool {
@@ -128,8 +125,11 @@ pub(crate) struct LogChain {
     pub bytes: u64,
     /// Bumped at every commit of a txg.
     pub generation: u64,
-    /// A change the log cannot record is in the open txg.
-    pub unlogged: bool,
+    /// Datasets with a change in the open txg the log cannot record (a create, a removal,
+    /// an xattr…): a log commit for one of them syncs the txg instead. The others go on
+    /// logging: as ZFS keeps a log per dataset, a create in one file system does not turn
+    /// every FLUSH of a volume beside it into a txg sync.
+    pub unlogged: BTreeSet<u32>,
     /// A log write failed: the chain cannot go on until the next sync.
     pub broken: bool,
     /// Prepared by the sync in progress: the next chain, and the intents it covers.
@@ -154,7 +154,7 @@ impl LogChain {
         self.allocated = allocated;
         self.blocks = 0;
         self.bytes = 0;
-        self.unlogged = false;
+        self.unlogged.clear();
         self.broken = false;
     }
 
@@ -163,9 +163,9 @@ impl LogChain {
         self.next.as_ref().map(|(h, _)| *h)
     }
 
+    /// Whether the chain can take records at all (whichever dataset they are of).
     pub(crate) fn usable(&self) -> bool {
         self.head.is_some()
-            && !self.unlogged
             && !self.broken
             && self.blocks < MAX_CHAIN_BLOCKS
             && self.bytes < MAX_CHAIN_BYTES

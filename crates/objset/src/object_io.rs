@@ -23,7 +23,7 @@ impl StoreCore {
         block_size: u32,
     ) -> Result<u64, StoreError> {
         assert!(block_size.is_power_of_two() && (512..=1 << 20).contains(&block_size));
-        st.log.unlogged = true;
+        st.log.unlogged.insert(dataset);
         let id = match st.free_objects.pop_first() {
             Some(id) => id,
             None => {
@@ -288,7 +288,7 @@ impl StoreCore {
 
     pub(crate) fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         let dataset = self.object_mut(st, id)?.dnode.dataset;
-        st.log.unlogged = true;
+        st.log.unlogged.insert(dataset);
         crate::unlinked::note_unlinked(st, dataset, id, false);
         forget_presynced(st, id, ..);
         st.dirs.forget(id);

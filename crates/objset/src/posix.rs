@@ -435,7 +435,7 @@ impl StoreCore {
         let mut st = self.lock();
         let dn = self.set_attr_locked(&mut st, obj, &set)?;
         if !crate::intent_state::attrs_logged(dn.kind) {
-            st.log.unlogged = true;
+            st.log.unlogged.insert(dn.dataset);
             return Ok(dn);
         }
         let policy = self.log_policy(&st, dn.dataset);

@@ -97,8 +97,8 @@ impl StoreCore {
             return Err(StoreError::NameTooLong(name.into()));
         }
         let mut st = self.lock();
-        st.log.unlogged = true;
         let dn = self.object_mut(&mut st, obj)?.dnode;
+        st.log.unlogged.insert(dn.dataset);
         self.check_writable_dataset(&st, dn.dataset)?;
         let mut map = self.xattrs_locked(&mut st, obj)?;
         let exists = map.contains_key(name);

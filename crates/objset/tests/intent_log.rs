@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use cairn_objset::posix::RenameMode;
 use cairn_objset::scrub::{ScrubControl, ScrubEnd};
 use cairn_objset::{DatasetKind, Resolved, Store, StoreConfig};
 use cairn_pool::Pool;
@@ -308,6 +309,85 @@ fn a_change_the_log_cannot_record_makes_the_commit_a_sync() {
     let store = open_store_with(&home, config());
     assert_eq!(read_live(&store, "tank/f"), b"after mkdir");
     assert!(store.resolve("tank/d/g").is_ok());
+}
+
+/// A change the log cannot record blocks the log of its own dataset only (ZFS keeps a log
+/// per dataset): a volume's FLUSH stays a log commit while file systems beside it rename and
+/// create files. After a crash the volume's acknowledged writes are there, and each file
+/// system is as it was at some moment: its last txg plus the writes logged before its
+/// change, not the change and not the writes after it.
+#[test]
+fn a_change_the_log_cannot_record_blocks_only_its_own_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    let vol = make_volume(&store, "tank/vol", &[]);
+    let always = make_volume(&store, "tank/always", &[("sync", "always")]);
+    let fs2 = "tank/fs2";
+    store
+        .dataset_create(
+            fs2,
+            DatasetKind::Filesystem,
+            Default::default(),
+            None,
+            false,
+        )
+        .unwrap();
+    store.create_file("tank/x", false).unwrap();
+    let x = store.resolve("tank/x").unwrap();
+    store.write(&x, 0, b"x before").unwrap();
+    store.commit_log().unwrap(); // arms the log (a sync)
+    let txg = store.open_txg();
+
+    // Logged while tank can log (a volume's commit takes it along); then tank renames x
+    // and writes it again, and fs2 creates y: none of that can be logged.
+    store.write(&x, 0, b"x logged").unwrap();
+    store.write(&vol, 0, &block(1)).unwrap();
+    store.sync_writes(vol.dataset).unwrap();
+    let root = store.resolve("tank").unwrap().object;
+    store
+        .rename(root, "x", root, "x2", RenameMode::NoReplace)
+        .unwrap();
+    store.write(&x, 0, b"x renamed").unwrap();
+    store.create_file(&format!("{fs2}/y"), false).unwrap();
+    let y = store.resolve(&format!("{fs2}/y")).unwrap();
+    store.write(&y, 0, b"y").unwrap();
+    store.write(&vol, BLOCK as u64, &block(2)).unwrap();
+    store.sync_writes(vol.dataset).unwrap();
+    store.write(&always, 0, &block(3)).unwrap(); // sync=always: a commit of its own
+    assert_eq!(
+        store.open_txg(),
+        txg,
+        "the volumes' commits were log commits"
+    );
+    drop(store); // a crash
+
+    let store = open_store_with(&home, config());
+    assert!(read_block(&store, &vol, 0) == block(1));
+    assert!(read_block(&store, &vol, 1) == block(2));
+    assert!(read_block(&store, &always, 0) == block(3));
+    assert_eq!(read_live(&store, "tank/x"), b"x logged");
+    assert!(
+        store.resolve("tank/x2").is_err(),
+        "the rename was never durable"
+    );
+    assert!(store.resolve(&format!("{fs2}/y")).is_err());
+    assert_eq!(scrub_errors(&store), 0);
+
+    // A FLUSH of the file system that changed its namespace still syncs the txg.
+    store.commit_log().unwrap(); // arms the log again (a sync)
+    let txg = store.open_txg();
+    store.mkdir("tank/d").unwrap();
+    let root = store.resolve("tank").unwrap();
+    store.write(&vol, 0, &block(3)).unwrap();
+    store.sync_writes(vol.dataset).unwrap();
+    assert_eq!(store.open_txg(), txg, "the volume still logs");
+    store.sync_writes(root.dataset).unwrap();
+    assert_eq!(store.open_txg(), txg + 1, "the mkdir needed a sync");
+    drop(store);
+    let store = open_store_with(&home, config());
+    assert!(store.resolve("tank/d").is_ok());
+    assert!(read_block(&store, &vol, 0) == block(3));
 }
 
 #[test]
