@@ -6,11 +6,15 @@
 # write latency per binary; binaries alternate, ROUNDS times, a fresh pool each run.
 #
 # usage: scripts/bench-sync-stall.sh LABEL=BINARY [LABEL=BINARY …]
-# environment: ROUNDS (default 3), RUNTIME (default 15), JSON (default bench-sync-stall.json)
+# environment: ROUNDS (default 3), RUNTIME (default 15), JSON (default bench-sync-stall.json),
+#   SERVE_TUNABLES (tunables for `cairn serve`, e.g. "dirty_max=128M": syncs the dirty cap
+#   asks for, beside the 5 s ones)
 # Needs fio (with the nbd engine) and python3.
 set -euo pipefail
 (( $# >= 1 )) || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROUNDS="${ROUNDS:-3}" RUNTIME="${RUNTIME:-15}" JSON="${JSON:-bench-sync-stall.json}"
+tunables=()
+for t in ${SERVE_TUNABLES:-}; do tunables+=(--tunable "$t"); done
 command -v fio >/dev/null || { echo "bench-sync-stall: fio not found (Debian: fio)" >&2; exit 1; }
 RESULTS="$(mktemp)"
 trap 'rm -f "$RESULTS"' EXIT
@@ -22,7 +26,7 @@ one_run() { # LABEL BINARY ROUND
     for i in 0 1 2; do truncate -s 2G "$work/d$i"; done
     "$bin" create bench raidz1 "$work/d0" "$work/d1" "$work/d2" >/dev/null
     "$bin" volume create -V 1G -b 16K -o compression=off bench/vol >/dev/null
-    "$bin" serve bench --nbd-socket "$work/s.sock" >"$work/serve.log" 2>&1 &
+    "$bin" serve "${tunables[@]}" bench --nbd-socket "$work/s.sock" >"$work/serve.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do [[ -S "$work/s.sock" ]] && break; sleep 0.1; done
     uri="nbd+unix:///bench/vol?socket=$work/s.sock"
@@ -52,10 +56,11 @@ PY
 for round in $(seq "$ROUNDS"); do
     for pair in "$@"; do one_run "${pair%%=*}" "${pair#*=}" "$round"; done
 done
-python3 - "$RESULTS" "$JSON" "$RUNTIME" <<'PY'
+python3 - "$RESULTS" "$JSON" "$RUNTIME" "${SERVE_TUNABLES:-}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-json.dump({"runtime_s": int(sys.argv[3]), "runs": rows}, open(sys.argv[2], "w"), indent=2)
+json.dump({"runtime_s": int(sys.argv[3]), "serve_tunables": sys.argv[4], "runs": rows},
+          open(sys.argv[2], "w"), indent=2)
 print(f"{'binary':<10}{'qd':>4}{'IOPS (median)':>15}{'mean µs':>10}{'p99.9 ms':>10}{'max ms (each run)':>28}")
 for label in dict.fromkeys(r["label"] for r in rows):
     for qd in (1, 32):

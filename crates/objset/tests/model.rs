@@ -236,14 +236,48 @@ fn random_workload_stripe_of_two_disks() {
 /// holds what each thread wrote last, before and after a re-import, and scrub is clean.
 #[test]
 fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
-    const PIECE: usize = 4096;
-    const VOLUME: usize = 4 << 20;
-    let dir = tempfile::tempdir().unwrap();
-    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
     let config = StoreConfig {
         background_batch: 64 << 10,
         ..StoreConfig::default()
     };
+    pieces_by_threads(config, 2, true, |store| {
+        assert!(
+            store.background_blocks_landed() > 0,
+            "no block written in pieces was written before its sync"
+        );
+    });
+}
+
+/// A writer that crosses `dirty_max` syncs after letting the state lock go (the sync
+/// drains first): three threads writing pieces of the same blocks, with no sync but the
+/// ones the cap asks for, keep what each wrote last, before and after a re-import.
+#[test]
+fn writers_crossing_the_dirty_cap_sync_and_keep_every_piece() {
+    let config = StoreConfig {
+        background_batch: 64 << 10,
+        dirty_max: cairn_objset::config::MIN_DIRTY_MAX,
+        ..StoreConfig::default()
+    };
+    let txgs = pieces_by_threads(config, 3, false, |_| {});
+    // (239 here; 15 without the syncs the cap asks for.)
+    assert!(txgs >= 50, "the dirty cap asked for {txgs} syncs");
+}
+
+/// `threads` threads write 4 KiB pieces of a 4 MiB volume of 16 KiB blocks (thread t owns
+/// the pieces whose index is t modulo `threads`, so all write into every block), beside a
+/// thread that syncs every 2 ms if `sync_thread`. Checks the volume holds what each wrote
+/// last before the last sync (then runs `after_sync`), after a re-import, and that scrub
+/// is clean. Returns the txgs synced while the threads wrote.
+fn pieces_by_threads(
+    config: StoreConfig,
+    threads: usize,
+    sync_thread: bool,
+    after_sync: impl Fn(&Store),
+) -> u64 {
+    const PIECE: usize = 4096;
+    const VOLUME: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
     let store = open_store_with(&home, config);
     store
         .dataset_create(
@@ -259,17 +293,17 @@ fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
         )
         .unwrap();
     let vol = store.resolve("tank/vol").unwrap();
+    let first_txg = store.open_txg();
     let done = std::sync::atomic::AtomicBool::new(false);
-    // Thread t owns the pieces whose index is t modulo 2, so both write into every block.
     let owned: Vec<Vec<u8>> = std::thread::scope(|s| {
-        let writers: Vec<_> = (0..2usize)
+        let writers: Vec<_> = (0..threads)
             .map(|t| {
                 let (store, vol) = (&store, &vol);
                 s.spawn(move || {
                     let mut mine = vec![0u8; VOLUME];
                     let mut rng = StdRng::seed_from_u64(40 + t as u64);
                     for _ in 0..6000 {
-                        let piece = rng.gen_range(0..VOLUME / PIECE / 2) * 2 + t;
+                        let piece = rng.gen_range(0..VOLUME / PIECE / threads) * threads + t;
                         let at = piece * PIECE;
                         rng.fill_bytes(&mut mine[at..at + PIECE]);
                         store.write(vol, at as u64, &mine[at..at + PIECE]).unwrap();
@@ -278,19 +312,22 @@ fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
                 })
             })
             .collect();
-        s.spawn(|| {
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                store.sync().unwrap();
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-        });
+        if sync_thread {
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    store.sync().unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            });
+        }
         let owned = writers.into_iter().map(|w| w.join().unwrap()).collect();
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         owned
     });
+    let txgs = store.open_txg() - first_txg;
     let mut expected = vec![0u8; VOLUME];
     for (piece, chunk) in expected.chunks_mut(PIECE).enumerate() {
-        chunk.copy_from_slice(&owned[piece % 2][piece * PIECE..(piece + 1) * PIECE]);
+        chunk.copy_from_slice(&owned[piece % threads][piece * PIECE..(piece + 1) * PIECE]);
     }
     let read_all = |store: &Store| {
         let vol = store.resolve("tank/vol").unwrap();
@@ -303,14 +340,12 @@ fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
         "contents before the last sync"
     );
     store.sync().unwrap();
-    assert!(
-        store.background_blocks_landed() > 0,
-        "no block written in pieces was written before its sync"
-    );
+    after_sync(&store);
     drop(store);
     let store = open_store_with(&home, config);
     assert!(read_all(&store) == expected, "contents after a re-import");
     scrub_clean(&store);
+    txgs
 }
 
 /// Blocks the background writer wrote early are counted once by the space check: in the
