@@ -11,11 +11,12 @@
 # is a txg sync; where it is per dataset, only the file system's own fsyncs are.
 #
 # usage: scripts/bench-log-per-dataset.sh LABEL=BINARY [LABEL=BINARY...]
-# environment: BENCH_SECONDS (per workload, default 10), BENCH_JSON (default
-#   ./bench-log-per-dataset.json). Needs root (FUSE), fuse3.
+# environment: BENCH_SECONDS (per workload, default 10), ROUNDS (the binaries alternate,
+#   default 2), BENCH_JSON (default ./bench-log-per-dataset.json). Needs root (FUSE), fuse3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER="${BENCH_SECONDS:-10}"
+ROUNDS="${ROUNDS:-2}"
 JSON_OUT="${BENCH_JSON:-bench-log-per-dataset.json}"
 [ $# -gt 0 ] || { echo "usage: $0 LABEL=BINARY [LABEL=BINARY...]" >&2; exit 2; }
 work=$(mktemp -d /dev/shm/cairn-bench-logds.XXXXXX)
@@ -39,8 +40,8 @@ creates() {
     done
 }
 
-run() { # LABEL BINARY
-    local label=$1 bin=$2 dir=$work/$1
+run() { # LABEL BINARY ROUND
+    local label=$1 bin=$2 round=$3 dir=$work/$1.$3
     mkdir -p "$dir/mnt"
     export CAIRN_HOME=$dir/home
     for i in 0 1 2; do truncate -s 2G "$dir/d$i"; done
@@ -52,30 +53,34 @@ run() { # LABEL BINARY
     pids+=("$pid")
     wait_for "[ -S '$dir/sock' ] && mountpoint -q '$dir/mnt'"
     local uri="nbd+unix:///tank/vol?socket=$dir/sock"
-    "$bin" bench sync-writes --seconds "$SECONDS_PER" --json-out "$work/$label-quiet.json" \
+    "$bin" bench sync-writes --seconds "$SECONDS_PER" --json-out "$work/r$round-$label-quiet.json" \
         "$label quiet=$uri" >/dev/null
     # Two workloads (FUA, FLUSH) of SECONDS_PER each, and a margin.
     creates "$dir/mnt" $((2 * SECONDS_PER + 5)) &
     local creator=$!
-    "$bin" bench sync-writes --seconds "$SECONDS_PER" --json-out "$work/$label-creates.json" \
+    "$bin" bench sync-writes --seconds "$SECONDS_PER" --json-out "$work/r$round-$label-creates.json" \
         "$label creates=$uri" >/dev/null
     wait "$creator"
-    echo "$label: $(find "$dir/mnt" -type f | wc -l) files created" >&2
+    echo "round $round, $label: $(find "$dir/mnt" -type f | wc -l) files created" >&2
     kill "$pid"; wait "$pid" 2>/dev/null || true
     umount -l "$dir/mnt" 2>/dev/null || true
 }
 
-for arg in "$@"; do run "${arg%%=*}" "${arg#*=}"; done
+for round in $(seq "$ROUNDS"); do
+    for arg in "$@"; do run "${arg%%=*}" "${arg#*=}" "$round"; done
+done
 
 python3 - "$JSON_OUT" "$work" <<'PY'
 import json, sys, glob, os
 out, work = sys.argv[1], sys.argv[2]
 rows = []
-for f in sorted(glob.glob(os.path.join(work, "*.json"))):
-    rows += json.load(open(f))
-print(f"{'binary, beside the volume':<28} {'workload':<18} {'IOPS':>9} {'p50 µs':>8} {'p99 µs':>8}")
+for f in sorted(glob.glob(os.path.join(work, "r*.json"))):
+    for c in json.load(open(f)):
+        c["round"] = int(os.path.basename(f)[1:].split("-")[0])
+        rows.append(c)
+print(f"{'round':<6} {'binary, beside the volume':<28} {'workload':<18} {'IOPS':>9} {'p50 µs':>8} {'p99 µs':>8}")
 for c in rows:
-    print(f"{c['label']:<28} {'4K '+c['mode']+' qd1':<18} {c['iops']:>9.0f} {c['p50_us']:>8.1f} {c['p99_us']:>8.1f}")
+    print(f"{c['round']:<6} {c['label']:<28} {'4K '+c['mode']+' qd1':<18} {c['iops']:>9.0f} {c['p50_us']:>8.1f} {c['p99_us']:>8.1f}")
 json.dump(rows, open(out, "w"), indent=2)
 print(f"JSON: {out}")
 PY

@@ -184,7 +184,7 @@ impl StoreCore {
             ));
         }
         self.create_dataset_locked(&mut st, name, Some(parent.id), kind, props_ok, volsize)?;
-        self.maybe_sync(st)?;
+        self.maybe_sync(&mut st)?;
         Ok(())
     }
 
@@ -663,7 +663,8 @@ impl StoreCore {
                 self.nudge_writer(&st);
                 // (receive and log replay write through `write_unchecked`: no intent.)
                 let policy = check_readonly.then(|| self.log_policy(&st, r.dataset));
-                self.maybe_sync(st)?;
+                self.maybe_sync(&mut st)?;
+                drop(st);
                 let Some(policy) = policy else { return Ok(()) };
                 let op = IntentOp::Write {
                     offset,
@@ -757,7 +758,7 @@ impl StoreCore {
         self.check_writable_dataset(&st, r.dataset)?;
         self.punch_locked(&mut st, r.object, offset, len)?;
         let policy = self.log_policy(&st, r.dataset);
-        self.maybe_sync(st)?;
+        self.maybe_sync(&mut st)?;
         Ok(policy)
     }
 
@@ -902,18 +903,10 @@ impl StoreCore {
         is_dirty_locked(&self.lock())
     }
 
-    /// Syncs when the open txg holds more dirty data than allowed. Lets the state lock go
-    /// first: the sync then drains the txg's blocks without it, as every sync does, so the
-    /// requests behind this one wait only for the sync's own part, not for a whole
-    /// txg's write-out.
-    pub(crate) fn maybe_sync(
-        &self,
-        st: std::sync::MutexGuard<'_, State>,
-    ) -> Result<(), StoreError> {
-        let over = self.over_dirty_limit(&st) && self.sync_allowed_midway();
-        drop(st);
-        if over {
-            self.sync_over_dirty_limit()?;
+    /// Syncs when the open txg holds more dirty data than allowed.
+    pub(crate) fn maybe_sync(&self, st: &mut State) -> Result<(), StoreError> {
+        if self.over_dirty_limit(st) && self.sync_allowed_midway() {
+            self.sync_locked(st)?;
         }
         Ok(())
     }

@@ -551,7 +551,7 @@ impl StoreCore {
         let r = self.data_object(rx, src)?;
         let mut st = self.lock();
         self.punch_locked(&mut st, r.object, off, len)?;
-        self.maybe_sync(st)?;
+        self.maybe_sync(&mut st)?;
         Ok([src, off, len])
     }
 

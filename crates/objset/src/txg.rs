@@ -404,19 +404,6 @@ impl StoreCore {
         self.sync_locked(&mut st)
     }
 
-    /// Commits the open txg if it still holds more dirty data than allowed after its blocks
-    /// were drained: for a writer that crossed `dirty_max` (another may have synced
-    /// meanwhile, and then this one need not).
-    pub(crate) fn sync_over_dirty_limit(&self) -> Result<(), StoreError> {
-        self.refuse_if_suspended()?;
-        self.drain_before_sync();
-        let mut st = self.wait_for_writer(self.lock());
-        if self.over_dirty_limit(&st) && self.sync_allowed_midway() {
-            self.sync_locked(&mut st)?;
-        }
-        Ok(())
-    }
-
     /// Writes the open txg's dirty data blocks now, without committing them (what a sync
     /// does first, without the state lock: `drain_before_sync`). A crash still loses
     /// exactly the open txg.

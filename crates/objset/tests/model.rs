@@ -248,9 +248,9 @@ fn blocks_written_in_pieces_drain_before_syncs_while_writers_go_on() {
     });
 }
 
-/// A writer that crosses `dirty_max` syncs after letting the state lock go (the sync
-/// drains first): three threads writing pieces of the same blocks, with no sync but the
-/// ones the cap asks for, keep what each wrote last, before and after a re-import.
+/// Writers that cross `dirty_max` sync the txg in the middle of each other's writes:
+/// three threads writing pieces of the same blocks, with no sync but the ones the cap asks
+/// for, keep what each wrote last, before and after a re-import.
 #[test]
 fn writers_crossing_the_dirty_cap_sync_and_keep_every_piece() {
     let config = StoreConfig {
@@ -259,7 +259,7 @@ fn writers_crossing_the_dirty_cap_sync_and_keep_every_piece() {
         ..StoreConfig::default()
     };
     let txgs = pieces_by_threads(config, 3, false, |_| {});
-    // (239 here; 15 without the syncs the cap asks for.)
+    // (Over 200 here; 15 without the syncs the cap asks for.)
     assert!(txgs >= 50, "the dirty cap asked for {txgs} syncs");
 }
 
