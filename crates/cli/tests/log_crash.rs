@@ -243,10 +243,16 @@ fn kill_9_during_flushed_writes_beside_namespace_changes() {
     assert!(crash_rounds(20, 12, true) > 50);
 }
 
-/// The recorded run (docs/bench/intent-log.md): `cargo test -p cairn --test log_crash --
+/// The recorded runs (docs/bench/intent-log.md): `cargo test -p cairn --test log_crash --
 /// --ignored --nocapture`.
 #[test]
 #[ignore = "long: the recorded run"]
 fn kill_9_recorded_run() {
     crash_rounds(700, 2026, false);
+}
+
+#[test]
+#[ignore = "long: the recorded run"]
+fn kill_9_recorded_run_beside_namespace_changes() {
+    crash_rounds(300, 2027, true);
 }
