@@ -19,10 +19,14 @@
 //!   Not charged: 64 KiB read-ahead per connection, up to `MAX_SPARE_BUFFERS` reusable
 //!   buffers of at most `MAX_SPARE_BYTES` per connection, and small status replies.
 //! - Threads: a connection costs one thread while idle; workers are started only when
-//!   requests wait for one, up to `workers_per_connection`. At most `max_connections`
-//!   connections are served at once; more are closed at accept (the client sees the
-//!   connection end before the greeting) and counted in `ServerStats::refused_connections`.
-//!   So threads ≤ 1 + max_connections × (1 + workers_per_connection).
+//!   requests wait for one, up to `workers_per_connection` (4) while requests are fast and
+//!   `workers_when_slow` (32) once they are slow: a request that waits for a device holds
+//!   its worker, so the workers are the queue depth the devices see (a disk reorders 32
+//!   queued reads, not 4). Started workers stay until the connection closes. At most
+//!   `max_connections` connections are served at once; more are closed at accept (the
+//!   client sees the connection end before the greeting) and counted in
+//!   `ServerStats::refused_connections`. So threads ≤ 1 + max_connections × (1 +
+//!   max(workers_per_connection, workers_when_slow)).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener};
@@ -55,8 +59,13 @@ const BASE_ALLOCATION_ID: u32 = 1;
 /// Tuning of a server.
 #[derive(Clone, Copy, Debug)]
 pub struct ServerConfig {
-    /// Worker threads per connection (requests in flight at once).
+    /// Worker threads per connection (requests in flight at once) while requests are fast.
     pub workers_per_connection: usize,
+    /// The same while requests are slow (they ran `FAST_REQUEST` or longer on average:
+    /// disks, remote leaves). A request waiting for a device holds a worker, so this is
+    /// the queue depth the devices can see from one connection: a disk reorders what is
+    /// queued (NCQ), and a device with latency serves requests side by side.
+    pub workers_when_slow: usize,
     /// Requests read ahead and queued for the workers.
     pub queue_depth: usize,
     /// Bytes of READ replies and WRITE payloads one connection may hold before its
@@ -79,6 +88,7 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             workers_per_connection: 4,
+            workers_when_slow: 32,
             queue_depth: 8,
             connection_reply_budget: DEFAULT_CONNECTION_REPLY_BUDGET,
             server_reply_budget: DEFAULT_SERVER_REPLY_BUDGET,
@@ -195,6 +205,7 @@ impl NbdServer {
     pub fn with_config(mut self, config: ServerConfig) -> NbdServer {
         self.config = ServerConfig {
             workers_per_connection: config.workers_per_connection.max(1),
+            workers_when_slow: config.workers_when_slow.max(1),
             queue_depth: config.queue_depth.max(1),
             connection_reply_budget: config.connection_reply_budget.max(1),
             server_reply_budget: config.server_reply_budget.max(1),
@@ -928,6 +939,15 @@ struct Replies {
 /// Requests that take less than this on average may run one by one on the reading thread.
 const FAST_REQUEST: Duration = Duration::from_micros(50);
 
+/// Workers a connection may start now: more while requests are slow (`ServerConfig`).
+fn worker_limit(config: &ServerConfig, replies: &Replies) -> usize {
+    if replies.requests_are_fast() {
+        config.workers_per_connection
+    } else {
+        config.workers_when_slow.max(config.workers_per_connection)
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -1199,7 +1219,7 @@ fn transmit(
             }
             Ok(Some(job)) => {
                 let in_flight = replies.queued.fetch_add(1, Ordering::SeqCst) + 1;
-                if in_flight > workers.len() && workers.len() < config.workers_per_connection {
+                if in_flight > workers.len() && workers.len() < worker_limit(&config, &replies) {
                     let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
                     workers.push(thread::spawn(move || work(&jobs, &replies, &*export)));
                 }

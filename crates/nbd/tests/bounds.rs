@@ -274,3 +274,95 @@ fn connections_beyond_the_cap_are_closed_at_accept() {
     std::thread::sleep(Duration::from_millis(300));
     let _again = connect(&socket);
 }
+
+/// An export whose reads take `delay` each, side by side (a device with latency that serves
+/// requests in parallel: an SSD, a remote leaf, a disk reordering its queue); counts the
+/// reads running at once.
+struct SlowReads {
+    inner: Arc<dyn BlockExport>,
+    delay: Duration,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl BlockExport for SlowReads {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    fn preferred_block_size(&self) -> u32 {
+        self.inner.preferred_block_size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(self.delay);
+        self.running.fetch_sub(1, SeqCst);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, may_punch: bool) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len, may_punch)
+    }
+    fn block_status(&self, offset: u64, len: u64) -> std::io::Result<Vec<(u32, u32)>> {
+        self.inner.block_status(offset, len)
+    }
+}
+
+/// A client keeping 32 reads in flight on one connection: while requests are slow the
+/// device sees many of them at once (up to `workers_when_slow`), not just
+/// `workers_per_connection`; with 4 workers for every request, 32 reads of 20 ms would
+/// take 8 rounds of the device's latency per 32.
+#[test]
+fn slow_requests_reach_the_device_side_by_side() {
+    let _serial = serial();
+    let slow = Arc::new(SlowReads {
+        inner: patterned(),
+        delay: Duration::from_millis(20),
+        running: Default::default(),
+        most: Default::default(),
+    });
+    let (_dir, socket, _server, _running) = start(slow.clone(), ServerConfig::default());
+    let mut s = connect(&socket);
+    const IN_FLIGHT: u64 = 32;
+    const READS: u64 = 256;
+    let request = |cookie: u64| {
+        encode_request(&Request {
+            flags: 0,
+            command: Command::Read,
+            cookie,
+            offset: cookie * 4096,
+            length: 4096,
+        })
+    };
+    for cookie in 0..IN_FLIGHT {
+        s.write_all(&request(cookie)).unwrap();
+    }
+    for next in IN_FLIGHT..READS + IN_FLIGHT {
+        let mut head = [0u8; SIMPLE_REPLY_LEN];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(parse_simple_reply(&head).unwrap().error, 0);
+        let mut data = [0u8; 4096];
+        s.read_exact(&mut data).unwrap();
+        if next < READS {
+            s.write_all(&request(next)).unwrap();
+        }
+    }
+    let most = slow.most.load(std::sync::atomic::Ordering::SeqCst);
+    let limits = ServerConfig::default();
+    assert!(
+        most > 2 * limits.workers_per_connection && most <= limits.workers_when_slow + 1,
+        "{most} reads ran at once"
+    );
+}
