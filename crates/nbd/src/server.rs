@@ -20,8 +20,8 @@
 //!   buffers of at most `MAX_SPARE_BYTES` per connection, and small status replies.
 //! - Threads: a connection costs one thread while idle; workers are started only when
 //!   requests wait for one, up to `workers_per_connection` (4) while requests are fast and
-//!   `workers_when_slow` (32) once they are slow: a request that waits for a device holds
-//!   its worker, so the workers are the queue depth the devices see (a disk reorders 32
+//!   `workers_when_slow` (32) for reads once they are slow: a read that waits for a device
+//!   holds its worker, so the workers are the queue depth the devices see (a disk reorders 32
 //!   queued reads, not 4). Started workers stay until the connection closes. At most
 //!   `max_connections` connections are served at once; more are closed at accept (the
 //!   client sees the connection end before the greeting) and counted in
@@ -61,10 +61,10 @@ const BASE_ALLOCATION_ID: u32 = 1;
 pub struct ServerConfig {
     /// Worker threads per connection (requests in flight at once) while requests are fast.
     pub workers_per_connection: usize,
-    /// The same while requests are slow (they ran `FAST_REQUEST` or longer on average:
-    /// disks, remote leaves). A request waiting for a device holds a worker, so this is
-    /// the queue depth the devices can see from one connection: a disk reorders what is
-    /// queued (NCQ), and a device with latency serves requests side by side.
+    /// The same for reads while requests are slow (they ran `FAST_REQUEST` or longer on
+    /// average: disks, remote leaves). A read waiting for a device holds a worker, so this
+    /// is the queue depth the devices can see from one connection: a disk reorders what
+    /// is queued (NCQ), and a device with latency serves requests side by side.
     pub workers_when_slow: usize,
     /// Requests read ahead and queued for the workers.
     pub queue_depth: usize,
@@ -939,12 +939,15 @@ struct Replies {
 /// Requests that take less than this on average may run one by one on the reading thread.
 const FAST_REQUEST: Duration = Duration::from_micros(50);
 
-/// Workers a connection may start now: more while requests are slow (`ServerConfig`).
-fn worker_limit(config: &ServerConfig, replies: &Replies) -> usize {
-    if replies.requests_are_fast() {
-        config.workers_per_connection
-    } else {
+/// Workers a connection may start for `job`: more for a read while requests are slow
+/// (`ServerConfig`). Writes land in the open txg and take the store's lock in turn, so
+/// more workers for them only add contention (1 MiB writes at queue depth 8 on tmpfs
+/// lost about a tenth with them, docs/bench/nbd.md); a started worker takes any job.
+fn worker_limit(config: &ServerConfig, replies: &Replies, job: &Job) -> usize {
+    if job.request.command == Command::Read && !replies.requests_are_fast() {
         config.workers_when_slow.max(config.workers_per_connection)
+    } else {
+        config.workers_per_connection
     }
 }
 
@@ -1219,7 +1222,9 @@ fn transmit(
             }
             Ok(Some(job)) => {
                 let in_flight = replies.queued.fetch_add(1, Ordering::SeqCst) + 1;
-                if in_flight > workers.len() && workers.len() < worker_limit(&config, &replies) {
+                if in_flight > workers.len()
+                    && workers.len() < worker_limit(&config, &replies, &job)
+                {
                     let (jobs, replies, export) = (jobs.clone(), replies.clone(), export.clone());
                     workers.push(thread::spawn(move || work(&jobs, &replies, &*export)));
                 }
