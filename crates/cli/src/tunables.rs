@@ -14,6 +14,7 @@
 //!    background_writers   cairn_objset::StoreConfig (background writer threads)
 //!    readahead_max        cairn_objset::StoreConfig (read-ahead window on rotating disks)
 //!    io_threads           cairn_vdev::threads::set_io_threads
+//!    fuse_threads         cairn_fuse::set_default_threads (threads per mount)
 //!    cache_max            cairn_pool::io::cache::set_default_capacity (0 = off)
 //!    parity_kernel        cairn_parity::set_default_kernel (auto = best for this CPU)
 //!    resilver_rate        resilvers nobody started by hand (0 = unlimited)
@@ -87,6 +88,12 @@ const SPECS: &[Spec] = &[
         kind: Kind::Count { min: 1, max: 1024 },
         default: || cairn_vdev::threads::DEFAULT_IO_THREADS.to_string(),
         doc: "kept threads for leaf I/O and split checksum/parity work",
+    },
+    Spec {
+        name: "fuse_threads",
+        kind: Kind::Count { min: 1, max: 256 },
+        default: || cairn_fuse::DEFAULT_THREADS.to_string(),
+        doc: "threads serving each mount's kernel requests (more: reads wait for disks side by side)",
     },
     Spec {
         name: "readahead_max",
@@ -266,6 +273,7 @@ impl Tunables {
     pub fn apply(&self) -> Result<(), String> {
         StoreConfig::set_default(self.store_config());
         cairn_vdev::threads::set_io_threads(self.number("io_threads") as usize);
+        cairn_fuse::set_default_threads(self.number("fuse_threads") as usize);
         cairn_pool::io::cache::set_default_capacity(self.number("cache_max"));
         cairn_parity::set_default_kernel(self.text("parity_kernel"))
             .map(|_| ())
@@ -504,6 +512,18 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&t.render(true)).unwrap();
         assert_eq!(json["tunables"].as_array().unwrap().len(), SPECS.len());
         assert_eq!(t.resilver_rate(), Some(100 << 20));
+    }
+
+    #[test]
+    fn fuse_threads_is_a_count_from_one() {
+        let t = read(&[], &[("CAIRN_FUSE_THREADS", "16")], None).unwrap();
+        assert_eq!(t.number("fuse_threads"), 16);
+        assert_eq!(
+            read(&[], &[], None).unwrap().number("fuse_threads"),
+            cairn_fuse::DEFAULT_THREADS as u64
+        );
+        let e = read(&["fuse_threads=0"], &[], None).unwrap_err();
+        assert!(e.contains("1 to 256"), "{e}");
     }
 
     #[test]

@@ -340,6 +340,9 @@ impl Filesystem for CairnFs {
         // Lookups and creates in one directory run in parallel (the store serializes what
         // must be).
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Direct I/O (O_DIRECT) is sent as it is submitted, not one request at a time: an
+        // aio reader's queue depth reaches the store and its devices.
+        let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
         // Set-user-ID and set-group-ID are cleared here (chown, writes and truncates by a
         // caller without CAP_FSETID), so the kernel need not fetch the mode first: one
         // GETATTR fewer per chown (tar sets the owner of every file it writes).
