@@ -535,8 +535,6 @@ fn written_bytes(intents: &[Intent]) -> u64 {
         .sum()
 }
 
-/// Whether a log commit may use the chain: there is one, and the open txg holds no change
-/// the log cannot record (directories and the dataset table change only through those).
 /// The datasets whose intents cannot be logged now: those with a change in the open txg
 /// the log cannot record (`LogChain::unlogged`, and a changed directory, whatever changed
 /// it). None: no dataset can log (no usable chain, or the dataset table changed, or a
