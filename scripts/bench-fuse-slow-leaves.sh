@@ -10,6 +10,7 @@
 # environment: DELAY_MS (default 2), ROUNDS (default 2), RUNTIME (s per run, default 4),
 #   JSON (default bench-fuse-slow-leaves.json). Needs root (FUSE), fio, python3.
 set -euo pipefail
+. "$(dirname "$0")/slow-leaves-lib.sh"
 (( $# >= 1 )) || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 DELAY_MS="${DELAY_MS:-2}" ROUNDS="${ROUNDS:-2}" RUNTIME="${RUNTIME:-4}"
 JSON="${JSON:-bench-fuse-slow-leaves.json}"
@@ -30,9 +31,7 @@ one_run() { # LABEL BINARY THREADS ROUND
     export CAIRN_HOME="$work/home" CAIRN_CACHE_MAX=0
     if [[ -n "$threads" ]]; then export CAIRN_FUSE_THREADS="$threads"; else unset CAIRN_FUSE_THREADS; fi
     mkdir -p "$work/mnt"
-    truncate -s 1G "$work/d0" "$work/d1"
-    "$bin" create tank mirror "fault:$work/d0?delay_ms=$DELAY_MS" \
-        "fault:$work/d1?delay_ms=$DELAY_MS" >/dev/null
+    slow_mirror "$bin" "$work"
     "$bin" dataset create tank/fs >/dev/null
     "$bin" mount tank/fs "$work/mnt" >/dev/null
     fio --name=fill --directory="$work/mnt" --filename=f --rw=write --bs=1M --size=128M \
@@ -43,14 +42,7 @@ one_run() { # LABEL BINARY THREADS ROUND
         fio --name=rr --directory="$work/mnt" --filename=f --rw=randread --bs=4k --size=128M \
             --ioengine=libaio --direct=1 --iodepth="$qd" --time_based --runtime="$RUNTIME" \
             --output-format=json --output="$work/rr.json" >/dev/null
-        python3 - "$work/rr.json" "$label" "$round" "$qd" >>"$RESULTS" <<'PY'
-import json, sys
-path, label, rnd, qd = sys.argv[1:]
-r = json.load(open(path))["jobs"][0]["read"]
-print(json.dumps({"label": label, "round": int(rnd), "iodepth": int(qd),
-                  "iops": round(r["iops"]), "mean_us": round(r["clat_ns"]["mean"] / 1e3)}))
-PY
-        tail -1 "$RESULTS"
+        record_read "$work/rr.json" "$label" "$round" "$qd"
     done
     "$bin" umount "$work/mnt"
     rm -rf "$work"
@@ -65,14 +57,4 @@ for round in $(seq "$ROUNDS"); do
         one_run "$label" "$binary" "$threads" "$round"
     done
 done
-python3 - "$RESULTS" "$JSON" "$DELAY_MS" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-json.dump({"delay_ms": float(sys.argv[3]), "runs": rows}, open(sys.argv[2], "w"), indent=2)
-print(f"{'binary':<16}{'qd':>4}  IOPS, each round")
-for label in dict.fromkeys(r["label"] for r in rows):
-    for qd in (1, 32):
-        rs = [r for r in rows if r["label"] == label and r["iodepth"] == qd]
-        print(f"{label:<16}{qd:>4}  " + " · ".join(str(r["iops"]) for r in rs))
-print(f"JSON: {sys.argv[2]}")
-PY
+summarize "$JSON" 1 32

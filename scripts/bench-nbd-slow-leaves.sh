@@ -10,6 +10,7 @@
 # environment: DELAY_MS (default 2), ROUNDS (default 2), RUNTIME (s per run, default 5),
 #   JSON (default bench-nbd-slow-leaves.json). Needs fio (with the nbd engine), python3.
 set -euo pipefail
+. "$(dirname "$0")/slow-leaves-lib.sh"
 (( $# >= 1 )) || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 DELAY_MS="${DELAY_MS:-2}" ROUNDS="${ROUNDS:-2}" RUNTIME="${RUNTIME:-5}"
 JSON="${JSON:-bench-nbd-slow-leaves.json}"
@@ -28,9 +29,7 @@ one_run() { # LABEL BINARY ROUND
     local label="$1" bin="$2" round="$3" uri qd
     work="$(mktemp -d /dev/shm/nbd-slow.XXXXXX)"
     export CAIRN_HOME="$work/home"
-    truncate -s 1G "$work/d0" "$work/d1"
-    "$bin" create tank mirror "fault:$work/d0?delay_ms=$DELAY_MS" \
-        "fault:$work/d1?delay_ms=$DELAY_MS" >/dev/null
+    slow_mirror "$bin" "$work"
     "$bin" volume create -V 256M -b 16K -o compression=off tank/vol >/dev/null
     "$bin" serve --tunable cache_max=0 tank --nbd-socket "$work/s.sock" >/dev/null 2>&1 &
     pid=$!
@@ -42,15 +41,7 @@ one_run() { # LABEL BINARY ROUND
         fio --name=rr --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --size=256M \
             --iodepth="$qd" --time_based --runtime="$RUNTIME" --output-format=json \
             --output="$work/rr.json" >/dev/null
-        python3 - "$work/rr.json" "$label" "$round" "$qd" >>"$RESULTS" <<'PY'
-import json, sys
-path, label, rnd, qd = sys.argv[1:]
-text = open(path).read()
-r = json.loads(text[text.index("{"):])["jobs"][0]["read"]
-print(json.dumps({"label": label, "round": int(rnd), "iodepth": int(qd),
-                  "iops": round(r["iops"]), "mean_us": round(r["clat_ns"]["mean"] / 1e3)}))
-PY
-        tail -1 "$RESULTS"
+        record_read "$work/rr.json" "$label" "$round" "$qd"
     done
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
@@ -62,14 +53,4 @@ PY
 for round in $(seq "$ROUNDS"); do
     for pair in "$@"; do one_run "${pair%%=*}" "${pair#*=}" "$round"; done
 done
-python3 - "$RESULTS" "$JSON" "$DELAY_MS" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-json.dump({"delay_ms": float(sys.argv[3]), "runs": rows}, open(sys.argv[2], "w"), indent=2)
-print(f"{'binary':<12}{'qd':>4}  IOPS, each round")
-for label in dict.fromkeys(r["label"] for r in rows):
-    for qd in (1, 4, 32):
-        rs = [r for r in rows if r["label"] == label and r["iodepth"] == qd]
-        print(f"{label:<12}{qd:>4}  " + " · ".join(str(r["iops"]) for r in rs))
-print(f"JSON: {sys.argv[2]}")
-PY
+summarize "$JSON" 1 4 32
