@@ -25,24 +25,36 @@ pub struct BudgetStats {
 
 /// A byte budget shared by the holders of its permits.
 pub struct ByteBudget {
-    state: Mutex<BudgetStats>,
+    state: Mutex<BudgetState>,
     freed: Condvar,
+}
+
+/// The figures, and how many threads wait in `acquire`: a release wakes them only when
+/// there are some (a wake is a system call, and almost every release finds nobody
+/// waiting). A waiter counts itself under the lock before it waits, and a release reads
+/// the count under the same lock, so no wake is lost.
+struct BudgetState {
+    stats: BudgetStats,
+    waiters: usize,
 }
 
 impl ByteBudget {
     pub fn new(limit: u64) -> Arc<ByteBudget> {
         Arc::new(ByteBudget {
-            state: Mutex::new(BudgetStats {
-                used: 0,
-                peak: 0,
-                limit: limit.max(1),
+            state: Mutex::new(BudgetState {
+                stats: BudgetStats {
+                    used: 0,
+                    peak: 0,
+                    limit: limit.max(1),
+                },
+                waiters: 0,
             }),
             freed: Condvar::new(),
         })
     }
 
     pub fn stats(&self) -> BudgetStats {
-        *lock(&self.state)
+        lock(&self.state).stats
     }
 
     /// Waits until `bytes` fit (or the budget is empty), then takes them. `None` when
@@ -54,19 +66,22 @@ impl ByteBudget {
         give_up: impl Fn() -> bool,
     ) -> Option<Permit> {
         let mut state = lock(&self.state);
-        while state.used > 0 && state.used.saturating_add(bytes) > state.limit {
+        while state.stats.used > 0 && state.stats.used.saturating_add(bytes) > state.stats.limit {
             if give_up() {
                 return None;
             }
+            state.waiters += 1;
             state = self
                 .freed
                 .wait_timeout(state, poll)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            state.waiters -= 1;
         }
-        state.used += bytes;
-        state.peak = state.peak.max(state.used);
-        debug_assert!(state.used <= state.limit || state.used == bytes);
+        let stats = &mut state.stats;
+        stats.used += bytes;
+        stats.peak = stats.peak.max(stats.used);
+        debug_assert!(stats.used <= stats.limit || stats.used == bytes);
         Some(Permit {
             budget: self.clone(),
             bytes,
@@ -77,9 +92,9 @@ impl ByteBudget {
     /// request in flight, so that connections whose clients never read cannot starve one
     /// whose client does (see `server::Budgets::charge`).
     pub fn acquire_now(self: &Arc<Self>, bytes: u64) -> Permit {
-        let mut state = lock(&self.state);
-        state.used += bytes;
-        state.peak = state.peak.max(state.used);
+        let stats = &mut lock(&self.state).stats;
+        stats.used += bytes;
+        stats.peak = stats.peak.max(stats.used);
         Permit {
             budget: self.clone(),
             bytes,
@@ -88,10 +103,16 @@ impl ByteBudget {
 
     fn release(&self, bytes: u64) {
         let mut state = lock(&self.state);
-        debug_assert!(state.used >= bytes, "budget released more than it granted");
-        state.used = state.used.saturating_sub(bytes);
+        debug_assert!(
+            state.stats.used >= bytes,
+            "budget released more than it granted"
+        );
+        state.stats.used = state.stats.used.saturating_sub(bytes);
+        let anyone_waits = state.waiters > 0;
         drop(state);
-        self.freed.notify_all();
+        if anyone_waits {
+            self.freed.notify_all();
+        }
     }
 }
 
@@ -148,5 +169,33 @@ mod tests {
         drop(held);
         assert!(waiter.join().unwrap());
         assert!(b.stats().peak <= 100);
+    }
+
+    /// Waiters that would not look again for a minute are woken by the release itself
+    /// (releases wake only when someone waits: this fails if the count is wrong).
+    #[test]
+    fn a_release_wakes_every_waiter_at_once() {
+        let b = ByteBudget::new(100);
+        let held = b.acquire(100, POLL, || false).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        for _ in 0..3 {
+            let (b, done) = (b.clone(), done.clone());
+            std::thread::spawn(move || {
+                let permit = b.acquire(30, Duration::from_secs(60), || false);
+                done.send(permit.is_some()).unwrap();
+                // (Held until the test ends, so the others are woken by `held` alone.)
+                std::thread::sleep(Duration::from_secs(2));
+            });
+        }
+        // Let all three wait, then one release must wake them all.
+        while lock(&b.state).waiters < 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(held);
+        for _ in 0..3 {
+            let granted = finished.recv_timeout(Duration::from_secs(10));
+            assert_eq!(granted, Ok(true), "a waiter was not woken by the release");
+        }
+        assert_eq!(lock(&b.state).waiters, 0);
     }
 }
