@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # How long txg syncs stall small writes: fio 4 KiB random writes (queue depth 1 and 32,
 # RUNTIME s each, so the service's 5 s syncs fall inside) into a filled cairn volume
-# (1 GiB, volblocksize 16K, compression off) on a raidz1 of three 2 GiB files in
+# (1 GiB, volblocksize 16K, compression off) on a raidz1 of three files (LEAF_SIZE) in
 # /dev/shm, through `cairn serve`'s NBD socket. Prints IOPS, mean, p99.9 and the longest
 # write latency per binary; binaries alternate, ROUNDS times, a fresh pool each run.
 #
 # usage: scripts/bench-sync-stall.sh LABEL=BINARY [LABEL=BINARY …]
 # environment: ROUNDS (default 3), RUNTIME (default 15), JSON (default bench-sync-stall.json),
 #   SERVE_TUNABLES (tunables for `cairn serve`, e.g. "dirty_max=128M": syncs the dirty cap
-#   asks for, beside the 5 s ones)
+#   asks for, beside the 5 s ones), LEAF_SIZE (each of the three files, default 2G: a pool
+#   that a volume rewritten every txg nearly fills, so the space check also forces syncs;
+#   4G leaves room)
 # Needs fio (with the nbd engine) and python3.
 set -euo pipefail
 (( $# >= 1 )) || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROUNDS="${ROUNDS:-3}" RUNTIME="${RUNTIME:-15}" JSON="${JSON:-bench-sync-stall.json}"
+LEAF_SIZE="${LEAF_SIZE:-2G}"
 tunables=()
 for t in ${SERVE_TUNABLES:-}; do tunables+=(--tunable "$t"); done
 command -v fio >/dev/null || { echo "bench-sync-stall: fio not found (Debian: fio)" >&2; exit 1; }
@@ -23,7 +26,7 @@ one_run() { # LABEL BINARY ROUND
     local label="$1" bin="$2" round="$3" work pid uri
     work="$(mktemp -d /dev/shm/sync-stall.XXXXXX)"
     export CAIRN_HOME="$work/home"
-    for i in 0 1 2; do truncate -s 2G "$work/d$i"; done
+    for i in 0 1 2; do truncate -s "$LEAF_SIZE" "$work/d$i"; done
     "$bin" create bench raidz1 "$work/d0" "$work/d1" "$work/d2" >/dev/null
     "$bin" volume create -V 1G -b 16K -o compression=off bench/vol >/dev/null
     "$bin" serve "${tunables[@]}" bench --nbd-socket "$work/s.sock" >"$work/serve.log" 2>&1 &
@@ -56,10 +59,11 @@ PY
 for round in $(seq "$ROUNDS"); do
     for pair in "$@"; do one_run "${pair%%=*}" "${pair#*=}" "$round"; done
 done
-python3 - "$RESULTS" "$JSON" "$RUNTIME" "${SERVE_TUNABLES:-}" <<'PY'
+python3 - "$RESULTS" "$JSON" "$RUNTIME" "${SERVE_TUNABLES:-}" "$LEAF_SIZE" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-json.dump({"runtime_s": int(sys.argv[3]), "serve_tunables": sys.argv[4], "runs": rows},
+json.dump({"runtime_s": int(sys.argv[3]), "serve_tunables": sys.argv[4],
+           "leaf_size": sys.argv[5], "runs": rows},
           open(sys.argv[2], "w"), indent=2)
 print(f"{'binary':<10}{'qd':>4}{'IOPS (median)':>15}{'mean µs':>10}{'p99.9 ms':>10}{'max ms (each run)':>28}")
 for label in dict.fromkeys(r["label"] for r in rows):

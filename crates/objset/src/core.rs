@@ -85,6 +85,17 @@ pub(crate) struct Presync {
     /// each time a few MiB of small files had been written cost more than the writes).
     /// A superset is harmless: an object with nothing to take is dropped from it.
     pub candidates: BTreeSet<u64>,
+    /// The drain pass in progress, which writers are paced against (`crate::writer`).
+    pub drain_pace: Option<DrainPace>,
+}
+
+/// A drain pass's yardstick for pacing writers: it converges only if the writers dirty less
+/// than `limit` bytes while it runs (the next pass must be at most half this one).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DrainPace {
+    /// `State::dirty_bytes` when the pass began.
+    pub dirty_at_start: u64,
+    pub limit: u64,
 }
 
 /// The state and pool behind an open store, shared with its background writer.

@@ -664,7 +664,11 @@ impl StoreCore {
                 // (receive and log replay write through `write_unchecked`: no intent.)
                 let policy = check_readonly.then(|| self.log_policy(&st, r.dataset));
                 self.maybe_sync(&mut st)?;
+                let pause = self.drain_delay(&st);
                 drop(st);
+                if let Some(pause) = pause {
+                    std::thread::sleep(pause);
+                }
                 let Some(policy) = policy else { return Ok(()) };
                 let op = IntentOp::Write {
                     offset,

@@ -38,7 +38,7 @@ use cairn_pool::io::compress::Compression;
 use cairn_pool::io::pipeline::{prepare_shared, release_all, PreparedBlock, WriteProps};
 use cairn_pool::PoolError;
 
-use crate::core::{State, StoreCore, DATASET_TABLE_OBJECT};
+use crate::core::{DrainPace, State, StoreCore, DATASET_TABLE_OBJECT};
 use crate::object::{stored_block_size, ObjectState};
 use crate::object_io::defer_free;
 
@@ -226,9 +226,21 @@ impl StoreCore {
         for _pass in 0..DRAIN_PASSES {
             match self.drain_pass(txg, before / 2) {
                 Some(bytes) => before = bytes,
-                None => return,
+                None => break,
             }
         }
+        self.lock().presync.drain_pace = None;
+    }
+
+    /// How long a writer pauses (after its write, without the lock) so that the drain pass
+    /// in progress converges (ZFS's write throttle, `dmu_tx_delay`, by the same shape of
+    /// curve: no delay while the writers have dirtied less than ¾ of the pass's limit,
+    /// then `DRAIN_DELAY_SCALE × excess / room left`, at most `MAX_DRAIN_DELAY`). Without
+    /// it, 4 KiB random writes at queue depth 32 dirty blocks as fast as a pass writes
+    /// them, and the sync writes the rest holding the lock: every request waited up to a
+    /// second (docs/bench/small-io.md).
+    pub(crate) fn drain_delay(&self, st: &State) -> Option<std::time::Duration> {
+        pace_delay(st.presync.drain_pace?, st.dirty_bytes)
     }
 
     /// One pass of the drain, if at least `background_batch` and at most `most` bytes are
@@ -237,11 +249,15 @@ impl StoreCore {
     /// set out to take; None when the drain should stop.
     fn drain_pass(&self, txg: u64, most: u64) -> Option<u64> {
         let (ids, bytes) = {
-            let st = self.lock();
+            let mut st = self.lock();
             let (ids, bytes) = drainable(&st);
             if st.txg != txg || bytes < self.config.background_batch || bytes > most {
                 return None;
             }
+            st.presync.drain_pace = Some(DrainPace {
+                dirty_at_start: st.dirty_bytes,
+                limit: bytes / 2,
+            });
             (ids, bytes)
         };
         let mut budget = bytes;
@@ -343,6 +359,30 @@ impl StoreCore {
 /// Passes of the drain before a sync: each writes what writers dirtied during the one
 /// before, so it ends with what they dirtied in a fraction of the first pass's time.
 const DRAIN_PASSES: usize = 4;
+
+/// The write throttle's curve during a drain (`StoreCore::drain_delay`): the delay when the
+/// writers have dirtied ⅞ of a pass's limit, and the most any write waits.
+const DRAIN_DELAY_SCALE: std::time::Duration = std::time::Duration::from_micros(200);
+const MAX_DRAIN_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// `StoreCore::drain_delay` for a pass paced by `pace` when the txg holds `dirty_bytes`.
+fn pace_delay(pace: DrainPace, dirty_bytes: u64) -> Option<std::time::Duration> {
+    let dirtied = dirty_bytes.saturating_sub(pace.dirty_at_start);
+    let free_run = pace.limit / 4 * 3;
+    if dirtied <= free_run {
+        return None;
+    }
+    let delay = if dirtied >= pace.limit {
+        MAX_DRAIN_DELAY
+    } else {
+        let excess = (dirtied - free_run) as f64;
+        let room = (pace.limit - dirtied) as f64;
+        DRAIN_DELAY_SCALE
+            .mul_f64(excess / room)
+            .min(MAX_DRAIN_DELAY)
+    };
+    Some(delay)
+}
 
 /// The objects with blocks a drain may take, in id order, and the bytes it would store.
 fn drainable(st: &State) -> (Vec<u64>, u64) {
@@ -528,4 +568,35 @@ fn prepare_items(items: &[Item], sector: u64) -> Vec<Option<PreparedBlock>> {
         }
     };
     cairn_vdev::threads::split_cpu(items.iter().collect(), 4, one)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The throttle's curve: free while the writers stay under ¾ of the pass's limit,
+    /// then rising with what they dirtied, `DRAIN_DELAY_SCALE` at ⅞, capped at and past
+    /// the limit; what was dirty before the pass began does not count.
+    #[test]
+    fn writers_are_paced_only_as_a_drain_pass_nears_its_limit() {
+        let pace = DrainPace {
+            dirty_at_start: 1 << 30,
+            limit: 64 << 20,
+        };
+        let at = |dirtied: u64| pace_delay(pace, (1 << 30) + dirtied);
+        assert_eq!(pace_delay(pace, 0), None);
+        assert_eq!(at(0), None);
+        assert_eq!(at(48 << 20), None);
+        let near = at(56 << 20).expect("paced at 7/8");
+        assert!(near.abs_diff(DRAIN_DELAY_SCALE) < Duration::from_micros(1));
+        let mut last = Duration::ZERO;
+        for mib in 49..64 {
+            let d = at(mib << 20).expect("paced past 3/4");
+            assert!(d >= last && d <= MAX_DRAIN_DELAY, "{mib} MiB: {d:?}");
+            last = d;
+        }
+        assert_eq!(at(64 << 20), Some(MAX_DRAIN_DELAY));
+        assert_eq!(at(1 << 40), Some(MAX_DRAIN_DELAY));
+    }
 }
