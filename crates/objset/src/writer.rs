@@ -13,6 +13,9 @@
 //! Before each sync (`StoreCore::sync`) the same path drains the txg: it takes every dirty
 //! data block, also those written in pieces that the writers leave alone, in batches,
 //! so that the sync, which holds the state lock, finds them written (`drain_before_sync`).
+//! While a drain pass runs, writers are paced (`StoreCore::drain_delay`, a pause after the
+//! write, without the lock) once they have dirtied most of what would let the next pass be
+//! at most half this one: the passes then converge, and the sync is left little to write.
 //!
 //! Rules that keep it correct:
 //! - A block that changes again (write, punch, truncate, delete) is forgotten: dropped from
