@@ -13,7 +13,7 @@
 #   4G leaves room)
 # Needs fio (with the nbd engine) and python3.
 set -euo pipefail
-(( $# >= 1 )) || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+(( $# >= 1 )) || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROUNDS="${ROUNDS:-3}" RUNTIME="${RUNTIME:-15}" JSON="${JSON:-bench-sync-stall.json}"
 LEAF_SIZE="${LEAF_SIZE:-2G}"
 tunables=()
