@@ -122,6 +122,9 @@ pub struct StoreCore {
     /// Set while the intent log is replayed at import: no sync may run part-way
     /// (`StoreCore::sync_allowed_midway`).
     pub(crate) replaying: AtomicBool,
+    /// Set once the background writer threads run (`Store::open_with` starts them after
+    /// the replay): until then writers never wait for them (`StoreCore::throttle`).
+    pub(crate) writers_running: AtomicBool,
 }
 
 pub fn now_ns() -> u64 {
@@ -149,6 +152,7 @@ impl StoreCore {
             readahead: crate::readahead::ReadAhead::new(readahead_max),
             open_txg_now: AtomicU64::new(state.txg),
             replaying: AtomicBool::new(false),
+            writers_running: AtomicBool::new(false),
             pool,
             state: Mutex::new(state),
             read_gate: RwLock::new(()),

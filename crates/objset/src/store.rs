@@ -90,6 +90,7 @@ impl Store {
                 let c = Arc::clone(&core);
                 store.start_thread(format!("cairn-writer-{i}"), move || c.background_writer())?;
             }
+            core.writers_running.store(true, Ordering::SeqCst);
         }
         Ok(store)
     }

@@ -118,9 +118,10 @@ impl StoreCore {
     }
 
     /// Lets writers go on unless the background writer is behind (then they wait for it),
-    /// and wakes it when there is work. Before a sync, waits for a batch in flight.
+    /// and wakes it when there is work. Before a sync, waits for a batch in flight. Before
+    /// its threads run (the log replay at open), nobody would take the backlog: no wait.
     pub(crate) fn throttle<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        if !self.config.background_writer {
+        if !self.config.background_writer || !self.writers_running.load(Ordering::SeqCst) {
             return st;
         }
         loop {

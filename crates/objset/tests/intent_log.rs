@@ -818,3 +818,36 @@ fn a_replay_larger_than_the_dirty_cap_loses_nothing_when_cut() {
         assert_eq!(scrub_errors(&store), 0);
     }
 }
+
+/// A replay that dirties more than the background writer's backlog limit (four batches)
+/// finishes: the writer threads start only after it, so its writes must not wait for them.
+#[test]
+fn a_replay_larger_than_the_writer_backlog_does_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let small_batches = StoreConfig {
+        background_batch: 16 << 10,
+        ..config()
+    };
+    let store = open_store_with(&home, small_batches.clone());
+    let vol = make_volume(&store, "tank/vol", &[]);
+    store.commit_log().unwrap(); // arms the log: a sync
+    let txg = store.open_txg();
+    for b in 0..VOL_BLOCKS {
+        store.write(&vol, b * BLOCK as u64, &block(b)).unwrap();
+    }
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg, "logged, not synced");
+    drop(store); // a crash: 256 KiB to replay, the backlog limit is 64 KiB
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let store = open_store_with(&home, small_batches);
+        tx.send((0..VOL_BLOCKS).all(|b| read_block(&store, &vol, b) == block(b)))
+            .unwrap();
+    });
+    let replayed = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the replay waited for writer threads that were not running yet");
+    assert!(replayed, "a logged block is not as written");
+}
