@@ -7,14 +7,18 @@
 //! server, creates, renames and removes files (changes the log cannot record, which make
 //! that dataset's commits syncs but not the volume's).
 //!
-//! CI runs a slice (`kill_9_during_flushed_writes_keeps_every_acknowledged_write`, and
-//! `…_beside_namespace_changes`); the recorded run (docs/bench/intent-log.md) runs the
-//! ignored long one.
+//! A third kills the server while a mount creates files (and directories and symbolic
+//! links), writes and fsyncs them: CREATE records. Every file whose fsync returned, and
+//! every link whose directory's fsync returned, is there after the replay, with its bytes.
+//!
+//! CI runs a slice (`kill_9_during_flushed_writes_keeps_every_acknowledged_write`,
+//! `…_beside_namespace_changes` and `kill_9_during_fsynced_creates…`); the recorded runs
+//! (docs/bench/intent-log.md) run the ignored long ones.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -241,6 +245,128 @@ fn kill_9_during_flushed_writes_beside_namespace_changes() {
         return;
     }
     assert!(crash_rounds(20, 12, true) > 50);
+}
+
+/// What the mount acknowledged: files whose fsync returned (path, bytes), and symbolic
+/// links whose directory's fsync returned (path, target).
+#[derive(Default)]
+struct Acked {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    links: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Acked {
+    fn check(&self, round: usize) {
+        for (path, data) in &self.files {
+            let got = std::fs::read(path)
+                .unwrap_or_else(|e| panic!("round {round}: fsync'd {} lost: {e}", path.display()));
+            assert!(
+                got == *data,
+                "round {round}: {} has other bytes",
+                path.display()
+            );
+        }
+        for (link, target) in &self.links {
+            let got = std::fs::read_link(link)
+                .unwrap_or_else(|e| panic!("round {round}: link {} lost: {e}", link.display()));
+            assert_eq!(&got, target, "round {round}");
+        }
+    }
+}
+
+/// Creates directories of 16 files each in `dir`, each file written and fsync'd, and a
+/// symbolic link to every fifth one (acknowledged by an fsync of its directory), until a
+/// call fails (the server was killed).
+fn fsynced_creates(dir: &Path, round: usize, acked: &std::sync::Mutex<Acked>) {
+    use std::io::Write;
+    for i in 0u64.. {
+        let sub = dir.join(format!("r{round}")).join(format!("d{}", i / 16));
+        if i % 16 == 0 && std::fs::create_dir_all(&sub).is_err() {
+            return;
+        }
+        let path = sub.join(format!("f{i}"));
+        let data = support::pseudo_random(100 + (i as usize * 997) % 9000, i + 1000 * round as u64);
+        let written = std::fs::File::create_new(&path)
+            .and_then(|mut f| f.write_all(&data).and_then(|()| f.sync_all()));
+        if written.is_err() {
+            return;
+        }
+        acked.lock().unwrap().files.push((path.clone(), data));
+        if i % 5 == 0 {
+            let link = sub.join(format!("l{i}"));
+            let linked = std::os::unix::fs::symlink(&path, &link)
+                .and_then(|()| std::fs::File::open(&sub))
+                .and_then(|d| d.sync_all());
+            if linked.is_err() {
+                return;
+            }
+            acked.lock().unwrap().links.push((link, path));
+        }
+    }
+}
+
+/// `rounds` kill -9 rounds of `fsynced_creates` through a mount; returns the files
+/// acknowledged.
+fn create_rounds(rounds: usize, seed: u64) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut args = vec!["create".to_string(), "tank".into(), "raidz1".into()];
+    args.extend(files(dir.path(), 3, 128 * MIB));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(&cairn(&home, &refs));
+    ok(&cairn(&home, &["dataset", "create", "tank/fs"]));
+    let mnt = dir.path().join("mnt");
+    let socket = dir.path().join("nbd.sock");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let acked = Arc::new(std::sync::Mutex::new(Acked::default()));
+    for round in 0..=rounds {
+        let mut server = start_server(&home, &socket, Some(&mnt));
+        acked.lock().unwrap().check(round);
+        if round == rounds {
+            unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+            let _ = server.wait();
+            break;
+        }
+        let (m, a) = (mnt.clone(), acked.clone());
+        let creator = std::thread::spawn(move || fsynced_creates(&m, round, &a));
+        std::thread::sleep(Duration::from_micros(rng.gen_range(0..300_000)));
+        // SAFETY: SIGKILL to our own child process (waited for below).
+        unsafe { libc::kill(server.id() as i32, libc::SIGKILL) };
+        let _ = server.wait();
+        // The mount is stale now (the creator's next call fails); `umount -f` cleans up.
+        ok(&cairn(&home, &["umount", "-f", mnt.to_str().unwrap()]));
+        creator.join().unwrap();
+    }
+    ok(&cairn(&home, &["scrub", "tank"]));
+    let status = ok(&cairn(&home, &["status", "tank"]));
+    assert!(status.contains("errors: No known data errors"), "{status}");
+    assert!(status.contains(" 0 errors"), "{status}");
+    let a = acked.lock().unwrap();
+    eprintln!(
+        "{rounds} kill -9 rounds, {} fsync'd files and {} links acknowledged, all there",
+        a.files.len(),
+        a.links.len()
+    );
+    a.files.len()
+}
+
+#[test]
+fn kill_9_during_fsynced_creates_keeps_every_acknowledged_file() {
+    let (root, fuse) = (
+        unsafe { libc::geteuid() } == 0,
+        Path::new("/dev/fuse").exists(),
+    );
+    if !(root && fuse) {
+        eprintln!("SKIPPED: the mount needs root and /dev/fuse (root: {root}, /dev/fuse: {fuse})");
+        return;
+    }
+    assert!(create_rounds(20, 13) > 100);
+}
+
+#[test]
+#[ignore = "long: the recorded run"]
+fn kill_9_recorded_run_of_fsynced_creates() {
+    create_rounds(300, 2028);
 }
 
 /// The recorded runs (docs/bench/intent-log.md): `cargo test -p cairn --test log_crash --

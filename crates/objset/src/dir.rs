@@ -22,6 +22,9 @@ use crate::dnode::ObjectKind;
 
 const DIR_MAGIC: u32 = 0x3152_4944; // "DIR1"
 
+/// Longest file name, in bytes (as Linux's NAME_MAX); `posix` refuses longer ones.
+pub const NAME_MAX: usize = 255;
+
 /// Block size of directory objects (DIR2 needs it; a DIR1 directory in an object of
 /// another block size stays DIR1).
 pub const DIR_BLOCK: usize = 16 << 10;

@@ -155,6 +155,7 @@ impl StoreCore {
         name: &str,
         entry: DirEntry,
     ) -> Result<Option<DirEntry>, StoreError> {
+        st.log.dir_changes.entry(dir).or_default().all += 1;
         with_dir(&self.pool, st, dir, |d, src| {
             let old = match d {
                 CachedDir::Hashed(h) => return h.insert(src, name, entry),
@@ -180,6 +181,7 @@ impl StoreCore {
         dir: u64,
         name: &str,
     ) -> Result<Option<DirEntry>, StoreError> {
+        st.log.dir_changes.entry(dir).or_default().all += 1;
         with_dir(&self.pool, st, dir, |d, src| match d {
             CachedDir::Small(s) => {
                 let old = s.dir.entries.remove(name);

@@ -68,7 +68,7 @@ impl ObjectKind {
         }
     }
 
-    fn from_u8(v: u8) -> Option<ObjectKind> {
+    pub(crate) fn from_u8(v: u8) -> Option<ObjectKind> {
         Some(match v {
             0 => ObjectKind::Free,
             1 => ObjectKind::File,

@@ -32,6 +32,11 @@
 //!   5 ATTR         mode u32 | uid u32 | gid u32 | 0 u32 | atime u64 | mtime u64 |
 //!                  ctime u64: a file's attributes as they were at the commit (after its
 //!                  writes in the same commit, so replay keeps their mtime)
+//!   6 CREATE       parent u64 | mode u32 | uid u32 | gid u32 | kind u8 | 0 u8 |
+//!                  name bytes u16 | rdev u64 | target bytes u32 | 0 u32 | name | target:
+//!                  the record's object is a node `posix::make_node` made (a file,
+//!                  directory, symbolic link with its target, or special file) named
+//!                  `name` in directory `parent`
 //! ```
 //! As in ZFS's ZIL, the end of the chain is the first block that does not verify: a block
 //! torn by a power cut, or one never written. Nothing written after it was acknowledged
@@ -40,6 +45,8 @@
 use cairn_pool::io::bp::{BlockPointer, Dva, BP_SIZE};
 
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::dir::NAME_MAX;
+use crate::dnode::ObjectKind;
 
 pub(crate) const LOG_MAGIC: u64 = 0x474f_4c4e_5249_4143; // "CAIRNLOG"
 /// Bytes before the first record.
@@ -57,6 +64,9 @@ const KIND_WRITE_BLOCK: u8 = 2;
 const KIND_TRUNCATE: u8 = 3;
 const KIND_PUNCH: u8 = 4;
 const KIND_ATTR: u8 = 5;
+const KIND_CREATE: u8 = 6;
+/// Bytes of a CREATE record between its header and its name.
+const CREATE_FIXED: usize = 40;
 
 /// One logged operation. Object ids are pool-wide, so a record needs no dataset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,6 +95,34 @@ pub(crate) enum Record {
         object: u64,
         attrs: LoggedAttrs,
     },
+    Create {
+        object: u64,
+        create: LoggedCreate,
+    },
+}
+
+/// The node a CREATE record makes (its object id is the record's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoggedCreate {
+    pub parent: u64,
+    /// File, Directory, Symlink or Special.
+    pub kind: ObjectKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    /// 1 to `NAME_MAX` bytes of UTF-8.
+    pub name: String,
+    /// A symbolic link's target; empty for the other kinds.
+    pub target: Vec<u8>,
+}
+
+/// The kinds of node a CREATE record makes.
+fn creatable(kind: ObjectKind) -> bool {
+    matches!(
+        kind,
+        ObjectKind::File | ObjectKind::Directory | ObjectKind::Symlink | ObjectKind::Special
+    )
 }
 
 /// The attributes an ATTR record sets (times in ns since the epoch).
@@ -108,6 +146,9 @@ impl Record {
                 Record::Truncate { .. } => 8,
                 Record::Punch { .. } => 16,
                 Record::Attr { .. } => 40,
+                Record::Create { create, .. } => {
+                    CREATE_FIXED + create.name.len() + create.target.len()
+                }
             }
     }
 
@@ -117,7 +158,8 @@ impl Record {
             | Record::WriteBlock { object, .. }
             | Record::Truncate { object, .. }
             | Record::Punch { object, .. }
-            | Record::Attr { object, .. } => *object,
+            | Record::Attr { object, .. }
+            | Record::Create { object, .. } => *object,
         }
     }
 
@@ -128,6 +170,7 @@ impl Record {
             Record::Truncate { .. } => KIND_TRUNCATE,
             Record::Punch { .. } => KIND_PUNCH,
             Record::Attr { .. } => KIND_ATTR,
+            Record::Create { .. } => KIND_CREATE,
         };
         w.u8(kind)
             .u8(0)
@@ -153,7 +196,48 @@ impl Record {
                 w.u32(a.mode).u32(a.uid).u32(a.gid).u32(0);
                 w.u64(a.atime_ns).u64(a.mtime_ns).u64(a.ctime_ns);
             }
+            Record::Create { create: c, .. } => {
+                w.u64(c.parent).u32(c.mode).u32(c.uid).u32(c.gid);
+                w.u8(c.kind as u8).u8(0).u16(c.name.len() as u16);
+                w.u64(c.rdev).u32(c.target.len() as u32).u32(0);
+                w.raw(c.name.as_bytes()).raw(&c.target);
+            }
         }
+    }
+
+    /// The body of a CREATE record (after its header).
+    fn decode_create(b: &mut Reader<'_>, at: usize) -> Result<LoggedCreate, DecodeError> {
+        let bad = |what: String| DecodeError::bad_value("log CREATE record", at, what);
+        let (parent, mode, uid, gid) = (b.u64()?, b.u32()?, b.u32()?, b.u32()?);
+        let kind_code = b.u8()?;
+        let _ = b.u8()?;
+        let name_len = b.u16()? as usize;
+        let rdev = b.u64()?;
+        let target_len = b.u32()? as usize;
+        let _ = b.u32()?;
+        let kind = ObjectKind::from_u8(kind_code)
+            .filter(|k| creatable(*k))
+            .ok_or_else(|| bad(format!("node kind {kind_code}")))?;
+        if !(1..=NAME_MAX).contains(&name_len) {
+            return Err(bad(format!("name of {name_len} bytes")));
+        }
+        let name = std::str::from_utf8(b.fixed(name_len)?)
+            .map_err(|_| bad("name not UTF-8".into()))?
+            .to_string();
+        if target_len > 0 && kind != ObjectKind::Symlink {
+            return Err(bad(format!("a {} with a target", kind.name())));
+        }
+        let target = b.fixed(target_len)?.to_vec();
+        Ok(LoggedCreate {
+            parent,
+            kind,
+            mode,
+            uid,
+            gid,
+            rdev,
+            name,
+            target,
+        })
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Record, DecodeError> {
@@ -208,6 +292,10 @@ impl Record {
                 };
                 Record::Attr { object, attrs }
             }
+            KIND_CREATE => Record::Create {
+                object,
+                create: Record::decode_create(&mut b, at)?,
+            },
             other => {
                 return Err(DecodeError::bad_value(
                     "log record",
@@ -470,6 +558,32 @@ mod tests {
                         ctime_ns: u64::MAX,
                     },
                 },
+                Record::Create {
+                    object: 12,
+                    create: LoggedCreate {
+                        parent: 4,
+                        kind: ObjectKind::Symlink,
+                        mode: 0o120777,
+                        uid: 7,
+                        gid: 8,
+                        rdev: 0,
+                        name: "läuft".into(),
+                        target: b"../target".to_vec(),
+                    },
+                },
+                Record::Create {
+                    object: 13,
+                    create: LoggedCreate {
+                        parent: 4,
+                        kind: ObjectKind::Special,
+                        mode: 0o020600,
+                        uid: 0,
+                        gid: 0,
+                        rdev: 0x0801,
+                        name: "sda1".into(),
+                        target: Vec::new(),
+                    },
+                },
             ],
         }
     }
@@ -520,6 +634,69 @@ mod tests {
             r.encode_into(&mut w);
             assert_eq!(w.buf.len(), r.len());
         }
+    }
+
+    /// A CREATE record that would make something `make_node` never made is refused.
+    #[test]
+    fn create_records_with_impossible_nodes_are_refused() {
+        let good = LoggedCreate {
+            parent: 4,
+            kind: ObjectKind::File,
+            mode: 0o100644,
+            uid: 1,
+            gid: 2,
+            rdev: 0,
+            name: "f".into(),
+            target: Vec::new(),
+        };
+        let decode = |c: &LoggedCreate| {
+            let mut block = sample();
+            block.records = vec![Record::Create {
+                object: 9,
+                create: c.clone(),
+            }];
+            LogBlock::decode(&block.encode(8192))
+        };
+        assert!(decode(&good).is_ok());
+        let volume = LoggedCreate {
+            kind: ObjectKind::Volume,
+            ..good.clone()
+        };
+        let file_with_target = LoggedCreate {
+            target: b"x".to_vec(),
+            ..good.clone()
+        };
+        let no_name = LoggedCreate {
+            name: String::new(),
+            ..good.clone()
+        };
+        let long_name = LoggedCreate {
+            name: "n".repeat(256),
+            ..good.clone()
+        };
+        for (bad, why) in [
+            (volume, "volume"),
+            (file_with_target, "file with a target"),
+            (no_name, "empty name"),
+            (long_name, "256-byte name"),
+        ] {
+            assert!(decode(&bad).is_err(), "{why} accepted");
+        }
+        let mut bytes = {
+            let mut block = sample();
+            block.records = vec![Record::Create {
+                object: 9,
+                create: good,
+            }];
+            block.encode(8192)
+        };
+        let name_at = LOG_HEADER + RECORD_HEADER + CREATE_FIXED;
+        bytes[name_at] = 0xff; // not UTF-8
+        LogBlock::seal(&mut bytes);
+        assert!(
+            LogBlock::decode(&bytes).is_err(),
+            "a name not UTF-8 accepted"
+        );
     }
 
     proptest::proptest! {

@@ -31,10 +31,12 @@
 //!   2), so replaying C onto the root block that names C never puts back older data.
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
-//! - Changes the log has no record for (creating, renaming, removing, xattrs, attributes
-//!   of a volume) mark their dataset `unlogged`, as does a changed directory; a dataset
-//!   change (create, destroy, a property) blocks every dataset. A log commit for a blocked
-//!   dataset syncs the txg instead. A commit for another dataset takes the intents of
+//! - Changes the log has no record for (renaming, linking, removing, xattrs, attributes
+//!   of a volume, a create through a path rather than `posix::make_node`) mark their
+//!   dataset `unlogged`, as does a directory with a change other than a logged create
+//!   (`LogChain::dir_changes` counts every insert and removal, and the logged creates);
+//!   a dataset change (create, destroy, a property) blocks every dataset. A log commit
+//!   for a blocked dataset syncs the txg instead. A commit for another dataset takes the intents of
 //!   every dataset that can log and leaves the blocked ones' for the sync (checked again
 //!   under the lock before the blocks are allocated), so each dataset replays to a state
 //!   it had: its last txg plus the writes logged before its first unrecorded change. (An
@@ -49,6 +51,11 @@
 //! - A replay overwrites nothing the committed root block or its chain needs before its
 //!   one sync commits: no sync runs part-way (`sync_allowed_midway`) and nothing is
 //!   allocated over the claimed chain, so an import cut short replays the same chain again.
+//! - A CREATE intent is appended under the store lock (`note_create`), so a sync covers it
+//!   exactly when it covers the node: replaying chain C onto the root block that names C
+//!   never finds the node there, and its id is free in that txg (a freed id is used again
+//!   only after the txg that freed it). Replay makes it under that id (`replay_create`),
+//!   then applies the records after it that name it.
 //! - Intents are kept only once the log is armed, which the first commit does under the
 //!   committer lock before it syncs: a commit that finds the log armed runs after that
 //!   sync, which covered every write that kept no intent.
@@ -64,7 +71,8 @@ use crate::dnode::ObjectKind;
 use crate::error::StoreError;
 use crate::fs::Resolved;
 use crate::intent_format::{
-    capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, Record, LOG_HEADER, MAX_LOG_BLOCK,
+    capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, LoggedCreate, Record, LOG_HEADER,
+    MAX_LOG_BLOCK,
 };
 use crate::intent_state::{
     attrs_logged, Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS,
@@ -145,6 +153,43 @@ impl StoreCore {
         Ok(())
     }
 
+    /// Under the store lock, after `make_node` made object `id`: keeps its CREATE intent
+    /// and counts the change to its directory as logged. Appended under the lock, so a
+    /// sync covers the intent exactly when it covers the node (a replay never finds the
+    /// node there already). A dataset that keeps no intent (`sync=disabled`, or the log
+    /// not armed yet) is marked unlogged instead. True: `sync=always`, the caller commits.
+    pub(crate) fn note_create(
+        &self,
+        st: &mut State,
+        id: u64,
+        dataset: u32,
+        create: LoggedCreate,
+    ) -> bool {
+        let policy = self.log_policy(st, dataset);
+        let kept = match policy.sync {
+            SyncPolicy::Always => true,
+            SyncPolicy::Standard => self.intent.is_armed(),
+            SyncPolicy::Disabled => false,
+        };
+        if !kept {
+            st.log.unlogged.insert(dataset);
+            return false;
+        }
+        st.log.dir_changes.entry(create.parent).or_default().logged += 1;
+        let mut p = self.intent.pending();
+        p.appended += 1;
+        let seq = p.appended;
+        p.intents.push(Intent {
+            seq,
+            dataset,
+            object: id,
+            kind: create.kind,
+            op: IntentOp::Create(Box::new(create)),
+            by_pointer: false,
+        });
+        policy.sync == SyncPolicy::Always
+    }
+
     /// FLUSH or fsync on a dataset: every write, punch and truncate of it that returned
     /// before this call is durable when it returns (none are under `sync=disabled`).
     pub fn sync_writes(&self, dataset: u32) -> Result<(), StoreError> {
@@ -163,7 +208,7 @@ impl StoreCore {
     /// A log commit that makes the writes of `scope` (a dataset; None: every dataset)
     /// durable. It also takes the other datasets' intents that can be logged now (group
     /// commit); a dataset with a change the log cannot record makes a commit for it a sync.
-    fn commit_log_for(&self, scope: Option<u32>) -> Result<(), StoreError> {
+    pub(crate) fn commit_log_for(&self, scope: Option<u32>) -> Result<(), StoreError> {
         self.refuse_if_suspended()?;
         let target = self.intent.appended();
         let _committer = self
@@ -267,17 +312,21 @@ impl StoreCore {
         let keep = last_of_each_range(intents);
         for (intent, _) in intents.iter().zip(keep).filter(|(_, k)| *k) {
             let object = intent.object;
-            match intent.op {
-                IntentOp::Truncate { size } => {
+            match &intent.op {
+                &IntentOp::Truncate { size } => {
                     batch.push(Planned::Inline(Record::Truncate { object, size }))
                 }
-                IntentOp::Punch { offset, len } => batch.push(Planned::Inline(Record::Punch {
+                &IntentOp::Punch { offset, len } => batch.push(Planned::Inline(Record::Punch {
                     object,
                     offset,
                     bytes: len,
                 })),
                 IntentOp::Attr => {}
-                IntentOp::Write { offset, len } => {
+                IntentOp::Create(create) => batch.push(Planned::Inline(Record::Create {
+                    object,
+                    create: (**create).clone(),
+                })),
+                &IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
                     let target = Resolved {
                         dataset: intent.dataset,
@@ -311,13 +360,19 @@ impl StoreCore {
     }
 
     /// An ATTR record for each file, directory, symbolic link or special file `intents`
-    /// cover, with its attributes as they are now (after the batch's data: replay sets
-    /// them last). Objects gone since are skipped.
+    /// cover (a created node's directory too: its times changed), with its attributes as
+    /// they are now (after the batch's data: replay sets them last). Objects gone since
+    /// are skipped.
     fn attr_records(&self, intents: &[Intent], batch: &mut Vec<Planned>) {
+        let parents = intents.iter().filter_map(|i| match &i.op {
+            IntentOp::Create(c) => Some(c.parent),
+            _ => None,
+        });
         let mut files: Vec<u64> = intents
             .iter()
             .filter(|i| attrs_logged(i.kind))
             .map(|i| i.object)
+            .chain(parents)
             .collect();
         files.sort_unstable();
         files.dedup();
@@ -470,7 +525,7 @@ impl StoreCore {
             None => {
                 st.log.head = None;
                 st.log.broken = false;
-                st.log.unlogged.clear();
+                st.log.forget_changes();
             }
         }
         self.intent.committed(st.log.covered);
@@ -536,16 +591,19 @@ fn written_bytes(intents: &[Intent]) -> u64 {
 }
 
 /// The datasets whose intents cannot be logged now: those with a change in the open txg
-/// the log cannot record (`LogChain::unlogged`, and a changed directory, whatever changed
-/// it). None: no dataset can log (no usable chain, or the dataset table changed, or a
-/// changed directory whose dataset is not known).
+/// the log cannot record (`LogChain::unlogged`, and a changed directory, unless every
+/// change to it was a create the log records). None: no dataset can log (no usable
+/// chain, or the dataset table changed, or a changed directory whose dataset is not
+/// known).
 fn unloggable_datasets(st: &State) -> Option<BTreeSet<u32>> {
     if !st.log.usable() || st.datasets_dirty {
         return None;
     }
     let mut blocked = st.log.unlogged.clone();
     for dir in st.dirs.dirty_ids() {
-        blocked.insert(st.objects.get(&dir)?.dnode.dataset);
+        if !st.log.dir_fully_logged(dir) {
+            blocked.insert(st.objects.get(&dir)?.dnode.dataset);
+        }
     }
     Some(blocked)
 }
@@ -729,6 +787,12 @@ impl StoreCore {
 
     /// Applies one record.
     fn apply_record(&self, record: &Record) -> Result<Applied, StoreError> {
+        if let Record::Create { object, create } = record {
+            return Ok(match self.replay_create(*object, create)? {
+                true => Applied::Yes,
+                false => Applied::Skipped,
+            });
+        }
         let Ok(dnode) = self.dnode(record.object()) else {
             return Ok(Applied::Skipped);
         };
@@ -770,6 +834,7 @@ impl StoreCore {
             Record::Attr { attrs, .. } => {
                 self.set_logged_attrs(record.object(), attrs)?;
             }
+            Record::Create { .. } => unreachable!("replayed above"),
         }
         Ok(Applied::Yes)
     }

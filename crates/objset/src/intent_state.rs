@@ -3,14 +3,14 @@
 //! and the `sync` / `logbias` policies. Depends on no store module that uses it, so
 //! `core` and `fs` can hold these types.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use cairn_pool::io::bp::Dva;
 
 use crate::dnode::ObjectKind;
-use crate::intent_format::{LogBlockAddr, LogHead};
+use crate::intent_format::{LogBlockAddr, LogHead, LoggedCreate};
 
 /// Whether the attributes of an object of this kind are logged (ATTR records): files,
 /// directories, symbolic links and special files. A volume's are not (it has none worth
@@ -46,7 +46,7 @@ pub(crate) struct LogPolicy {
 }
 
 /// A change waiting to be logged.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum IntentOp {
     Write {
         offset: u64,
@@ -61,6 +61,8 @@ pub(crate) enum IntentOp {
     },
     /// A file's attributes changed (the commit logs them as they are then).
     Attr,
+    /// A node was made (`posix::make_node`); the intent's object is the new node.
+    Create(Box<LoggedCreate>),
 }
 
 #[derive(Clone, Debug)]
@@ -110,6 +112,14 @@ impl IntentLog {
     }
 }
 
+/// Changes to one directory's entries in the open txg: every insert and removal
+/// (`dir_ops`), and those a CREATE intent records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DirChanges {
+    pub all: u64,
+    pub logged: u64,
+}
+
 /// The chain of the open txg, under the store lock.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LogChain {
@@ -130,6 +140,9 @@ pub(crate) struct LogChain {
     /// logging: as ZFS keeps a log per dataset, a create in one file system does not turn
     /// every FLUSH of a volume beside it into a txg sync.
     pub unlogged: BTreeSet<u32>,
+    /// Changes to directories' entries in the open txg, by directory. A changed directory
+    /// blocks its dataset's log unless every change to it is one a record logs.
+    pub dir_changes: BTreeMap<u64, DirChanges>,
     /// A log write failed: the chain cannot go on until the next sync.
     pub broken: bool,
     /// Prepared by the sync in progress: the next chain, and the intents it covers.
@@ -154,8 +167,21 @@ impl LogChain {
         self.allocated = allocated;
         self.blocks = 0;
         self.bytes = 0;
-        self.unlogged.clear();
+        self.forget_changes();
         self.broken = false;
+    }
+
+    /// A txg committed: what made datasets unloggable is in it.
+    pub(crate) fn forget_changes(&mut self) {
+        self.unlogged.clear();
+        self.dir_changes.clear();
+    }
+
+    /// Whether every change to directory `dir`'s entries in the open txg is logged.
+    pub(crate) fn dir_fully_logged(&self, dir: u64) -> bool {
+        self.dir_changes
+            .get(&dir)
+            .is_some_and(|c| c.all == c.logged)
     }
 
     /// The head the sync in progress will name in its root block.

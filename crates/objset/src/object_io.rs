@@ -22,22 +22,32 @@ impl StoreCore {
         dataset: u32,
         block_size: u32,
     ) -> Result<u64, StoreError> {
-        assert!(block_size.is_power_of_two() && (512..=1 << 20).contains(&block_size));
         st.log.unlogged.insert(dataset);
-        let id = match st.free_objects.pop_first() {
-            Some(id) => id,
-            None => {
-                let id = st.next_object;
-                st.next_object += 1;
-                id
-            }
-        };
-        let mut dnode = Dnode::new(kind, dataset, block_size, now_ns());
-        dnode.created_txg = st.txg;
-        let mut obj = ObjectState::new(dnode);
-        obj.dnode_dirty = true;
-        st.objects.insert(id, obj);
+        let id = take_object_id(st);
+        install_object(st, id, kind, dataset, block_size);
         Ok(id)
+    }
+
+    /// Log replay: takes id `id` for the node a CREATE record made. It is free in the
+    /// txg the log replays onto: the record was logged after that txg's sync began, and a
+    /// freed id is used again only after the txg that freed it commits.
+    pub(crate) fn claim_object_id(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        if id >= st.next_object {
+            // (The ids between stay unused until an import finds them free.)
+            st.next_object = id + 1;
+            return Ok(());
+        }
+        let free = !st.objects.contains_key(&id)
+            && read_dnode(&self.pool, st, id)?.kind == ObjectKind::Free;
+        if !free {
+            return Err(StoreError::corrupt_object(
+                "intent log",
+                id,
+                "a CREATE record names an object that exists".to_string(),
+            ));
+        }
+        st.free_objects.remove(&id);
+        Ok(())
     }
 
     /// Loads an object's state (dnode from the object table) into memory.
@@ -319,6 +329,34 @@ impl StoreCore {
     pub(crate) fn over_dirty_limit(&self, st: &State) -> bool {
         st.dirty_bytes >= self.config.dirty_max
     }
+}
+
+/// An id for a new object: a freed one, else the next never used.
+pub(crate) fn take_object_id(st: &mut State) -> u64 {
+    match st.free_objects.pop_first() {
+        Some(id) => id,
+        None => {
+            let id = st.next_object;
+            st.next_object += 1;
+            id
+        }
+    }
+}
+
+/// A new, empty object under id `id`, dirty in the open txg.
+pub(crate) fn install_object(
+    st: &mut State,
+    id: u64,
+    kind: ObjectKind,
+    dataset: u32,
+    block_size: u32,
+) {
+    assert!(block_size.is_power_of_two() && (512..=1 << 20).contains(&block_size));
+    let mut dnode = Dnode::new(kind, dataset, block_size, now_ns());
+    dnode.created_txg = st.txg;
+    let mut obj = ObjectState::new(dnode);
+    obj.dnode_dirty = true;
+    st.objects.insert(id, obj);
 }
 
 /// Reads dnode `id` from the object table (object 0).

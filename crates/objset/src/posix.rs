@@ -22,10 +22,11 @@ use crate::dataset::DatasetKind;
 use crate::dir::DirEntry;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
+use crate::intent_format::LoggedCreate;
+use crate::object_io::{install_object, take_object_id};
 use crate::props::size_property;
 
-/// Longest file name, in bytes (as Linux's NAME_MAX).
-pub const NAME_MAX: usize = 255;
+pub use crate::dir::NAME_MAX;
 /// File-type bits of a mode.
 pub const S_IFMT: u32 = 0o170000;
 pub const S_IFDIR: u32 = 0o040000;
@@ -142,6 +143,7 @@ impl StoreCore {
     }
 
     /// Creates a file, directory, symlink (`target`) or special node named `name` in `dir`.
+    /// The intent log records it (a CREATE record), so an fsync after it needs no txg sync.
     pub fn make_node(
         &self,
         dir: u64,
@@ -151,8 +153,74 @@ impl StoreCore {
     ) -> Result<(u64, Dnode), StoreError> {
         check_name(name)?;
         let mut st = self.lock();
-        let dataset = self.writable_dir(&mut st, dir)?;
-        if self.dir_lookup(&mut st, dir, name)?.is_some() {
+        let (id, dn) = self.make_node_locked(&mut st, dir, name, new, target, None)?;
+        let create = LoggedCreate {
+            parent: dir,
+            kind: new.kind,
+            mode: new.mode,
+            uid: new.uid,
+            gid: new.gid,
+            rdev: new.rdev,
+            name: name.to_string(),
+            target: target.unwrap_or_default().to_vec(),
+        };
+        let commit = self.note_create(&mut st, id, dn.dataset, create);
+        drop(st);
+        if commit {
+            self.commit_log_for(Some(dn.dataset))?;
+        }
+        Ok((id, dn))
+    }
+
+    /// Log replay: makes the node a CREATE record logged, under its id. False: the node is
+    /// there already under that name (nothing to do).
+    pub(crate) fn replay_create(&self, id: u64, c: &LoggedCreate) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let parent_is_dir = self
+            .object_mut(&mut st, c.parent)
+            .is_ok_and(|o| o.dnode.kind == ObjectKind::Directory);
+        if parent_is_dir {
+            if let Some(e) = self.dir_lookup(&mut st, c.parent, &c.name)? {
+                if e.object == id {
+                    return Ok(false);
+                }
+            }
+        }
+        let new = NewNode {
+            kind: c.kind,
+            mode: c.mode,
+            uid: c.uid,
+            gid: c.gid,
+            rdev: c.rdev,
+        };
+        let target = (!c.target.is_empty()).then_some(&c.target[..]);
+        self.make_node_locked(&mut st, c.parent, &c.name, new, target, Some(id))
+            .map_err(|e| {
+                StoreError::corrupt_object(
+                    "intent log",
+                    id,
+                    format!(
+                        "its CREATE record (\"{}\" in directory {}) does not replay: {e}",
+                        c.name, c.parent
+                    ),
+                )
+            })?;
+        Ok(true)
+    }
+
+    /// `make_node` under the lock; `id`: the id the node must have (log replay), else a
+    /// new one.
+    fn make_node_locked(
+        &self,
+        st: &mut State,
+        dir: u64,
+        name: &str,
+        new: NewNode,
+        target: Option<&[u8]>,
+        id: Option<u64>,
+    ) -> Result<(u64, Dnode), StoreError> {
+        let dataset = self.writable_dir(st, dir)?;
+        if self.dir_lookup(st, dir, name)?.is_some() {
             return Err(StoreError::Exists(name.into()));
         }
         let block_size = match new.kind {
@@ -160,12 +228,21 @@ impl StoreCore {
             ObjectKind::Directory => 16 << 10,
             _ => 4096,
         };
-        if let Some(t) = target {
-            self.reserve_space(&mut st, t.len() as u64)?;
+        // (Not at replay: its txg holds only what the crashed one held, and cannot sync
+        // part-way to make room.)
+        if let Some(t) = target.filter(|_| id.is_none()) {
+            self.reserve_space(st, t.len() as u64)?;
         }
-        let id = self.create_object_locked(&mut st, new.kind, dataset, block_size)?;
+        let id = match id {
+            Some(id) => {
+                self.claim_object_id(st, id)?;
+                id
+            }
+            None => take_object_id(st),
+        };
+        install_object(st, id, new.kind, dataset, block_size);
         {
-            let dn = &mut self.object_mut(&mut st, id)?.dnode;
+            let dn = &mut self.object_mut(st, id)?.dnode;
             dn.mode = new.mode;
             dn.uid = new.uid;
             dn.gid = new.gid;
@@ -176,23 +253,25 @@ impl StoreCore {
                 1
             };
         }
-        if let Some(t) = target {
-            self.write_locked(&mut st, id, 0, t)?;
-        }
         let entry = DirEntry {
             object: id,
             kind: new.kind,
         };
-        if let Err(e) = self.dir_insert(&mut st, dir, name, entry) {
+        let named = match target {
+            Some(t) => self.write_locked(st, id, 0, t),
+            None => Ok(()),
+        }
+        .and_then(|()| self.dir_insert(st, dir, name, entry));
+        if let Err(e) = named {
             // (A full DIR2 leaf, or a damaged directory: nothing names the new object.)
-            self.free_object_locked(&mut st, id)?;
+            self.free_object_locked(st, id)?;
             return Err(e);
         }
         if new.kind == ObjectKind::Directory {
-            self.object_mut(&mut st, dir)?.dnode.nlink += 1;
+            self.object_mut(st, dir)?.dnode.nlink += 1;
         }
-        self.touch_changed(&mut st, dir)?;
-        Ok((id, self.object_mut(&mut st, id)?.dnode))
+        self.touch_changed(st, dir)?;
+        Ok((id, self.object_mut(st, id)?.dnode))
     }
 
     /// Gives object `obj` one more name: `name` in `dir` (not for directories).

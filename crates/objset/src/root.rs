@@ -8,7 +8,8 @@
 //!      12     4  version 4: feature flags (1 snapshots, 2 clones, 4 intent log, 8 log
 //!                records of kind ATTR may be in the chain, 16 promoted snapshots: the
 //!                snapshot section is "SNP2", 32 ATTR records may name directories,
-//!                symbolic links and special files); else 0
+//!                symbolic links and special files, 64 CREATE records may be in the
+//!                chain); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -85,6 +86,12 @@ const FLAG_PROMOTED: u32 = 16;
 /// with every log head: a build that logs only files' attributes would skip those records
 /// at replay and lose the acknowledged changes; the unknown flag makes it refuse the pool.
 const FLAG_LOG_ATTR_ANY: u32 = 32;
+/// The chain may hold CREATE records (`crate::intent_format`). Set with every log head: a
+/// build without them would end the chain at one and drop the acknowledged changes after
+/// it; the unknown flag makes it refuse the pool instead.
+const FLAG_LOG_CREATE: u32 = 64;
+/// Every flag a log head is written with.
+const FLAGS_LOG: u32 = FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -93,7 +100,7 @@ impl RootBlock {
         let mut w = Writer::new();
         let flags = u32::from(self.snapshots) * FLAG_SNAPSHOTS
             + u32::from(self.clones) * FLAG_CLONES
-            + u32::from(self.log.is_some()) * (FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY)
+            + u32::from(self.log.is_some()) * FLAGS_LOG
             + u32::from(self.promoted) * FLAG_PROMOTED;
         let with_flags = self.log.is_some() || self.promoted;
         let (version, flags) = match (with_flags, self.clones, self.snapshots) {
@@ -149,12 +156,7 @@ impl RootBlock {
                     + u32::from(v >= ROOT_VERSION_CLONES) * FLAG_CLONES
             }
         };
-        let known = FLAG_SNAPSHOTS
-            | FLAG_CLONES
-            | FLAG_LOG
-            | FLAG_LOG_ATTR
-            | FLAG_PROMOTED
-            | FLAG_LOG_ATTR_ANY;
+        let known = FLAG_SNAPSHOTS | FLAG_CLONES | FLAGS_LOG | FLAG_PROMOTED;
         if flags & !known != 0 {
             return Err(StoreError::NewerFormat(format!(
                 "root block feature flags {flags:#x}"
@@ -290,7 +292,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[12] = 64;
+        unknown_flag[12] = 128;
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -315,12 +317,16 @@ mod tests {
         assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
         assert_eq!(
             bytes[12] as u32,
-            FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY
+            FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE
         );
         let back = RootBlock::decode(&bytes).unwrap();
         assert_eq!(back.log, root.log);
-        // A log head written before ATTR records of directories (no flag 32), or before
-        // ATTR records at all (no flag 8), still imports.
+        // A log head written before CREATE records (no flag 64), before ATTR records of
+        // directories (no flag 32), or before ATTR records at all (no flag 8), still
+        // imports.
+        let mut before_create = bytes.clone();
+        before_create[12] &= !(FLAG_LOG_CREATE as u8);
+        assert_eq!(RootBlock::decode(&before_create).unwrap().log, root.log);
         let mut files_only = bytes.clone();
         files_only[12] = (FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR) as u8;
         assert_eq!(RootBlock::decode(&files_only).unwrap().log, root.log);
