@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Create, write 4 KiB, fsync, close: N new files in one directory through a mount (what a
-# mail server, a Samba client's "copy with flush" or a database creating segment files
-# does), for each target given, side by side, ROUNDS times alternating. What logging
-# creates (CREATE records) saves against a txg sync per fsync.
+# Two workloads through a mount, N files each, for each target given, side by side,
+# ROUNDS times alternating:
+#   create   create, write 4 KiB, fsync, close, in one directory (a Samba client's "copy
+#            with flush", a database creating segment files)
+#   maildir  the same in tmp/, then rename into new/ and fsync new/ (how a mail server
+#            delivers a message)
+# What logging creates and renames (CREATE and RENAME records) saves against a txg sync
+# per fsync.
 #
 # usage: scripts/bench-create-fsync.sh [-n N] [-o OUT.json] TARGET...
 #   TARGET  LABEL=CAIRN_BINARY  a cairn build: a raidz1 of three 1 GiB files in /dev/shm,
@@ -22,7 +26,7 @@ while [[ "${1:-}" == -* ]]; do
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
-[[ $# -gt 0 ]] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ $# -gt 0 ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROUNDS="${ROUNDS:-2}"
 DELAY_MS="${DELAY_MS:-1}"
 work=$(mktemp -d /dev/shm/cairn-create-fsync.XXXXXX)
@@ -35,20 +39,33 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# workload DIR -> files/s
+# workload DIR -> "create-files/s maildir-files/s"
 workload() {
     python3 - "$1" "$n" <<'PY'
 import os, sys, time
 d, n = sys.argv[1], int(sys.argv[2])
-os.makedirs(d, exist_ok=True)
 buf = os.urandom(4096)
-t0 = time.time()
-for i in range(n):
-    fd = os.open(f"{d}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+def create(path):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
     os.write(fd, buf)
     os.fsync(fd)
     os.close(fd)
-print(f"{n / (time.time() - t0):.0f}")
+os.makedirs(f"{d}/c")
+t0 = time.time()
+for i in range(n):
+    create(f"{d}/c/f{i}")
+rate_create = n / (time.time() - t0)
+for sub in ("tmp", "new"):
+    os.makedirs(f"{d}/{sub}")
+new = os.open(f"{d}/new", os.O_RDONLY)
+t0 = time.time()
+for i in range(n):
+    create(f"{d}/tmp/m{i}")
+    os.rename(f"{d}/tmp/m{i}", f"{d}/new/m{i}")
+    os.fsync(new)
+rate_maildir = n / (time.time() - t0)
+os.close(new)
+print(f"{rate_create:.0f} {rate_maildir:.0f}")
 PY
 }
 
@@ -87,9 +104,11 @@ run_zfs_fuse() {
     rm -rf "$z" "$work/zfs-fuse.pid"
 }
 
-record() { # LABEL MEDIUM ROUND RATE
-    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"files_per_s\": $4}" >> "$rows"
-    printf '%-28s %-8s round %s: %8s files/s\n' "$1" "$2" "$3" "$4"
+record() { # LABEL MEDIUM ROUND "CREATE_RATE MAILDIR_RATE"
+    local c m
+    read -r c m <<< "$4"
+    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"create_files_per_s\": $c, \"maildir_files_per_s\": $m}" >> "$rows"
+    printf '%-24s %-6s round %s: create %7s files/s, maildir %7s files/s\n' "$1" "$2" "$3" "$c" "$m"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -113,7 +132,8 @@ import json, sys, datetime, platform
 rows, out, n, delay = sys.argv[1:]
 json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "files": int(n), "slow_delay_ms": float(delay),
-           "workload": "create, write 4 KiB, fsync, close; one directory",
+           "workloads": {"create": "create, write 4 KiB, fsync, close; one directory",
+                         "maildir": "the same in tmp/, rename into new/, fsync new/"},
            "runs": [json.loads(l) for l in open(rows)]}, open(out, "w"), indent=2)
 print(f"JSON: {out}")
 PY

@@ -8,8 +8,9 @@
 //! that dataset's commits syncs but not the volume's).
 //!
 //! A third kills the server while a mount creates files (and directories and symbolic
-//! links), writes and fsyncs them: CREATE records. Every file whose fsync returned, and
-//! every link whose directory's fsync returned, is there after the replay, with its bytes.
+//! links), writes and fsyncs them, renames some and gives some a second name: CREATE,
+//! RENAME and LINK records. Every file whose fsync returned, and every name whose
+//! directory's fsync returned, is there after the replay, with its bytes.
 //!
 //! CI runs a slice (`kill_9_during_flushed_writes_keeps_every_acknowledged_write`,
 //! `…_beside_namespace_changes` and `kill_9_during_fsynced_creates…`); the recorded runs
@@ -158,15 +159,22 @@ impl Ledger {
     }
 }
 
-/// `rounds` kill -9 rounds on one pool; returns the writes acknowledged durable. With
-/// `churn`, a file system of the pool changes its names meanwhile (through a mount).
-fn crash_rounds(rounds: usize, seed: u64, churn: bool) -> u64 {
+/// Pool `tank`, a raidz1 of three 128 MiB files in a temporary folder (and the cairn
+/// home in it).
+fn raidz1_pool() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let mut args = vec!["create".to_string(), "tank".into(), "raidz1".into()];
     args.extend(files(dir.path(), 3, 128 * MIB));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     ok(&cairn(&home, &refs));
+    (dir, home)
+}
+
+/// `rounds` kill -9 rounds on one pool; returns the writes acknowledged durable. With
+/// `churn`, a file system of the pool changes its names meanwhile (through a mount).
+fn crash_rounds(rounds: usize, seed: u64, churn: bool) -> u64 {
+    let (dir, home) = raidz1_pool();
     ok(&cairn(
         &home,
         &["volume", "create", "-V", "1M", "-b", "16K", "tank/vol"],
@@ -234,17 +242,23 @@ fn kill_9_during_flushed_writes_keeps_every_acknowledged_write() {
     assert!(crash_rounds(40, 11, false) > 100);
 }
 
-#[test]
-fn kill_9_during_flushed_writes_beside_namespace_changes() {
+/// Whether this machine can mount (root and /dev/fuse); prints why a test skips if not.
+fn mount_possible() -> bool {
     let (root, fuse) = (
         unsafe { libc::geteuid() } == 0,
         Path::new("/dev/fuse").exists(),
     );
     if !(root && fuse) {
         eprintln!("SKIPPED: the mount needs root and /dev/fuse (root: {root}, /dev/fuse: {fuse})");
-        return;
     }
-    assert!(crash_rounds(20, 12, true) > 50);
+    root && fuse
+}
+
+#[test]
+fn kill_9_during_flushed_writes_beside_namespace_changes() {
+    if mount_possible() {
+        assert!(crash_rounds(20, 12, true) > 50);
+    }
 }
 
 /// What the mount acknowledged: files whose fsync returned (path, bytes), and symbolic
@@ -274,9 +288,10 @@ impl Acked {
     }
 }
 
-/// Creates directories of 16 files each in `dir`, each file written and fsync'd, and a
-/// symbolic link to every fifth one (acknowledged by an fsync of its directory), until a
-/// call fails (the server was killed).
+/// Creates directories of 16 files each in `dir`, each file written and fsync'd, every
+/// third renamed, a second name for every seventh and a symbolic link to every fifth one
+/// (each acknowledged by an fsync of its directory), until a call fails (the server was
+/// killed).
 fn fsynced_creates(dir: &Path, round: usize, acked: &std::sync::Mutex<Acked>) {
     use std::io::Write;
     for i in 0u64.. {
@@ -290,6 +305,31 @@ fn fsynced_creates(dir: &Path, round: usize, acked: &std::sync::Mutex<Acked>) {
             .and_then(|mut f| f.write_all(&data).and_then(|()| f.sync_all()));
         if written.is_err() {
             return;
+        }
+        // Every third file is moved into place and every seventh gets a second name
+        // (RENAME and LINK records), each acknowledged by an fsync of the directory.
+        let sync_dir = || std::fs::File::open(&sub).and_then(|d| d.sync_all());
+        let path = if i % 3 == 0 {
+            let moved = sub.join(format!("m{i}"));
+            if std::fs::rename(&path, &moved)
+                .and_then(|()| sync_dir())
+                .is_err()
+            {
+                return;
+            }
+            moved
+        } else {
+            path
+        };
+        if i % 7 == 0 {
+            let second = sub.join(format!("h{i}"));
+            if std::fs::hard_link(&path, &second)
+                .and_then(|()| sync_dir())
+                .is_err()
+            {
+                return;
+            }
+            acked.lock().unwrap().files.push((second, data.clone()));
         }
         acked.lock().unwrap().files.push((path.clone(), data));
         if i % 5 == 0 {
@@ -308,12 +348,7 @@ fn fsynced_creates(dir: &Path, round: usize, acked: &std::sync::Mutex<Acked>) {
 /// `rounds` kill -9 rounds of `fsynced_creates` through a mount; returns the files
 /// acknowledged.
 fn create_rounds(rounds: usize, seed: u64) -> usize {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut args = vec!["create".to_string(), "tank".into(), "raidz1".into()];
-    args.extend(files(dir.path(), 3, 128 * MIB));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    ok(&cairn(&home, &refs));
+    let (dir, home) = raidz1_pool();
     ok(&cairn(&home, &["dataset", "create", "tank/fs"]));
     let mnt = dir.path().join("mnt");
     let socket = dir.path().join("nbd.sock");
@@ -342,9 +377,19 @@ fn create_rounds(rounds: usize, seed: u64) -> usize {
     assert!(status.contains("errors: No known data errors"), "{status}");
     assert!(status.contains(" 0 errors"), "{status}");
     let a = acked.lock().unwrap();
+    let named = |prefix: &str| {
+        let starts = |p: &PathBuf| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        };
+        a.files.iter().filter(|(p, _)| starts(p)).count()
+    };
     eprintln!(
-        "{rounds} kill -9 rounds, {} fsync'd files and {} links acknowledged, all there",
+        "{rounds} kill -9 rounds, {} fsync'd names ({} renamed, {} second names) and {} \
+         symbolic links acknowledged, all there",
         a.files.len(),
+        named("m"),
+        named("h"),
         a.links.len()
     );
     a.files.len()
@@ -352,15 +397,9 @@ fn create_rounds(rounds: usize, seed: u64) -> usize {
 
 #[test]
 fn kill_9_during_fsynced_creates_keeps_every_acknowledged_file() {
-    let (root, fuse) = (
-        unsafe { libc::geteuid() } == 0,
-        Path::new("/dev/fuse").exists(),
-    );
-    if !(root && fuse) {
-        eprintln!("SKIPPED: the mount needs root and /dev/fuse (root: {root}, /dev/fuse: {fuse})");
-        return;
+    if mount_possible() {
+        assert!(create_rounds(20, 13) > 100);
     }
-    assert!(create_rounds(20, 13) > 100);
 }
 
 #[test]

@@ -25,6 +25,25 @@ const DIR_MAGIC: u32 = 0x3152_4944; // "DIR1"
 /// Longest file name, in bytes (as Linux's NAME_MAX); `posix` refuses longer ones.
 pub const NAME_MAX: usize = 255;
 
+/// How a rename treats an existing target (Linux renameat2 flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameMode {
+    Replace = 0,
+    NoReplace = 1,
+    Exchange = 2,
+}
+
+impl RenameMode {
+    pub(crate) fn from_u8(v: u8) -> Option<RenameMode> {
+        Some(match v {
+            0 => RenameMode::Replace,
+            1 => RenameMode::NoReplace,
+            2 => RenameMode::Exchange,
+            _ => return None,
+        })
+    }
+}
+
 /// Block size of directory objects (DIR2 needs it; a DIR1 directory in an object of
 /// another block size stays DIR1).
 pub const DIR_BLOCK: usize = 16 << 10;

@@ -53,6 +53,17 @@ pub enum ObjectKind {
     Xattrs = 7,
 }
 
+/// A node to create (`posix::make_node`).
+#[derive(Clone, Copy, Debug)]
+pub struct NewNode {
+    pub kind: ObjectKind,
+    /// Permission bits and file type (`S_IF*`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+}
+
 impl ObjectKind {
     /// The kind as `cairn ls`, `stat` and error messages name it.
     pub fn name(self) -> &'static str {

@@ -37,6 +37,11 @@
 //!                  the record's object is a node `posix::make_node` made (a file,
 //!                  directory, symbolic link with its target, or special file) named
 //!                  `name` in directory `parent`
+//!   7 RENAME       from dir u64 | to dir u64 | mode u8 (0 replace, 1 no-replace, 2
+//!                  exchange) | 0 u8 | from bytes u16 | to bytes u16 | 0 u16 | from | to:
+//!                  the record's object is the one renamed
+//!   8 LINK         dir u64 | name bytes u16 | 0 u16 | 0 u32 | name: the record's object
+//!                  gets one more name
 //! ```
 //! As in ZFS's ZIL, the end of the chain is the first block that does not verify: a block
 //! torn by a power cut, or one never written. Nothing written after it was acknowledged
@@ -45,7 +50,7 @@
 use cairn_pool::io::bp::{BlockPointer, Dva, BP_SIZE};
 
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::dir::NAME_MAX;
+use crate::dir::{RenameMode, NAME_MAX};
 use crate::dnode::ObjectKind;
 
 pub(crate) const LOG_MAGIC: u64 = 0x474f_4c4e_5249_4143; // "CAIRNLOG"
@@ -65,8 +70,12 @@ const KIND_TRUNCATE: u8 = 3;
 const KIND_PUNCH: u8 = 4;
 const KIND_ATTR: u8 = 5;
 const KIND_CREATE: u8 = 6;
-/// Bytes of a CREATE record between its header and its name.
+const KIND_RENAME: u8 = 7;
+const KIND_LINK: u8 = 8;
+/// Bytes of a CREATE, RENAME and LINK record between its header and its names.
 const CREATE_FIXED: usize = 40;
+const RENAME_FIXED: usize = 24;
+const LINK_FIXED: usize = 16;
 
 /// One logged operation. Object ids are pool-wide, so a record needs no dataset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +108,25 @@ pub(crate) enum Record {
         object: u64,
         create: LoggedCreate,
     },
+    Rename {
+        object: u64,
+        rename: LoggedRename,
+    },
+    Link {
+        object: u64,
+        dir: u64,
+        name: String,
+    },
+}
+
+/// A rename a RENAME record repeats (its object is the one `from` names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoggedRename {
+    pub from_dir: u64,
+    pub from: String,
+    pub to_dir: u64,
+    pub to: String,
+    pub mode: RenameMode,
 }
 
 /// The node a CREATE record makes (its object id is the record's).
@@ -149,6 +177,8 @@ impl Record {
                 Record::Create { create, .. } => {
                     CREATE_FIXED + create.name.len() + create.target.len()
                 }
+                Record::Rename { rename: r, .. } => RENAME_FIXED + r.from.len() + r.to.len(),
+                Record::Link { name, .. } => LINK_FIXED + name.len(),
             }
     }
 
@@ -159,7 +189,9 @@ impl Record {
             | Record::Truncate { object, .. }
             | Record::Punch { object, .. }
             | Record::Attr { object, .. }
-            | Record::Create { object, .. } => *object,
+            | Record::Create { object, .. }
+            | Record::Rename { object, .. }
+            | Record::Link { object, .. } => *object,
         }
     }
 
@@ -171,6 +203,8 @@ impl Record {
             Record::Punch { .. } => KIND_PUNCH,
             Record::Attr { .. } => KIND_ATTR,
             Record::Create { .. } => KIND_CREATE,
+            Record::Rename { .. } => KIND_RENAME,
+            Record::Link { .. } => KIND_LINK,
         };
         w.u8(kind)
             .u8(0)
@@ -202,7 +236,58 @@ impl Record {
                 w.u64(c.rdev).u32(c.target.len() as u32).u32(0);
                 w.raw(c.name.as_bytes()).raw(&c.target);
             }
+            Record::Rename { rename: r, .. } => {
+                w.u64(r.from_dir).u64(r.to_dir).u8(r.mode as u8).u8(0);
+                w.u16(r.from.len() as u16).u16(r.to.len() as u16).u16(0);
+                w.raw(r.from.as_bytes()).raw(r.to.as_bytes());
+            }
+            Record::Link { dir, name, .. } => {
+                w.u64(*dir).u16(name.len() as u16).u16(0).u32(0);
+                w.raw(name.as_bytes());
+            }
         }
+    }
+
+    /// A name of `len` bytes: 1 to `NAME_MAX` bytes of UTF-8.
+    fn decode_name(b: &mut Reader<'_>, len: usize, at: usize) -> Result<String, DecodeError> {
+        let bad = |what: String| DecodeError::bad_value("log record name", at, what);
+        if !(1..=NAME_MAX).contains(&len) {
+            return Err(bad(format!("{len} bytes")));
+        }
+        std::str::from_utf8(b.fixed(len)?)
+            .map(str::to_string)
+            .map_err(|_| bad("not UTF-8".into()))
+    }
+
+    /// A LINK record's body.
+    fn decode_link(b: &mut Reader<'_>, object: u64, at: usize) -> Result<Record, DecodeError> {
+        let dir = b.u64()?;
+        let len = b.u16()? as usize;
+        let (_, _) = (b.u16()?, b.u32()?);
+        Ok(Record::Link {
+            object,
+            dir,
+            name: Record::decode_name(b, len, at)?,
+        })
+    }
+
+    /// The body of a RENAME record.
+    fn decode_rename(b: &mut Reader<'_>, at: usize) -> Result<LoggedRename, DecodeError> {
+        let (from_dir, to_dir) = (b.u64()?, b.u64()?);
+        let mode_code = b.u8()?;
+        let _ = b.u8()?;
+        let (from_len, to_len) = (b.u16()? as usize, b.u16()? as usize);
+        let _ = b.u16()?;
+        let mode = RenameMode::from_u8(mode_code).ok_or_else(|| {
+            DecodeError::bad_value("log RENAME record", at, format!("mode {mode_code}"))
+        })?;
+        Ok(LoggedRename {
+            from_dir,
+            from: Record::decode_name(b, from_len, at)?,
+            to_dir,
+            to: Record::decode_name(b, to_len, at)?,
+            mode,
+        })
     }
 
     /// The body of a CREATE record (after its header).
@@ -218,12 +303,7 @@ impl Record {
         let kind = ObjectKind::from_u8(kind_code)
             .filter(|k| creatable(*k))
             .ok_or_else(|| bad(format!("node kind {kind_code}")))?;
-        if !(1..=NAME_MAX).contains(&name_len) {
-            return Err(bad(format!("name of {name_len} bytes")));
-        }
-        let name = std::str::from_utf8(b.fixed(name_len)?)
-            .map_err(|_| bad("name not UTF-8".into()))?
-            .to_string();
+        let name = Record::decode_name(b, name_len, at)?;
         if target_len > 0 && kind != ObjectKind::Symlink {
             return Err(bad(format!("a {} with a target", kind.name())));
         }
@@ -296,6 +376,11 @@ impl Record {
                 object,
                 create: Record::decode_create(&mut b, at)?,
             },
+            KIND_RENAME => Record::Rename {
+                object,
+                rename: Record::decode_rename(&mut b, at)?,
+            },
+            KIND_LINK => Record::decode_link(&mut b, object, at)?,
             other => {
                 return Err(DecodeError::bad_value(
                     "log record",
@@ -571,6 +656,21 @@ mod tests {
                         target: b"../target".to_vec(),
                     },
                 },
+                Record::Rename {
+                    object: 12,
+                    rename: LoggedRename {
+                        from_dir: 4,
+                        from: "läuft".into(),
+                        to_dir: 5,
+                        to: "x".repeat(255),
+                        mode: RenameMode::Exchange,
+                    },
+                },
+                Record::Link {
+                    object: 7,
+                    dir: 5,
+                    name: "second name".into(),
+                },
                 Record::Create {
                     object: 13,
                     create: LoggedCreate {
@@ -636,9 +736,10 @@ mod tests {
         }
     }
 
-    /// A CREATE record that would make something `make_node` never made is refused.
+    /// A CREATE record that would make something `make_node` never made, and a RENAME with
+    /// an empty name or an unknown mode, are refused.
     #[test]
-    fn create_records_with_impossible_nodes_are_refused() {
+    fn namespace_records_with_impossible_contents_are_refused() {
         let good = LoggedCreate {
             parent: 4,
             kind: ObjectKind::File,
@@ -682,14 +783,12 @@ mod tests {
         ] {
             assert!(decode(&bad).is_err(), "{why} accepted");
         }
-        let mut bytes = {
-            let mut block = sample();
-            block.records = vec![Record::Create {
-                object: 9,
-                create: good,
-            }];
-            block.encode(8192)
-        };
+        let mut block = sample();
+        block.records = vec![Record::Create {
+            object: 9,
+            create: good,
+        }];
+        let mut bytes = block.encode(8192);
         let name_at = LOG_HEADER + RECORD_HEADER + CREATE_FIXED;
         bytes[name_at] = 0xff; // not UTF-8
         LogBlock::seal(&mut bytes);
@@ -697,6 +796,24 @@ mod tests {
             LogBlock::decode(&bytes).is_err(),
             "a name not UTF-8 accepted"
         );
+        let rename = |mode, from: &str| Record::Rename {
+            object: 9,
+            rename: LoggedRename {
+                from_dir: 1,
+                from: from.into(),
+                to_dir: 1,
+                to: "t".into(),
+                mode,
+            },
+        };
+        block.records = vec![rename(RenameMode::NoReplace, "")];
+        assert!(LogBlock::decode(&block.encode(8192)).is_err(), "empty name");
+        block.records = vec![rename(RenameMode::NoReplace, "f")];
+        let mut bytes = block.encode(8192);
+        assert!(LogBlock::decode(&bytes).is_ok());
+        bytes[LOG_HEADER + RECORD_HEADER + 16] = 3; // no such mode
+        LogBlock::seal(&mut bytes);
+        assert!(LogBlock::decode(&bytes).is_err(), "rename mode 3 accepted");
     }
 
     proptest::proptest! {

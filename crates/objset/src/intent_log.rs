@@ -31,12 +31,12 @@
 //!   2), so replaying C onto the root block that names C never puts back older data.
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
-//! - Changes the log has no record for (renaming, linking, removing, xattrs, attributes
-//!   of a volume, a create through a path rather than `posix::make_node`) mark their
-//!   dataset `unlogged`, as does a directory with a change other than a logged create
-//!   (`LogChain::dir_changes` counts every insert and removal, and the logged creates);
-//!   a dataset change (create, destroy, a property) blocks every dataset. A log commit
-//!   for a blocked dataset syncs the txg instead. A commit for another dataset takes the intents of
+//! - Changes the log has no record for (removing names, xattrs, attributes of a volume,
+//!   a create or rename through a path rather than `posix`) mark their dataset
+//!   `unlogged`, as does a directory with a change other than a logged create, rename or
+//!   link (`LogChain::dir_changes` counts every insert and removal, and the logged ones:
+//!   `crate::intent_names`); a dataset change (create, destroy, a property, the unlinked
+//!   list) blocks every dataset. A log commit for a blocked dataset syncs the txg instead. A commit for another dataset takes the intents of
 //!   every dataset that can log and leaves the blocked ones' for the sync (checked again
 //!   under the lock before the blocks are allocated), so each dataset replays to a state
 //!   it had: its last txg plus the writes logged before its first unrecorded change. (An
@@ -51,11 +51,11 @@
 //! - A replay overwrites nothing the committed root block or its chain needs before its
 //!   one sync commits: no sync runs part-way (`sync_allowed_midway`) and nothing is
 //!   allocated over the claimed chain, so an import cut short replays the same chain again.
-//! - A CREATE intent is appended under the store lock (`note_create`), so a sync covers it
-//!   exactly when it covers the node: replaying chain C onto the root block that names C
-//!   never finds the node there, and its id is free in that txg (a freed id is used again
-//!   only after the txg that freed it). Replay makes it under that id (`replay_create`),
-//!   then applies the records after it that name it.
+//! - A namespace intent (CREATE, RENAME, LINK) is appended under the store lock
+//!   (`note_namespace`), so a sync covers it exactly when it covers the change: replaying
+//!   chain C onto the root block that names C finds the state the change was made in (a
+//!   created node's id free: a freed id is used again only after the txg that freed it).
+//!   Replay repeats it with the same `posix` code (`crate::intent_names`).
 //! - Intents are kept only once the log is armed, which the first commit does under the
 //!   committer lock before it syncs: a commit that finds the log armed runs after that
 //!   sync, which covered every write that kept no intent.
@@ -71,8 +71,7 @@ use crate::dnode::ObjectKind;
 use crate::error::StoreError;
 use crate::fs::Resolved;
 use crate::intent_format::{
-    capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, LoggedCreate, Record, LOG_HEADER,
-    MAX_LOG_BLOCK,
+    capacity, LogBlock, LogBlockAddr, LogHead, LoggedAttrs, Record, LOG_HEADER, MAX_LOG_BLOCK,
 };
 use crate::intent_state::{
     attrs_logged, Intent, IntentOp, LogPolicy, SyncPolicy, MAX_CHAIN_BLOCKS,
@@ -135,59 +134,13 @@ impl StoreCore {
             return Ok(());
         }
         if policy.sync == SyncPolicy::Always || self.intent.is_armed() {
-            let mut p = self.intent.pending();
-            p.appended += 1;
-            let seq = p.appended;
-            p.intents.push(Intent {
-                seq,
-                dataset: target.dataset,
-                object: target.object,
-                kind: target.kind,
-                op,
-                by_pointer: policy.by_pointer,
-            });
+            let object = (target.dataset, target.object, target.kind);
+            self.intent.append(object, op, policy.by_pointer);
         }
         if policy.sync == SyncPolicy::Always {
             return self.commit_log_for(Some(target.dataset));
         }
         Ok(())
-    }
-
-    /// Under the store lock, after `make_node` made object `id`: keeps its CREATE intent
-    /// and counts the change to its directory as logged. Appended under the lock, so a
-    /// sync covers the intent exactly when it covers the node (a replay never finds the
-    /// node there already). A dataset that keeps no intent (`sync=disabled`, or the log
-    /// not armed yet) is marked unlogged instead. True: `sync=always`, the caller commits.
-    pub(crate) fn note_create(
-        &self,
-        st: &mut State,
-        id: u64,
-        dataset: u32,
-        create: LoggedCreate,
-    ) -> bool {
-        let policy = self.log_policy(st, dataset);
-        let kept = match policy.sync {
-            SyncPolicy::Always => true,
-            SyncPolicy::Standard => self.intent.is_armed(),
-            SyncPolicy::Disabled => false,
-        };
-        if !kept {
-            st.log.unlogged.insert(dataset);
-            return false;
-        }
-        st.log.dir_changes.entry(create.parent).or_default().logged += 1;
-        let mut p = self.intent.pending();
-        p.appended += 1;
-        let seq = p.appended;
-        p.intents.push(Intent {
-            seq,
-            dataset,
-            object: id,
-            kind: create.kind,
-            op: IntentOp::Create(Box::new(create)),
-            by_pointer: false,
-        });
-        policy.sync == SyncPolicy::Always
     }
 
     /// FLUSH or fsync on a dataset: every write, punch and truncate of it that returned
@@ -326,6 +279,15 @@ impl StoreCore {
                     object,
                     create: (**create).clone(),
                 })),
+                IntentOp::Rename { rename, .. } => batch.push(Planned::Inline(Record::Rename {
+                    object,
+                    rename: (**rename).clone(),
+                })),
+                IntentOp::Link { dir, name } => batch.push(Planned::Inline(Record::Link {
+                    object,
+                    dir: *dir,
+                    name: name.to_string(),
+                })),
                 &IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
                     let target = Resolved {
@@ -360,19 +322,16 @@ impl StoreCore {
     }
 
     /// An ATTR record for each file, directory, symbolic link or special file `intents`
-    /// cover (a created node's directory too: its times changed), with its attributes as
-    /// they are now (after the batch's data: replay sets them last). Objects gone since
-    /// are skipped.
+    /// cover (and the directories and other objects a namespace change touched: their
+    /// times changed), with its attributes as they are now (after the batch's data: replay
+    /// sets them last). Objects gone since are skipped.
     fn attr_records(&self, intents: &[Intent], batch: &mut Vec<Planned>) {
-        let parents = intents.iter().filter_map(|i| match &i.op {
-            IntentOp::Create(c) => Some(c.parent),
-            _ => None,
-        });
+        let touched = intents.iter().flat_map(|i| i.op.also_changed());
         let mut files: Vec<u64> = intents
             .iter()
             .filter(|i| attrs_logged(i.kind))
             .map(|i| i.object)
-            .chain(parents)
+            .chain(touched)
             .collect();
         files.sort_unstable();
         files.dedup();
@@ -787,8 +746,14 @@ impl StoreCore {
 
     /// Applies one record.
     fn apply_record(&self, record: &Record) -> Result<Applied, StoreError> {
-        if let Record::Create { object, create } = record {
-            return Ok(match self.replay_create(*object, create)? {
+        let namespace = match record {
+            Record::Create { object, create } => Some(self.replay_create(*object, create)),
+            Record::Rename { object, rename } => Some(self.replay_rename(*object, rename)),
+            Record::Link { object, dir, name } => Some(self.replay_link(*object, *dir, name)),
+            _ => None,
+        };
+        if let Some(applied) = namespace {
+            return Ok(match applied? {
                 true => Applied::Yes,
                 false => Applied::Skipped,
             });
@@ -834,7 +799,9 @@ impl StoreCore {
             Record::Attr { attrs, .. } => {
                 self.set_logged_attrs(record.object(), attrs)?;
             }
-            Record::Create { .. } => unreachable!("replayed above"),
+            Record::Create { .. } | Record::Rename { .. } | Record::Link { .. } => {
+                unreachable!("replayed above")
+            }
         }
         Ok(Applied::Yes)
     }

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use cairn_pool::io::bp::Dva;
 
 use crate::dnode::ObjectKind;
-use crate::intent_format::{LogBlockAddr, LogHead, LoggedCreate};
+use crate::intent_format::{LogBlockAddr, LogHead, LoggedCreate, LoggedRename};
 
 /// Whether the attributes of an object of this kind are logged (ATTR records): files,
 /// directories, symbolic links and special files. A volume's are not (it has none worth
@@ -63,6 +63,34 @@ pub(crate) enum IntentOp {
     Attr,
     /// A node was made (`posix::make_node`); the intent's object is the new node.
     Create(Box<LoggedCreate>),
+    /// The intent's object was renamed; `other`: the object an exchange swapped it with,
+    /// or the one it replaced.
+    Rename {
+        rename: Box<LoggedRename>,
+        other: Option<u64>,
+    },
+    /// The intent's object got the name `name` in `dir`.
+    Link {
+        dir: u64,
+        name: Box<str>,
+    },
+}
+
+impl IntentOp {
+    /// Objects besides the intent's own whose attributes the change touched (directories'
+    /// times, an exchanged or replaced object's ctime): each gets an ATTR record.
+    pub(crate) fn also_changed(&self) -> Vec<u64> {
+        match self {
+            IntentOp::Create(c) => vec![c.parent],
+            IntentOp::Rename { rename, other } => {
+                let mut v = vec![rename.from_dir, rename.to_dir];
+                v.extend(*other);
+                v
+            }
+            IntentOp::Link { dir, .. } => vec![*dir],
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +125,27 @@ impl IntentLog {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Appends an intent for `object` of `dataset`; returns its seq.
+    pub(crate) fn append(
+        &self,
+        (dataset, object, kind): (u32, u64, ObjectKind),
+        op: IntentOp,
+        by_pointer: bool,
+    ) -> u64 {
+        let mut p = self.pending();
+        p.appended += 1;
+        let seq = p.appended;
+        p.intents.push(Intent {
+            seq,
+            dataset,
+            object,
+            kind,
+            op,
+            by_pointer,
+        });
+        seq
+    }
+
     /// Seq of the last intent appended (what a sync covers).
     pub(crate) fn appended(&self) -> u64 {
         self.pending().appended
@@ -113,7 +162,7 @@ impl IntentLog {
 }
 
 /// Changes to one directory's entries in the open txg: every insert and removal
-/// (`dir_ops`), and those a CREATE intent records.
+/// (`dir_ops`), and those a namespace intent records (`crate::intent_names`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DirChanges {
     pub all: u64,

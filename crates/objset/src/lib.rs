@@ -26,6 +26,7 @@ pub mod history;
 pub(crate) mod id_map;
 pub(crate) mod intent_format;
 pub mod intent_log;
+pub(crate) mod intent_names;
 pub mod intent_state;
 pub mod object;
 pub mod object_io;

@@ -22,7 +22,9 @@ use crate::dataset::DatasetKind;
 use crate::dir::DirEntry;
 use crate::dnode::{Dnode, ObjectKind};
 use crate::error::StoreError;
-use crate::intent_format::LoggedCreate;
+use crate::intent_format::{LoggedCreate, LoggedRename};
+use crate::intent_names::{dir_marks, NamespaceIntent};
+use crate::intent_state::IntentOp;
 use crate::object_io::{install_object, take_object_id};
 use crate::props::size_property;
 
@@ -36,16 +38,7 @@ const S_ISUID: u32 = 0o4000;
 const S_ISGID: u32 = 0o2000;
 const S_IXGRP: u32 = 0o0010;
 
-/// A node to create.
-#[derive(Clone, Copy, Debug)]
-pub struct NewNode {
-    pub kind: ObjectKind,
-    /// Permission bits and file type (`S_IF*`).
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u64,
-}
+pub use crate::dnode::NewNode;
 
 /// Attributes to change; `None` leaves one as it is. Times are ns since the epoch.
 #[derive(Clone, Copy, Debug, Default)]
@@ -63,13 +56,7 @@ pub struct SetAttr {
     pub kill_suidgid: bool,
 }
 
-/// How `rename` treats an existing target (Linux renameat2 flags).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RenameMode {
-    Replace,
-    NoReplace,
-    Exchange,
-}
+pub use crate::dir::RenameMode;
 
 /// A name whose object lost a link: the caller frees it with `free_orphan` once it is no
 /// longer open, when `nlink` is 0.
@@ -153,6 +140,7 @@ impl StoreCore {
     ) -> Result<(u64, Dnode), StoreError> {
         check_name(name)?;
         let mut st = self.lock();
+        let marks = dir_marks(&st, &[dir]);
         let (id, dn) = self.make_node_locked(&mut st, dir, name, new, target, None)?;
         let create = LoggedCreate {
             parent: dir,
@@ -164,53 +152,19 @@ impl StoreCore {
             name: name.to_string(),
             target: target.unwrap_or_default().to_vec(),
         };
-        let commit = self.note_create(&mut st, id, dn.dataset, create);
-        drop(st);
-        if commit {
-            self.commit_log_for(Some(dn.dataset))?;
-        }
-        Ok((id, dn))
-    }
-
-    /// Log replay: makes the node a CREATE record logged, under its id. False: the node is
-    /// there already under that name (nothing to do).
-    pub(crate) fn replay_create(&self, id: u64, c: &LoggedCreate) -> Result<bool, StoreError> {
-        let mut st = self.lock();
-        let parent_is_dir = self
-            .object_mut(&mut st, c.parent)
-            .is_ok_and(|o| o.dnode.kind == ObjectKind::Directory);
-        if parent_is_dir {
-            if let Some(e) = self.dir_lookup(&mut st, c.parent, &c.name)? {
-                if e.object == id {
-                    return Ok(false);
-                }
-            }
-        }
-        let new = NewNode {
-            kind: c.kind,
-            mode: c.mode,
-            uid: c.uid,
-            gid: c.gid,
-            rdev: c.rdev,
+        let intent = NamespaceIntent {
+            dataset: dn.dataset,
+            object: id,
+            kind: new.kind,
+            op: IntentOp::Create(Box::new(create)),
         };
-        let target = (!c.target.is_empty()).then_some(&c.target[..]);
-        self.make_node_locked(&mut st, c.parent, &c.name, new, target, Some(id))
-            .map_err(|e| {
-                StoreError::corrupt_object(
-                    "intent log",
-                    id,
-                    format!(
-                        "its CREATE record (\"{}\" in directory {}) does not replay: {e}",
-                        c.name, c.parent
-                    ),
-                )
-            })?;
-        Ok(true)
+        self.log_namespace(st, marks, intent)?;
+        Ok((id, dn))
     }
 
     /// `make_node` under the lock; `id`: the id the node must have (log replay), else a
     /// new one.
-    fn make_node_locked(
+    pub(crate) fn make_node_locked(
         &self,
         st: &mut State,
         dir: u64,
@@ -274,28 +228,52 @@ impl StoreCore {
         Ok((id, self.object_mut(st, id)?.dnode))
     }
 
-    /// Gives object `obj` one more name: `name` in `dir` (not for directories).
+    /// Gives object `obj` one more name: `name` in `dir` (not for directories). Logged (a
+    /// LINK record).
     pub fn link(&self, obj: u64, dir: u64, name: &str) -> Result<Dnode, StoreError> {
         check_name(name)?;
         let mut st = self.lock();
-        self.writable_dir(&mut st, dir)?;
-        let dn = self.object_mut(&mut st, obj)?.dnode;
+        let marks = dir_marks(&st, &[dir]);
+        let dn = self.link_locked(&mut st, obj, dir, name)?;
+        let intent = NamespaceIntent {
+            dataset: dn.dataset,
+            object: obj,
+            kind: dn.kind,
+            op: IntentOp::Link {
+                dir,
+                name: name.into(),
+            },
+        };
+        self.log_namespace(st, marks, intent)?;
+        Ok(dn)
+    }
+
+    /// `link` under the lock.
+    pub(crate) fn link_locked(
+        &self,
+        st: &mut State,
+        obj: u64,
+        dir: u64,
+        name: &str,
+    ) -> Result<Dnode, StoreError> {
+        self.writable_dir(st, dir)?;
+        let dn = self.object_mut(st, obj)?.dnode;
         if dn.kind == ObjectKind::Directory {
             return Err(StoreError::NotPermitted("hard links to directories".into()));
         }
         if dn.nlink == 0 {
             return Err(StoreError::NotFound(format!("object {obj} (removed)")));
         }
-        if self.dir_lookup(&mut st, dir, name)?.is_some() {
+        if self.dir_lookup(st, dir, name)?.is_some() {
             return Err(StoreError::Exists(name.into()));
         }
         let entry = DirEntry {
             object: obj,
             kind: dn.kind,
         };
-        self.dir_insert(&mut st, dir, name, entry)?;
-        self.touch_changed(&mut st, dir)?;
-        let o = self.object_mut(&mut st, obj)?;
+        self.dir_insert(st, dir, name, entry)?;
+        self.touch_changed(st, dir)?;
+        let o = self.object_mut(st, obj)?;
         o.dnode.nlink = o.dnode.nlink.saturating_add(1);
         o.dnode.ctime_ns = now_ns();
         o.dnode_dirty = true;
@@ -379,7 +357,8 @@ impl StoreCore {
     }
 
     /// Renames `from_dir/from` to `to_dir/to` (renameat2: replace, no-replace, exchange).
-    /// Returns the object that lost its name when an existing target was replaced.
+    /// Returns the object that lost its name when an existing target was replaced. Logged
+    /// (a RENAME record).
     pub fn rename(
         &self,
         from_dir: u64,
@@ -391,14 +370,49 @@ impl StoreCore {
         check_name(from)?;
         check_name(to)?;
         let mut st = self.lock();
-        self.writable_dir(&mut st, from_dir)?;
-        self.writable_dir(&mut st, to_dir)?;
+        let marks = dir_marks(&st, &[from_dir, to_dir]);
         let src = self.entry_locked(&mut st, from_dir, from)?;
-        let dst = self.dir_lookup(&mut st, to_dir, to)?;
+        let other = self.dir_lookup(&mut st, to_dir, to)?.map(|e| e.object);
+        let replaced = self.rename_locked(&mut st, from_dir, from, to_dir, to, mode)?;
+        let dataset = self.object_mut(&mut st, from_dir)?.dnode.dataset;
+        let rename = LoggedRename {
+            from_dir,
+            from: from.to_string(),
+            to_dir,
+            to: to.to_string(),
+            mode,
+        };
+        let intent = NamespaceIntent {
+            dataset,
+            object: src.object,
+            kind: src.kind,
+            op: IntentOp::Rename {
+                rename: Box::new(rename),
+                other,
+            },
+        };
+        self.log_namespace(st, marks, intent)?;
+        Ok(replaced)
+    }
+
+    /// `rename` under the lock.
+    pub(crate) fn rename_locked(
+        &self,
+        st: &mut State,
+        from_dir: u64,
+        from: &str,
+        to_dir: u64,
+        to: &str,
+        mode: RenameMode,
+    ) -> Result<Option<Unlinked>, StoreError> {
+        self.writable_dir(st, from_dir)?;
+        self.writable_dir(st, to_dir)?;
+        let src = self.entry_locked(st, from_dir, from)?;
+        let dst = self.dir_lookup(st, to_dir, to)?;
         match (mode, dst) {
             (RenameMode::Exchange, None) => return Err(StoreError::NotFound(to.into())),
             (RenameMode::Exchange, Some(d)) => {
-                self.exchange_locked(&mut st, (from_dir, from, src), (to_dir, to, d))?;
+                self.exchange_locked(st, (from_dir, from, src), (to_dir, to, d))?;
                 return Ok(None);
             }
             (RenameMode::NoReplace, Some(_)) => return Err(StoreError::Exists(to.into())),
@@ -408,21 +422,21 @@ impl StoreCore {
             return Ok(None); // two names of one object: POSIX says nothing happens
         }
         if let Some(d) = dst {
-            self.check_replaceable(&mut st, src, d, to)?;
+            self.check_replaceable(st, src, d, to)?;
         }
         // The new name first: when it cannot be added (a full DIR2 leaf), nothing changed.
-        self.dir_insert(&mut st, to_dir, to, src)?;
-        self.dir_remove(&mut st, from_dir, from)?;
+        self.dir_insert(st, to_dir, to, src)?;
+        self.dir_remove(st, from_dir, from)?;
         let replaced = match dst {
-            Some(d) => Some(self.drop_link(&mut st, d)?),
+            Some(d) => Some(self.drop_link(st, d)?),
             None => None,
         };
         let src_is_dir = src.kind == ObjectKind::Directory;
         let dst_was_dir = dst.is_some_and(|d| d.kind == ObjectKind::Directory);
-        self.adjust_parent_links(&mut st, from_dir, to_dir, src_is_dir, dst_was_dir)?;
-        self.touch_changed(&mut st, from_dir)?;
-        self.touch_changed(&mut st, to_dir)?;
-        let o = self.object_mut(&mut st, src.object)?;
+        self.adjust_parent_links(st, from_dir, to_dir, src_is_dir, dst_was_dir)?;
+        self.touch_changed(st, from_dir)?;
+        self.touch_changed(st, to_dir)?;
+        let o = self.object_mut(st, src.object)?;
         o.dnode.ctime_ns = now_ns();
         o.dnode_dirty = true;
         Ok(replaced)

@@ -9,7 +9,7 @@
 //!                records of kind ATTR may be in the chain, 16 promoted snapshots: the
 //!                snapshot section is "SNP2", 32 ATTR records may name directories,
 //!                symbolic links and special files, 64 CREATE records may be in the
-//!                chain); else 0
+//!                chain, 128 RENAME and LINK records may be); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -90,8 +90,11 @@ const FLAG_LOG_ATTR_ANY: u32 = 32;
 /// build without them would end the chain at one and drop the acknowledged changes after
 /// it; the unknown flag makes it refuse the pool instead.
 const FLAG_LOG_CREATE: u32 = 64;
+/// The chain may hold RENAME and LINK records (as `FLAG_LOG_CREATE`).
+const FLAG_LOG_RENAME: u32 = 128;
 /// Every flag a log head is written with.
-const FLAGS_LOG: u32 = FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE;
+const FLAGS_LOG: u32 =
+    FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE | FLAG_LOG_RENAME;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -292,7 +295,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[12] = 128;
+        unknown_flag[13] = 1; // flag 256
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -315,17 +318,21 @@ mod tests {
         let bytes = root.encode();
         assert_eq!(bytes.len(), ROOT_BLOCK_SIZE);
         assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
+        assert_eq!(bytes[12] as u32, FLAG_SNAPSHOTS | FLAGS_LOG);
         assert_eq!(
-            bytes[12] as u32,
-            FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE
+            FLAGS_LOG,
+            FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE | FLAG_LOG_RENAME
         );
         let back = RootBlock::decode(&bytes).unwrap();
         assert_eq!(back.log, root.log);
-        // A log head written before CREATE records (no flag 64), before ATTR records of
-        // directories (no flag 32), or before ATTR records at all (no flag 8), still
-        // imports.
+        // A log head written before RENAME records (no flag 128), before CREATE records
+        // (no flag 64), before ATTR records of directories (no flag 32), or before ATTR
+        // records at all (no flag 8), still imports.
+        let mut before_rename = bytes.clone();
+        before_rename[12] &= !(FLAG_LOG_RENAME as u8);
+        assert_eq!(RootBlock::decode(&before_rename).unwrap().log, root.log);
         let mut before_create = bytes.clone();
-        before_create[12] &= !(FLAG_LOG_CREATE as u8);
+        before_create[12] &= !((FLAG_LOG_CREATE | FLAG_LOG_RENAME) as u8);
         assert_eq!(RootBlock::decode(&before_create).unwrap().log, root.log);
         let mut files_only = bytes.clone();
         files_only[12] = (FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR) as u8;

@@ -312,8 +312,8 @@ fn a_change_the_log_cannot_record_makes_the_commit_a_sync() {
 }
 
 /// A change the log cannot record blocks the log of its own dataset only (ZFS keeps a log
-/// per dataset): a volume's FLUSH stays a log commit while file systems beside it rename and
-/// create files. After a crash the volume's acknowledged writes are there, and each file
+/// per dataset): a volume's FLUSH stays a log commit while file systems beside it set an
+/// xattr and create files. After a crash the volume's acknowledged writes are there, and each file
 /// system is as it was at some moment: its last txg plus the writes logged before its
 /// change, not the change and not the writes after it.
 #[test]
@@ -339,16 +339,17 @@ fn a_change_the_log_cannot_record_blocks_only_its_own_dataset() {
     store.commit_log().unwrap(); // arms the log (a sync)
     let txg = store.open_txg();
 
-    // Logged while tank can log (a volume's commit takes it along); then tank renames x
-    // and writes it again, and fs2 creates y: none of that can be logged.
+    // Logged while tank can log (a volume's commit takes it along); then tank sets an
+    // xattr on x and writes it again, and fs2 creates y by path: none of that can be
+    // logged.
     store.write(&x, 0, b"x logged").unwrap();
     store.write(&vol, 0, &block(1)).unwrap();
     store.sync_writes(vol.dataset).unwrap();
-    let root = store.resolve("tank").unwrap().object;
+    let any = cairn_objset::xattr::SetMode::Any;
     store
-        .rename(root, "x", root, "x2", RenameMode::NoReplace)
+        .set_xattr(x.object, "user.k", Some(b"v"), any)
         .unwrap();
-    store.write(&x, 0, b"x renamed").unwrap();
+    store.write(&x, 0, b"x after xattr").unwrap();
     store.create_file(&format!("{fs2}/y"), false).unwrap();
     let y = store.resolve(&format!("{fs2}/y")).unwrap();
     store.write(&y, 0, b"y").unwrap();
@@ -368,8 +369,8 @@ fn a_change_the_log_cannot_record_blocks_only_its_own_dataset() {
     assert!(read_block(&store, &always, 0) == block(3));
     assert_eq!(read_live(&store, "tank/x"), b"x logged");
     assert!(
-        store.resolve("tank/x2").is_err(),
-        "the rename was never durable"
+        store.get_xattr(x.object, "user.k").is_err(),
+        "the xattr was never durable"
     );
     assert!(store.resolve(&format!("{fs2}/y")).is_err());
     assert_eq!(scrub_errors(&store), 0);
@@ -937,9 +938,9 @@ fn creates_replay_under_their_ids_and_need_no_sync() {
     assert_eq!(read_live(&store, "tank/d/new"), b"written after its create");
 }
 
-/// A directory changed by something the log cannot record (a rename, a removal) still
-/// makes a commit of its dataset a sync, whether the change came before or after a logged
-/// create, and whichever directory of the dataset it changed.
+/// A directory changed by something the log cannot record (a removal) still makes a
+/// commit of its dataset a sync, whether the change came before or after a logged create,
+/// and whichever directory of the dataset it changed; creates and renames alone do not.
 #[test]
 fn a_create_beside_an_unlogged_change_is_synced_not_logged() {
     use cairn_objset::dnode::ObjectKind;
@@ -953,23 +954,29 @@ fn a_create_beside_an_unlogged_change_is_synced_not_logged() {
         store.resolve("tank/d").unwrap().object,
     );
     let x = store.resolve("tank/x").unwrap().object;
+    store.link(x, root, "x-root-link").unwrap();
     store.link(x, d, "x-link").unwrap();
     store.commit_log().unwrap(); // arms the log: a sync
     let txg = store.open_txg();
     let file = node(ObjectKind::File, 0o100644);
     store.make_node(d, "a", file, None).unwrap();
-    store
-        .rename(root, "x", root, "x2", RenameMode::NoReplace)
-        .unwrap();
+    store.remove_name(root, "x-root-link", false).unwrap();
     store.commit_log().unwrap();
-    assert_eq!(store.open_txg(), txg + 1, "a rename in another directory");
+    assert_eq!(store.open_txg(), txg + 1, "a removal in another directory");
     store.make_node(d, "b", file, None).unwrap();
     store.remove_name(d, "a", false).unwrap();
     store.commit_log().unwrap();
     assert_eq!(store.open_txg(), txg + 2, "a removal in the same directory");
     store.make_node(d, "c", file, None).unwrap();
+    store
+        .rename(d, "c", d, "c2", RenameMode::NoReplace)
+        .unwrap();
     store.commit_log().unwrap();
-    assert_eq!(store.open_txg(), txg + 2, "creates alone are logged");
+    assert_eq!(
+        store.open_txg(),
+        txg + 2,
+        "creates and renames alone are logged"
+    );
     // Only an entry goes (the file keeps a name): the directory's count alone blocks.
     store.make_node(d, "e", file, None).unwrap();
     store.remove_name(d, "x-link", false).unwrap();
@@ -983,8 +990,108 @@ fn a_create_beside_an_unlogged_change_is_synced_not_logged() {
         .into_iter()
         .map(|(n, _, _)| n)
         .collect();
-    assert_eq!(names, vec!["b", "c", "e"]);
-    assert!(store.resolve("tank/x2").is_ok());
+    assert_eq!(names, vec!["b", "c2", "e"]);
+    assert!(store.resolve("tank/x-root-link").is_err());
+}
+
+/// Renames (to a new name, over a name of a file that keeps another, a directory to
+/// another parent, an exchange) and hard links are logged (RENAME and LINK records): the
+/// commit does not sync, and after a crash every name leads where it did, with the link
+/// counts and the directories' times as they were.
+#[test]
+fn renames_and_links_replay_and_need_no_sync() {
+    use cairn_objset::dnode::ObjectKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (home, _) = new_pool(dir.path(), "raidz1", 3, 64 * MIB);
+    let store = open_store_with(&home, config());
+    store.mkdir("tank/d").unwrap();
+    store.mkdir("tank/e").unwrap();
+    let (root, d, e) = (
+        store.resolve("tank").unwrap(),
+        store.resolve("tank/d").unwrap().object,
+        store.resolve("tank/e").unwrap().object,
+    );
+    store.commit_log().unwrap(); // arms the log: a sync
+    let txg = store.open_txg();
+    let file = node(ObjectKind::File, 0o100644);
+    let (f, _) = store.make_node(d, "f", file, None).unwrap();
+    let write = |object, data: &[u8]| {
+        let r = Resolved {
+            dataset: root.dataset,
+            object,
+            kind: ObjectKind::File,
+        };
+        store.write(&r, 0, data).unwrap();
+    };
+    write(f, b"moved and linked");
+    store.rename(d, "f", e, "g", RenameMode::NoReplace).unwrap();
+    store.link(f, d, "hard").unwrap();
+    let (sub, _) = store
+        .make_node(e, "sub", node(ObjectKind::Directory, 0o040755), None)
+        .unwrap();
+    store
+        .rename(e, "sub", d, "sub2", RenameMode::NoReplace)
+        .unwrap();
+    let (p, _) = store.make_node(d, "p", file, None).unwrap();
+    let (q, _) = store.make_node(e, "q", file, None).unwrap();
+    write(p, b"p");
+    write(q, b"q");
+    store.rename(d, "p", e, "q", RenameMode::Exchange).unwrap();
+    // Over a name of a file that keeps another: nothing is left without a name.
+    let (r, _) = store.make_node(d, "r", file, None).unwrap();
+    let (s, _) = store.make_node(d, "s", file, None).unwrap();
+    store.link(s, e, "s-too").unwrap();
+    write(r, b"r");
+    let replaced = store.rename(d, "r", d, "s", RenameMode::Replace).unwrap();
+    assert_eq!(replaced.map(|u| (u.object, u.nlink)), Some((s, 1)));
+    // A directory over an empty one, which is left without a name (a mount frees it at
+    // once; replay must too).
+    let dir_node = node(ObjectKind::Directory, 0o040700);
+    let (old, _) = store.make_node(e, "old", dir_node, None).unwrap();
+    let (new, _) = store.make_node(e, "new", dir_node, None).unwrap();
+    store
+        .rename(e, "new", e, "old", RenameMode::Replace)
+        .unwrap();
+    store.commit_log().unwrap();
+    assert_eq!(store.open_txg(), txg, "logged, not synced");
+    let objects = [root.object, d, e, f, sub, p, q, r, s];
+    let before: Vec<_> = objects.iter().map(|&o| store.dnode(o).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(20));
+    drop(store); // a crash
+
+    let store = open_store_with(&home, config());
+    let names = [
+        ("tank/e/g", f),
+        ("tank/d/hard", f),
+        ("tank/d/sub2", sub),
+        ("tank/d/p", q),
+        ("tank/e/q", p),
+        ("tank/d/s", r),
+        ("tank/e/s-too", s),
+        ("tank/e/old", new),
+    ];
+    for (path, object) in names {
+        assert_eq!(store.resolve(path).unwrap().object, object, "{path}");
+    }
+    for gone in ["tank/d/f", "tank/e/sub", "tank/d/r", "tank/e/new"] {
+        assert!(store.resolve(gone).is_err(), "{gone} still there");
+    }
+    assert!(
+        store.dnode(old).is_err(),
+        "the replaced directory was not freed"
+    );
+    for (o, was) in objects.iter().zip(&before) {
+        let now = store.dnode(*o).unwrap();
+        assert_eq!(
+            (now.nlink, now.mtime_ns, now.ctime_ns),
+            (was.nlink, was.mtime_ns, was.ctime_ns),
+            "object {o}"
+        );
+    }
+    assert_eq!(read_live(&store, "tank/d/hard"), b"moved and linked");
+    assert_eq!(read_live(&store, "tank/d/p"), b"q");
+    assert_eq!(read_live(&store, "tank/d/s"), b"r");
+    assert_eq!(scrub_errors(&store), 0);
 }
 
 /// A replay that dirties more than the background writer's backlog limit (four batches)
