@@ -42,19 +42,23 @@ fn start_server(home: &Path, socket: &Path, mnt: Option<&Path>) -> Child {
     if let Some(mnt) = mnt {
         cmd.args(["--mount", &format!("tank/fs={}", mnt.display())]);
     }
-    let child = cmd
+    // (Its messages go to a file in the home: a server that does not start says why.)
+    let log_path = home.join("serve.log");
+    let log = std::fs::File::create(&log_path).expect("serve log");
+    let mut child = cmd
         .arg("tank")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start cairn serve");
     let start = Instant::now();
     let mounted = || String::from_utf8_lossy(&cairn(home, &["mount"]).stdout).contains("tank/fs");
     while !socket.exists() || (mnt.is_some() && !mounted()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "serve did not start"
-        );
+        let exited = child.try_wait().ok().flatten();
+        if exited.is_some() || start.elapsed() > Duration::from_secs(30) {
+            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("serve did not start ({exited:?}): {said}");
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
     child
