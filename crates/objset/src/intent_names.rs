@@ -30,8 +30,13 @@ use crate::error::StoreError;
 use crate::intent_format::{LoggedCreate, LoggedRename};
 use crate::intent_state::{IntentOp, SyncPolicy};
 
-/// The change counts of the directories a namespace change may touch, taken before it.
-pub(crate) struct DirMarks(Vec<(u64, u64)>);
+/// The change counts of the directories a namespace change may touch, taken before it,
+/// and the log's generation then (a txg committed inside the change, as a full pool's
+/// space check may, starts the counts again from zero).
+pub(crate) struct DirMarks {
+    generation: u64,
+    counts: Vec<(u64, u64)>,
+}
 
 /// A namespace change to keep as an intent.
 pub(crate) struct NamespaceIntent {
@@ -43,13 +48,16 @@ pub(crate) struct NamespaceIntent {
 
 /// Before a change a namespace record will describe: the change counts of `dirs`.
 pub(crate) fn dir_marks(st: &State, dirs: &[u64]) -> DirMarks {
-    let mut marks: Vec<(u64, u64)> = dirs
+    let mut counts: Vec<(u64, u64)> = dirs
         .iter()
         .map(|d| (*d, st.log.dir_changes.get(d).map_or(0, |c| c.all)))
         .collect();
-    marks.sort_unstable();
-    marks.dedup();
-    DirMarks(marks)
+    counts.sort_unstable();
+    counts.dedup();
+    DirMarks {
+        generation: st.log.generation,
+        counts,
+    }
 }
 
 impl StoreCore {
@@ -84,9 +92,14 @@ impl StoreCore {
             st.log.unlogged.insert(intent.dataset);
             return false;
         }
-        for (dir, before) in marks.0 {
+        let synced_since = marks.generation != st.log.generation;
+        for (dir, before) in marks.counts {
+            let before = if synced_since { 0 } else { before };
             let c = st.log.dir_changes.entry(dir).or_default();
-            c.logged += c.all - before;
+            // (A count below its mark cannot happen; if it did, the directory blocks.)
+            if let Some(changes) = c.all.checked_sub(before) {
+                c.logged = (c.logged + changes).min(c.all);
+            }
         }
         let object = (intent.dataset, intent.object, intent.kind);
         self.intent.append(object, intent.op, false);
