@@ -17,6 +17,7 @@
 //!    fuse_threads         cairn_fuse::set_default_threads (threads per mount)
 //!    cache_max            cairn_pool::io::cache::set_default_capacity (0 = off)
 //!    parity_kernel        cairn_parity::set_default_kernel (auto = best for this CPU)
+//!    malloc_arenas        glibc mallopt(M_ARENA_MAX), here in the binary (0 = glibc's own)
 //!    resilver_rate        resilvers nobody started by hand (0 = unlimited)
 //!    scrub_rate           bytes/s a scrub examines unless `scrub --rate` says (0 = unlimited)
 //!    scrub_latency_budget foreground read p99 a scrub keeps to (0 = none)
@@ -114,6 +115,12 @@ const SPECS: &[Spec] = &[
         doc: "RAID-Z parity kernel: auto, scalar, ssse3, avx2, avx2-gfni, avx512-gfni",
     },
     Spec {
+        name: "malloc_arenas",
+        kind: Kind::Count { min: 0, max: 1024 },
+        default: || "1".to_string(),
+        doc: "malloc arenas (1: block buffers freed by one thread are reused by the next; 0 = glibc's 8 per core)",
+    },
+    Spec {
         name: "resilver_rate",
         kind: Kind::Size { min: 0 },
         default: || "0".to_string(),
@@ -138,6 +145,20 @@ const SPECS: &[Spec] = &[
         doc: "bytes/s a scrub examines unless `scrub --rate` says (0 = unlimited)",
     },
 ];
+
+/// Caps glibc's malloc arenas (0: leaves glibc's default). With an arena per thread, a
+/// block buffer freed by the thread that synced it went back to that thread's arena, and
+/// the thread reading the next block grew its own arena with fresh pages: two page faults
+/// and a page clearing per cold 4 KiB read through NBD (docs/bench/small-io.md, section
+/// *One malloc arena*). Called before the binary starts any thread.
+fn set_malloc_arenas(arenas: u64) {
+    if arenas > 0 {
+        // SAFETY: mallopt only adjusts the glibc allocator's limits.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, arenas as libc::c_int);
+        }
+    }
+}
 
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -271,6 +292,7 @@ impl Tunables {
 
     /// Hands each layer its part (before any pool is opened).
     pub fn apply(&self) -> Result<(), String> {
+        set_malloc_arenas(self.number("malloc_arenas"));
         StoreConfig::set_default(self.store_config());
         cairn_vdev::threads::set_io_threads(self.number("io_threads") as usize);
         cairn_fuse::set_default_threads(self.number("fuse_threads") as usize);
@@ -524,6 +546,15 @@ mod tests {
         );
         let e = read(&["fuse_threads=0"], &[], None).unwrap_err();
         assert!(e.contains("1 to 256"), "{e}");
+    }
+
+    #[test]
+    fn malloc_arenas_defaults_to_one_and_zero_leaves_glibc_alone() {
+        assert_eq!(read(&[], &[], None).unwrap().number("malloc_arenas"), 1);
+        let t = read(&[], &[("CAIRN_MALLOC_ARENAS", "0")], None).unwrap();
+        assert_eq!(t.number("malloc_arenas"), 0);
+        let e = read(&["malloc_arenas=2000"], &[], None).unwrap_err();
+        assert!(e.contains("0 to 1024"), "{e}");
     }
 
     #[test]
