@@ -125,13 +125,13 @@ impl IntentLog {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends an intent for `object` of `dataset`; returns its seq.
+    /// Appends an intent for `object` of `dataset`, numbered after the last one.
     pub(crate) fn append(
         &self,
         (dataset, object, kind): (u32, u64, ObjectKind),
         op: IntentOp,
         by_pointer: bool,
-    ) -> u64 {
+    ) {
         let mut p = self.pending();
         p.appended += 1;
         let seq = p.appended;
@@ -143,7 +143,6 @@ impl IntentLog {
             op,
             by_pointer,
         });
-        seq
     }
 
     /// Seq of the last intent appended (what a sync covers).
