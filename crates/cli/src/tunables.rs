@@ -146,9 +146,9 @@ const SPECS: &[Spec] = &[
     },
 ];
 
-/// Caps glibc's malloc arenas (0: leaves glibc's default). With an arena per thread, a
-/// block buffer freed by the thread that synced it went back to that thread's arena, and
-/// the thread reading the next block grew its own arena with fresh pages: two page faults
+/// Caps glibc's malloc arenas (0: leaves glibc's default). With threads spread over several
+/// arenas, a block buffer went back to the arena of the thread that allocated it, and the
+/// thread reading the next block grew its own arena with fresh pages: two page faults
 /// and a page clearing per cold 4 KiB read through NBD (docs/bench/small-io.md, section
 /// *One malloc arena*). Called before the binary starts any thread.
 fn set_malloc_arenas(arenas: u64) {
