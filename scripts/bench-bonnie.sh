@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bonnie++ file creation alone (-n 16: 16 Ki files, no size test, as scripts/bench-fs.sh and
+# the 24-disk study run it) through a cairn mount, for several binaries alternating: a
+# raidz2 of six 3 GiB files in /dev/shm, a fresh pool each run. A run takes seconds, so
+# enough rounds fit to tell a change from this machine's noise.
+#
+# usage: scripts/bench-bonnie.sh LABEL=BINARY [LABEL=BINARY …]
+# environment: ROUNDS (default 8), JSON (default bench-bonnie.json)
+# Needs bonnie++ (Debian: bonnie++) and python3. Files per second; bonnie++ prints "+++++"
+# for a phase done in under half a second (recorded as null).
+set -euo pipefail
+ROUNDS="${ROUNDS:-8}"
+JSON="${JSON:-bench-bonnie.json}"
+command -v bonnie++ >/dev/null || { echo "bench-bonnie: needs bonnie++ (apt-get install bonnie++)" >&2; exit 1; }
+[[ $# -ge 1 ]] || { echo "usage: $0 LABEL=BINARY [LABEL=BINARY …]" >&2; exit 2; }
+
+one_run() { # label binary round
+    local label="$1" bin="$2" round="$3" run csv
+    run="$(mktemp -d /dev/shm/bench-bonnie.XXXXXX)"
+    mkdir -p "$run/mnt"
+    export CAIRN_HOME="$run/home"
+    truncate -s 3G "$run"/d{0,1,2,3,4,5}
+    "$bin" create benchfs raidz2 "$run"/d{0,1,2,3,4,5} >/dev/null
+    "$bin" dataset create benchfs/fs
+    "$bin" mount benchfs/fs "$run/mnt" >/dev/null
+    mkdir -p "$run/mnt/bonnie"
+    csv=$(bonnie++ -q -u root -d "$run/mnt/bonnie" -s 0 -n 16 2>/dev/null | tail -1)
+    "$bin" umount "$run/mnt"
+    rm -rf "$run"
+    # bonnie++ 1.98 CSV: fields 26..37 (0-based) are seq create, stat, delete, random
+    # create, stat, delete, each followed by its %CPU.
+    python3 - "$label" "$round" "$csv" <<'PY' | tee -a "$JSON"
+import json, sys
+label, rnd, f = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+names = ["seq_create", "seq_stat", "seq_delete", "rand_create", "rand_stat", "rand_delete"]
+row = {"label": label, "round": rnd}
+for i, n in enumerate(names):
+    v = f[26 + 2 * i] if len(f) > 26 + 2 * i else ""
+    row[n] = int(v) if v.isdigit() else None
+print(json.dumps(row))
+PY
+}
+
+: >"$JSON"
+for round in $(seq "$ROUNDS"); do
+    for pair in "$@"; do
+        one_run "${pair%%=*}" "${pair#*=}" "$round"
+    done
+done
+python3 - "$JSON" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for label in dict.fromkeys(r["label"] for r in rows):
+    rs = [r for r in rows if r["label"] == label]
+    cells = []
+    for key in ("seq_create", "seq_delete", "rand_create", "rand_delete"):
+        v = [r[key] for r in rs if r[key] is not None]
+        cells.append(f"{key} {statistics.median(v):.0f}" if v else f"{key} -")
+    print(f"{label:<10} medians (files/s): " + ", ".join(cells))
+PY
+echo "JSON lines: $JSON"
