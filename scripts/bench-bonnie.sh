@@ -9,6 +9,8 @@
 # Needs bonnie++ (Debian: bonnie++) and python3. Files per second; bonnie++ prints "+++++"
 # for a phase done in under half a second (recorded as null).
 set -euo pipefail
+# shellcheck source=scripts/alternate-lib.sh
+source "$(dirname "$0")/alternate-lib.sh"
 ROUNDS="${ROUNDS:-8}"
 JSON="${JSON:-bench-bonnie.json}"
 command -v bonnie++ >/dev/null || { echo "bench-bonnie: needs bonnie++ (apt-get install bonnie++)" >&2; exit 1; }
@@ -41,21 +43,5 @@ print(json.dumps(row))
 PY
 }
 
-: >"$JSON"
-for round in $(seq "$ROUNDS"); do
-    for pair in "$@"; do
-        one_run "${pair%%=*}" "${pair#*=}" "$round"
-    done
-done
-python3 - "$JSON" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for label in dict.fromkeys(r["label"] for r in rows):
-    rs = [r for r in rows if r["label"] == label]
-    cells = []
-    for key in ("seq_create", "seq_delete", "rand_create", "rand_delete"):
-        v = [r[key] for r in rs if r[key] is not None]
-        cells.append(f"{key} {statistics.median(v):.0f}" if v else f"{key} -")
-    print(f"{label:<10} medians (files/s): " + ", ".join(cells))
-PY
-echo "JSON lines: $JSON"
+alternate_rounds "$@"
+print_medians seq_create seq_delete rand_create rand_delete

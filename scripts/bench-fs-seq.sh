@@ -9,6 +9,8 @@
 # environment: ROUNDS (default 3), JSON (default bench-fs-seq.json)
 # Needs root (drop_caches), fio and python3.
 set -euo pipefail
+# shellcheck source=scripts/alternate-lib.sh
+source "$(dirname "$0")/alternate-lib.sh"
 ROUNDS="${ROUNDS:-3}"
 JSON="${JSON:-bench-fs-seq.json}"
 command -v fio >/dev/null || { echo "bench-fs-seq: needs fio (apt-get install fio)" >&2; exit 1; }
@@ -40,19 +42,5 @@ one_run() { # label binary round
         "$label" "$round" "$w" "$r" | tee -a "$JSON"
 }
 
-: >"$JSON"
-for round in $(seq "$ROUNDS"); do
-    for pair in "$@"; do
-        one_run "${pair%%=*}" "${pair#*=}" "$round"
-    done
-done
-python3 - "$JSON" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for label in dict.fromkeys(r["label"] for r in rows):
-    rs = [r for r in rows if r["label"] == label]
-    for key in ("seq_write_mbs", "seq_read_mbs"):
-        v = [r[key] for r in rs]
-        print(f"{label:<10} {key}: {' '.join(map(str, v))} (median {statistics.median(v)})")
-PY
-echo "JSON lines: $JSON"
+alternate_rounds "$@"
+print_medians seq_write_mbs seq_read_mbs

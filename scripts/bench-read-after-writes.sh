@@ -10,6 +10,8 @@
 # environment: ROUNDS (default 3), JSON (default bench-read-after-writes.json)
 # Needs fio (Debian: fio) and python3.
 set -euo pipefail
+# shellcheck source=scripts/alternate-lib.sh
+source "$(dirname "$0")/alternate-lib.sh"
 ROUNDS="${ROUNDS:-3}"
 JSON="${JSON:-bench-read-after-writes.json}"
 command -v fio >/dev/null || { echo "bench-read-after-writes: needs fio (apt-get install fio)" >&2; exit 1; }
@@ -73,10 +75,5 @@ PY
     rm -rf "$work"
 }
 
-: >"$JSON"
-for round in $(seq "$ROUNDS"); do
-    for pair in "$@"; do
-        one_run "${pair%%=*}" "${pair#*=}" "$round"
-    done
-done
-echo "JSON lines: $JSON"
+alternate_rounds "$@"
+print_medians randread_qd1_iops randread_qd1_minor_faults_per_read
