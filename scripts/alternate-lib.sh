@@ -27,3 +27,15 @@ for label in dict.fromkeys(r["label"] for r in rows):
 PY
     echo "JSON lines: $JSON"
 }
+
+# A fresh raidz2 of six 3 GiB files under RUN (a new folder) with benchfs/fs mounted at
+# RUN/mnt, made by BINARY; CAIRN_HOME is RUN/home.
+mount_fresh_pool() { # binary run
+    local bin="$1" run="$2"
+    mkdir -p "$run/mnt"
+    export CAIRN_HOME="$run/home"
+    truncate -s 3G "$run"/d{0,1,2,3,4,5}
+    "$bin" create benchfs raidz2 "$run"/d{0,1,2,3,4,5} >/dev/null
+    "$bin" dataset create benchfs/fs
+    "$bin" mount benchfs/fs "$run/mnt" >/dev/null
+}

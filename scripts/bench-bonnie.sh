@@ -19,12 +19,7 @@ command -v bonnie++ >/dev/null || { echo "bench-bonnie: needs bonnie++ (apt-get 
 one_run() { # label binary round
     local label="$1" bin="$2" round="$3" run csv
     run="$(mktemp -d /dev/shm/bench-bonnie.XXXXXX)"
-    mkdir -p "$run/mnt"
-    export CAIRN_HOME="$run/home"
-    truncate -s 3G "$run"/d{0,1,2,3,4,5}
-    "$bin" create benchfs raidz2 "$run"/d{0,1,2,3,4,5} >/dev/null
-    "$bin" dataset create benchfs/fs
-    "$bin" mount benchfs/fs "$run/mnt" >/dev/null
+    mount_fresh_pool "$bin" "$run"
     mkdir -p "$run/mnt/bonnie"
     csv=$(bonnie++ -q -u root -d "$run/mnt/bonnie" -s 0 -n 16 2>/dev/null | tail -1)
     "$bin" umount "$run/mnt"

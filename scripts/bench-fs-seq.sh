@@ -23,12 +23,7 @@ mb_per_s() { # rw: MB/s from fio's JSON on stdin
 one_run() { # label binary round
     local label="$1" bin="$2" round="$3" run w r
     run="$(mktemp -d /dev/shm/bench-fs-seq.XXXXXX)"
-    mkdir -p "$run/mnt"
-    export CAIRN_HOME="$run/home"
-    truncate -s 3G "$run"/d{0,1,2,3,4,5}
-    "$bin" create benchfs raidz2 "$run"/d{0,1,2,3,4,5} >/dev/null
-    "$bin" dataset create benchfs/fs
-    "$bin" mount benchfs/fs "$run/mnt" >/dev/null
+    mount_fresh_pool "$bin" "$run"
     w=$(fio --name=w --filename="$run/mnt/f" --rw=write --bs=1m --size=4G --end_fsync=1 \
         --output-format=json | mb_per_s write)
     "$bin" umount "$run/mnt"
