@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Two workloads through a mount, N files each, for each target given, side by side,
+# Four workloads through a mount, N files each, for each target given, side by side,
 # ROUNDS times alternating:
 #   create   create, write 4 KiB, fsync, close, in one directory (a Samba client's "copy
 #            with flush", a database creating segment files)
 #   maildir  the same in tmp/, then rename into new/ and fsync new/ (how a mail server
 #            delivers a message)
-# What logging creates and renames (CREATE and RENAME records) saves against a txg sync
-# per fsync.
+#   save     the same as a new file, renamed over one of 100 existing files, fsync the
+#            directory (how editors, package managers and config tools save: the old
+#            file loses its last name)
+#   journal  a rollback journal's transaction (SQLite's default): create the journal,
+#            write 4 KiB, fsync it, write 4 KiB into the database file, fsync it, remove
+#            the journal, fsync the directory
+# What logging creates, renames and removals (CREATE, RENAME and REMOVE records) saves
+# against a txg sync per fsync.
 #
 # usage: scripts/bench-create-fsync.sh [-n N] [-o OUT.json] TARGET...
 #   TARGET  LABEL=CAIRN_BINARY  a cairn build: a raidz1 of three 1 GiB files in /dev/shm,
@@ -39,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# workload DIR -> "create-files/s maildir-files/s"
+# workload DIR -> "create-files/s maildir-files/s save-files/s journal-transactions/s"
 workload() {
     python3 - "$1" "$n" <<'PY'
 import os, sys, time
@@ -65,7 +71,31 @@ for i in range(n):
     os.fsync(new)
 rate_maildir = n / (time.time() - t0)
 os.close(new)
-print(f"{rate_create:.0f} {rate_maildir:.0f}")
+os.makedirs(f"{d}/s")
+for i in range(100):
+    create(f"{d}/s/f{i}")
+sd = os.open(f"{d}/s", os.O_RDONLY)
+t0 = time.time()
+for i in range(n):
+    create(f"{d}/s/f.tmp")
+    os.rename(f"{d}/s/f.tmp", f"{d}/s/f{i % 100}")
+    os.fsync(sd)
+rate_save = n / (time.time() - t0)
+os.close(sd)
+os.makedirs(f"{d}/j")
+jd = os.open(f"{d}/j", os.O_RDONLY)
+db = os.open(f"{d}/j/db", os.O_CREAT | os.O_RDWR, 0o644)
+t0 = time.time()
+for i in range(n):
+    create(f"{d}/j/db-journal")
+    os.pwrite(db, buf, (i % 256) * 4096)
+    os.fsync(db)
+    os.unlink(f"{d}/j/db-journal")
+    os.fsync(jd)
+rate_journal = n / (time.time() - t0)
+os.close(db)
+os.close(jd)
+print(f"{rate_create:.0f} {rate_maildir:.0f} {rate_save:.0f} {rate_journal:.0f}")
 PY
 }
 
@@ -104,11 +134,11 @@ run_zfs_fuse() {
     rm -rf "$z" "$work/zfs-fuse.pid"
 }
 
-record() { # LABEL MEDIUM ROUND "CREATE_RATE MAILDIR_RATE"
-    local c m
-    read -r c m <<< "$4"
-    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"create_files_per_s\": $c, \"maildir_files_per_s\": $m}" >> "$rows"
-    printf '%-24s %-6s round %s: create %7s files/s, maildir %7s files/s\n' "$1" "$2" "$3" "$c" "$m"
+record() { # LABEL MEDIUM ROUND "CREATE_RATE MAILDIR_RATE SAVE_RATE JOURNAL_RATE"
+    local c m s j
+    read -r c m s j <<< "$4"
+    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"create_files_per_s\": $c, \"maildir_files_per_s\": $m, \"save_files_per_s\": $s, \"journal_per_s\": $j}" >> "$rows"
+    printf '%-24s %-6s round %s: create %7s, maildir %7s, save %7s files/s; journal %7s/s\n' "$1" "$2" "$3" "$c" "$m" "$s" "$j"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -133,7 +163,10 @@ rows, out, n, delay = sys.argv[1:]
 json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "files": int(n), "slow_delay_ms": float(delay),
            "workloads": {"create": "create, write 4 KiB, fsync, close; one directory",
-                         "maildir": "the same in tmp/, rename into new/, fsync new/"},
+                         "maildir": "the same in tmp/, rename into new/, fsync new/",
+                         "save": "the same as f.tmp, rename over one of 100 files, fsync the directory",
+                         "journal": "create journal, write 4 KiB, fsync; write 4 KiB into db, fsync; "
+                                    "unlink journal, fsync the directory"},
            "runs": [json.loads(l) for l in open(rows)]}, open(out, "w"), indent=2)
 print(f"JSON: {out}")
 PY

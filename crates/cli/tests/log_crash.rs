@@ -4,13 +4,16 @@
 //! (no unacknowledged write appears in part), and the pool scrubs clean at the end.
 //!
 //! A second test does the same while a file system of the pool, mounted by the same
-//! server, creates, renames and removes files (changes the log cannot record, which make
-//! that dataset's commits syncs but not the volume's).
+//! server, creates, renames and removes files (by their own fsync-less churn, so that
+//! dataset's log never needs committing beside the volume's).
 //!
 //! A third kills the server while a mount creates files (and directories and symbolic
-//! links), writes and fsyncs them, renames some and gives some a second name: CREATE,
-//! RENAME and LINK records. Every file whose fsync returned, and every name whose
-//! directory's fsync returned, is there after the replay, with its bytes.
+//! links), writes and fsyncs them, renames some, gives some a second name, replaces some
+//! by a rename over them, removes others and sets extended attributes: CREATE, RENAME,
+//! LINK, REMOVE and XATTR records. Every file whose fsync returned, and every name whose
+//! directory's fsync returned, is there after the replay, with its bytes; every removal
+//! acknowledged the same way stays removed, and every attribute acknowledged by an fsync
+//! of its file is there.
 //!
 //! CI runs a slice (`kill_9_during_flushed_writes_keeps_every_acknowledged_write`,
 //! `…_beside_namespace_changes` and `kill_9_during_fsynced_creates…`); the recorded runs
@@ -265,12 +268,55 @@ fn kill_9_during_flushed_writes_beside_namespace_changes() {
     }
 }
 
-/// What the mount acknowledged: files whose fsync returned (path, bytes), and symbolic
-/// links whose directory's fsync returned (path, target).
+/// What the mount acknowledged: files whose fsync returned (path, bytes), symbolic links
+/// and removals whose directory's fsync returned (path, target; path), and extended
+/// attributes whose file's fsync returned (path, value of `XATTR`).
 #[derive(Default)]
 struct Acked {
     files: Vec<(PathBuf, Vec<u8>)>,
     links: Vec<(PathBuf, PathBuf)>,
+    removed: Vec<PathBuf>,
+    xattrs: Vec<(PathBuf, Vec<u8>)>,
+}
+
+/// The extended attribute `fsynced_creates` sets (as Samba keeps DOS attributes).
+const XATTR: &str = "user.DOSATTRIB";
+
+fn set_xattr(path: &Path, value: &[u8]) -> std::io::Result<()> {
+    let (p, n) = (c_path(path), std::ffi::CString::new(XATTR).unwrap());
+    // SAFETY: both strings are NUL-terminated and live across the call; the value is a
+    // valid slice.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_xattr(path: &Path) -> std::io::Result<Vec<u8>> {
+    let (p, n) = (c_path(path), std::ffi::CString::new(XATTR).unwrap());
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: as in `set_xattr`; the buffer is writable for its length.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap()
 }
 
 impl Acked {
@@ -289,64 +335,105 @@ impl Acked {
                 .unwrap_or_else(|e| panic!("round {round}: link {} lost: {e}", link.display()));
             assert_eq!(&got, target, "round {round}");
         }
+        for path in &self.removed {
+            assert!(
+                std::fs::symlink_metadata(path).is_err(),
+                "round {round}: removed {} is back",
+                path.display()
+            );
+        }
+        for (path, value) in &self.xattrs {
+            let got = get_xattr(path)
+                .unwrap_or_else(|e| panic!("round {round}: xattr of {} lost: {e}", path.display()));
+            assert_eq!(&got, value, "round {round}: xattr of {}", path.display());
+        }
     }
 }
 
 /// Creates directories of 16 files each in `dir`, each file written and fsync'd, every
-/// third renamed, a second name for every seventh and a symbolic link to every fifth one
-/// (each acknowledged by an fsync of its directory), until a call fails (the server was
-/// killed).
+/// third renamed, a second name for every seventh, some replaced by a rename over them,
+/// scratch files removed, extended attributes set and a symbolic link to every fifth one
+/// (each name change acknowledged by an fsync of its directory, each attribute by an fsync
+/// of its file), until a call fails (the server was killed).
 fn fsynced_creates(dir: &Path, round: usize, acked: &std::sync::Mutex<Acked>) {
-    use std::io::Write;
     for i in 0u64.. {
         let sub = dir.join(format!("r{round}")).join(format!("d{}", i / 16));
         if i % 16 == 0 && std::fs::create_dir_all(&sub).is_err() {
             return;
         }
-        let path = sub.join(format!("f{i}"));
         let data = support::pseudo_random(100 + (i as usize * 997) % 9000, i + 1000 * round as u64);
-        let written = std::fs::File::create_new(&path)
-            .and_then(|mut f| f.write_all(&data).and_then(|()| f.sync_all()));
-        if written.is_err() {
+        if create_one(&sub, i, data, acked).is_err() {
             return;
         }
-        // Every third file is moved into place and every seventh gets a second name
-        // (RENAME and LINK records), each acknowledged by an fsync of the directory.
-        let sync_dir = || std::fs::File::open(&sub).and_then(|d| d.sync_all());
-        let path = if i % 3 == 0 {
-            let moved = sub.join(format!("m{i}"));
-            if std::fs::rename(&path, &moved)
-                .and_then(|()| sync_dir())
-                .is_err()
-            {
-                return;
-            }
-            moved
-        } else {
-            path
-        };
-        if i % 7 == 0 {
-            let second = sub.join(format!("h{i}"));
-            if std::fs::hard_link(&path, &second)
-                .and_then(|()| sync_dir())
-                .is_err()
-            {
-                return;
-            }
-            acked.lock().unwrap().files.push((second, data.clone()));
-        }
-        acked.lock().unwrap().files.push((path.clone(), data));
-        if i % 5 == 0 {
-            let link = sub.join(format!("l{i}"));
-            let linked = std::os::unix::fs::symlink(&path, &link)
-                .and_then(|()| std::fs::File::open(&sub))
-                .and_then(|d| d.sync_all());
-            if linked.is_err() {
-                return;
-            }
-            acked.lock().unwrap().links.push((link, path));
-        }
     }
+}
+
+/// Writes `data` to `path` as a new file and fsyncs it.
+fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create_new(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+/// File number `i` of `fsynced_creates` in directory `sub`, and what it acknowledges.
+fn create_one(
+    sub: &Path,
+    i: u64,
+    data: Vec<u8>,
+    acked: &std::sync::Mutex<Acked>,
+) -> std::io::Result<()> {
+    let sync_dir = || std::fs::File::open(sub).and_then(|d| d.sync_all());
+    let mut path = sub.join(format!("f{i}"));
+    write_synced(&path, &data)?;
+    // Every third file is moved into place and every seventh gets a second name (RENAME
+    // and LINK records).
+    if i.is_multiple_of(3) {
+        let moved = sub.join(format!("m{i}"));
+        std::fs::rename(&path, &moved).and_then(|()| sync_dir())?;
+        path = moved;
+    }
+    if i.is_multiple_of(7) {
+        let second = sub.join(format!("h{i}"));
+        std::fs::hard_link(&path, &second).and_then(|()| sync_dir())?;
+        acked.lock().unwrap().files.push((second, data.clone()));
+    }
+    // Some are replaced as editors save: a new file renamed over the old (a RENAME that
+    // leaves the old file without a name); the second name above keeps the old bytes.
+    let mut data = data;
+    if i % 6 == 2 {
+        let new = sub.join(format!("n{i}"));
+        let saved: Vec<u8> = data.iter().map(|b| !b).collect();
+        write_synced(&new, &saved)?;
+        std::fs::rename(&new, &path).and_then(|()| sync_dir())?;
+        data = saved;
+    }
+    acked
+        .lock()
+        .unwrap()
+        .files
+        .push((path.clone(), data.clone()));
+    // Scratch files are made and removed (REMOVE records).
+    if i % 4 == 1 {
+        let scratch = sub.join(format!("t{i}"));
+        write_synced(&scratch, &data)?;
+        std::fs::remove_file(&scratch).and_then(|()| sync_dir())?;
+        acked.lock().unwrap().removed.push(scratch);
+    }
+    // Attributes as Samba sets them (XATTR records), acknowledged by the file's fsync.
+    if i % 4 == 3 {
+        let value = format!("0x{:x}", i * 31).into_bytes();
+        set_xattr(&path, &value)
+            .and_then(|()| std::fs::File::open(&path))
+            .and_then(|f| f.sync_all())?;
+        acked.lock().unwrap().xattrs.push((path.clone(), value));
+    }
+    if i.is_multiple_of(5) {
+        let link = sub.join(format!("l{i}"));
+        std::os::unix::fs::symlink(&path, &link).and_then(|()| sync_dir())?;
+        acked.lock().unwrap().links.push((link, path));
+    }
+    Ok(())
 }
 
 /// `rounds` kill -9 rounds of `fsynced_creates` through a mount; returns the files
@@ -389,12 +476,14 @@ fn create_rounds(rounds: usize, seed: u64) -> usize {
         a.files.iter().filter(|(p, _)| starts(p)).count()
     };
     eprintln!(
-        "{rounds} kill -9 rounds, {} fsync'd names ({} renamed, {} second names) and {} \
-         symbolic links acknowledged, all there",
+        "{rounds} kill -9 rounds, {} fsync'd names ({} renamed, {} second names), {} \
+         symbolic links, {} removals and {} extended attributes acknowledged, all there",
         a.files.len(),
         named("m"),
         named("h"),
-        a.links.len()
+        a.links.len(),
+        a.removed.len(),
+        a.xattrs.len()
     );
     a.files.len()
 }

@@ -38,6 +38,10 @@ pub(crate) struct State {
     pub free_objects: BTreeSet<u64>,
     pub datasets: DatasetTable,
     pub datasets_dirty: bool,
+    /// The dataset table changed only in its unlinked sets (`crate::unlinked`), which a
+    /// log replay rebuilds: written at the sync like `datasets_dirty`, but does not stop
+    /// the log.
+    pub unlinked_dirty: bool,
     pub dirty_bytes: u64,
     pub root_bp: BlockPointer,
     pub space_map_bps: Vec<BlockPointer>,

@@ -24,6 +24,10 @@ const DIR_MAGIC: u32 = 0x3152_4944; // "DIR1"
 
 /// Longest file name, in bytes (as Linux's NAME_MAX); `posix` refuses longer ones.
 pub const NAME_MAX: usize = 255;
+/// Longest extended attribute name and value, in bytes (Linux's XATTR_NAME_MAX and
+/// XATTR_SIZE_MAX, beside NAME_MAX in linux/limits.h); `crate::xattr` refuses longer ones.
+pub const XATTR_NAME_MAX: usize = 255;
+pub const XATTR_SIZE_MAX: usize = 64 << 10;
 
 /// How a rename treats an existing target (Linux renameat2 flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1032,6 +1032,7 @@ fn validate_file_name(name: &str) -> Result<(), StoreError> {
 /// Whether the open txg holds any change.
 pub(crate) fn is_dirty_locked(st: &State) -> bool {
     st.datasets_dirty
+        || st.unlinked_dirty
         || st.damaged_dirty
         || st.dirs.any_dirty()
         || st.objects.values().any(|o| o.is_dirty())

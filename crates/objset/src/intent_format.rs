@@ -50,7 +50,7 @@
 use cairn_pool::io::bp::{BlockPointer, Dva, BP_SIZE};
 
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::dir::{RenameMode, NAME_MAX};
+use crate::dir::{RenameMode, NAME_MAX, XATTR_NAME_MAX, XATTR_SIZE_MAX};
 use crate::dnode::ObjectKind;
 
 pub(crate) const LOG_MAGIC: u64 = 0x474f_4c4e_5249_4143; // "CAIRNLOG"
@@ -72,10 +72,15 @@ const KIND_ATTR: u8 = 5;
 const KIND_CREATE: u8 = 6;
 const KIND_RENAME: u8 = 7;
 const KIND_LINK: u8 = 8;
+const KIND_REMOVE: u8 = 9;
+const KIND_XATTR: u8 = 10;
 /// Bytes of a CREATE, RENAME and LINK record between its header and its names.
 const CREATE_FIXED: usize = 40;
 const RENAME_FIXED: usize = 24;
 const LINK_FIXED: usize = 16;
+/// Bytes of a REMOVE and an XATTR record between its header and its name.
+const REMOVE_FIXED: usize = 16;
+const XATTR_FIXED: usize = 16;
 
 /// One logged operation. Object ids are pool-wide, so a record needs no dataset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +122,27 @@ pub(crate) enum Record {
         dir: u64,
         name: String,
     },
+    Remove {
+        object: u64,
+        dir: u64,
+        name: String,
+        rmdir: bool,
+    },
+    Xattr {
+        object: u64,
+        xattr: LoggedXattr,
+    },
+}
+
+/// An extended attribute an XATTR record sets or removes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoggedXattr {
+    /// The object keeping the attributes (`Dnode::xattr`) when the change was made.
+    pub holder: u64,
+    /// 1 to `XATTR_NAME_MAX` bytes of UTF-8.
+    pub name: String,
+    /// None: removed. At most `XATTR_SIZE_MAX` bytes.
+    pub value: Option<Vec<u8>>,
 }
 
 /// A rename a RENAME record repeats (its object is the one `from` names).
@@ -179,6 +205,10 @@ impl Record {
                 }
                 Record::Rename { rename: r, .. } => RENAME_FIXED + r.from.len() + r.to.len(),
                 Record::Link { name, .. } => LINK_FIXED + name.len(),
+                Record::Remove { name, .. } => REMOVE_FIXED + name.len(),
+                Record::Xattr { xattr: x, .. } => {
+                    XATTR_FIXED + x.name.len() + x.value.as_ref().map_or(0, Vec::len)
+                }
             }
     }
 
@@ -191,7 +221,9 @@ impl Record {
             | Record::Attr { object, .. }
             | Record::Create { object, .. }
             | Record::Rename { object, .. }
-            | Record::Link { object, .. } => *object,
+            | Record::Link { object, .. }
+            | Record::Remove { object, .. }
+            | Record::Xattr { object, .. } => *object,
         }
     }
 
@@ -205,6 +237,8 @@ impl Record {
             Record::Create { .. } => KIND_CREATE,
             Record::Rename { .. } => KIND_RENAME,
             Record::Link { .. } => KIND_LINK,
+            Record::Remove { .. } => KIND_REMOVE,
+            Record::Xattr { .. } => KIND_XATTR,
         };
         w.u8(kind)
             .u8(0)
@@ -245,6 +279,22 @@ impl Record {
                 w.u64(*dir).u16(name.len() as u16).u16(0).u32(0);
                 w.raw(name.as_bytes());
             }
+            Record::Remove {
+                dir, name, rmdir, ..
+            } => {
+                w.u64(*dir)
+                    .u8(u8::from(*rmdir))
+                    .u8(0)
+                    .u16(name.len() as u16)
+                    .u32(0);
+                w.raw(name.as_bytes());
+            }
+            Record::Xattr { xattr: x, .. } => {
+                let value = x.value.as_deref().unwrap_or_default();
+                w.u64(x.holder).u8(u8::from(x.value.is_some())).u8(0);
+                w.u16(x.name.len() as u16).u32(value.len() as u32);
+                w.raw(x.name.as_bytes()).raw(value);
+            }
         }
     }
 
@@ -268,6 +318,65 @@ impl Record {
             object,
             dir,
             name: Record::decode_name(b, len, at)?,
+        })
+    }
+
+    /// An ATTR record's body.
+    fn decode_attrs(b: &mut Reader<'_>) -> Result<LoggedAttrs, DecodeError> {
+        let (mode, uid, gid, _) = (b.u32()?, b.u32()?, b.u32()?, b.u32()?);
+        Ok(LoggedAttrs {
+            mode,
+            uid,
+            gid,
+            atime_ns: b.u64()?,
+            mtime_ns: b.u64()?,
+            ctime_ns: b.u64()?,
+        })
+    }
+
+    /// A REMOVE record's body.
+    fn decode_remove(b: &mut Reader<'_>, object: u64, at: usize) -> Result<Record, DecodeError> {
+        let dir = b.u64()?;
+        let rmdir = match b.u8()? {
+            0 => false,
+            1 => true,
+            other => {
+                let what = format!("rmdir flag {other}");
+                return Err(DecodeError::bad_value("log REMOVE record", at, what));
+            }
+        };
+        let _ = b.u8()?;
+        let len = b.u16()? as usize;
+        let _ = b.u32()?;
+        Ok(Record::Remove {
+            object,
+            dir,
+            name: Record::decode_name(b, len, at)?,
+            rmdir,
+        })
+    }
+
+    /// An XATTR record's body (names are as long as file names: `XATTR_NAME_MAX`).
+    fn decode_xattr(b: &mut Reader<'_>, at: usize) -> Result<LoggedXattr, DecodeError> {
+        const _: () = assert!(XATTR_NAME_MAX == NAME_MAX);
+        let bad = |what: String| DecodeError::bad_value("log XATTR record", at, what);
+        let holder = b.u64()?;
+        let set = b.u8()?;
+        let _ = b.u8()?;
+        let name_len = b.u16()? as usize;
+        let value_len = b.u32()? as usize;
+        let name = Record::decode_name(b, name_len, at)?;
+        if set > 1 || (set == 0 && value_len > 0) {
+            return Err(bad(format!("set flag {set} with {value_len} value bytes")));
+        }
+        if value_len > XATTR_SIZE_MAX {
+            return Err(bad(format!("a value of {value_len} bytes")));
+        }
+        let value = b.fixed(value_len)?.to_vec();
+        Ok(LoggedXattr {
+            holder,
+            name,
+            value: (set == 1).then_some(value),
         })
     }
 
@@ -360,18 +469,10 @@ impl Record {
                 offset: b.u64()?,
                 bytes: b.u64()?,
             },
-            KIND_ATTR => {
-                let (mode, uid, gid, _) = (b.u32()?, b.u32()?, b.u32()?, b.u32()?);
-                let attrs = LoggedAttrs {
-                    mode,
-                    uid,
-                    gid,
-                    atime_ns: b.u64()?,
-                    mtime_ns: b.u64()?,
-                    ctime_ns: b.u64()?,
-                };
-                Record::Attr { object, attrs }
-            }
+            KIND_ATTR => Record::Attr {
+                object,
+                attrs: Record::decode_attrs(&mut b)?,
+            },
             KIND_CREATE => Record::Create {
                 object,
                 create: Record::decode_create(&mut b, at)?,
@@ -381,6 +482,11 @@ impl Record {
                 rename: Record::decode_rename(&mut b, at)?,
             },
             KIND_LINK => Record::decode_link(&mut b, object, at)?,
+            KIND_REMOVE => Record::decode_remove(&mut b, object, at)?,
+            KIND_XATTR => Record::Xattr {
+                object,
+                xattr: Record::decode_xattr(&mut b, at)?,
+            },
             other => {
                 return Err(DecodeError::bad_value(
                     "log record",
@@ -684,6 +790,34 @@ mod tests {
                         target: Vec::new(),
                     },
                 },
+                Record::Remove {
+                    object: 13,
+                    dir: 4,
+                    name: "sda1".into(),
+                    rmdir: false,
+                },
+                Record::Remove {
+                    object: 14,
+                    dir: 4,
+                    name: "empty dir".into(),
+                    rmdir: true,
+                },
+                Record::Xattr {
+                    object: 7,
+                    xattr: LoggedXattr {
+                        holder: 15,
+                        name: "user.DOSATTRIB".into(),
+                        value: Some(vec![0, 1, 2, 3]),
+                    },
+                },
+                Record::Xattr {
+                    object: 7,
+                    xattr: LoggedXattr {
+                        holder: 15,
+                        name: "security.NTACL".into(),
+                        value: None,
+                    },
+                },
             ],
         }
     }
@@ -814,6 +948,53 @@ mod tests {
         bytes[LOG_HEADER + RECORD_HEADER + 16] = 3; // no such mode
         LogBlock::seal(&mut bytes);
         assert!(LogBlock::decode(&bytes).is_err(), "rename mode 3 accepted");
+    }
+
+    /// A REMOVE with an unknown rmdir flag, and an XATTR whose value is too long or is
+    /// given for a removal, are refused.
+    #[test]
+    fn remove_and_xattr_records_with_impossible_contents_are_refused() {
+        let encode = |r: Record| {
+            let mut block = sample();
+            block.records = vec![r];
+            block.encode(8192)
+        };
+        let remove = Record::Remove {
+            object: 9,
+            dir: 1,
+            name: "f".into(),
+            rmdir: false,
+        };
+        let mut bytes = encode(remove);
+        assert!(LogBlock::decode(&bytes).is_ok());
+        bytes[LOG_HEADER + RECORD_HEADER + 8] = 2; // rmdir flag 2
+        LogBlock::seal(&mut bytes);
+        assert!(LogBlock::decode(&bytes).is_err(), "rmdir flag 2 accepted");
+
+        let xattr = |value: Option<Vec<u8>>| Record::Xattr {
+            object: 9,
+            xattr: LoggedXattr {
+                holder: 10,
+                name: "user.x".into(),
+                value,
+            },
+        };
+        let huge = vec![1u8; XATTR_SIZE_MAX + 1];
+        let mut block = sample();
+        block.records = vec![xattr(Some(huge))];
+        assert!(
+            LogBlock::decode(&block.encode(MAX_LOG_BLOCK)).is_err(),
+            "a value over XATTR_SIZE_MAX accepted"
+        );
+        let mut bytes = encode(xattr(Some(b"v".to_vec())));
+        assert!(LogBlock::decode(&bytes).is_ok());
+        bytes[LOG_HEADER + RECORD_HEADER + 8] = 0; // a removal that carries a value
+        LogBlock::seal(&mut bytes);
+        assert!(LogBlock::decode(&bytes).is_err(), "a removal with a value");
+        assert_eq!(
+            LogBlock::decode(&encode(xattr(None))).unwrap().records,
+            vec![xattr(None)]
+        );
     }
 
     proptest::proptest! {

@@ -31,12 +31,13 @@
 //!   2), so replaying C onto the root block that names C never puts back older data.
 //! - A log commit writes its blocks holding the read gate, which every sync takes
 //!   exclusively first: no sync frees or reuses a chain's blocks while they are written.
-//! - Changes the log has no record for (removing names, xattrs, attributes of a volume,
-//!   a create or rename through a path rather than `posix`) mark their dataset
-//!   `unlogged`, as does a directory with a change other than a logged create, rename or
-//!   link (`LogChain::dir_changes` counts every insert and removal, and the logged ones:
-//!   `crate::intent_names`); a dataset change (create, destroy, a property, the unlinked
-//!   list) blocks every dataset. A log commit for a blocked dataset syncs the txg instead. A commit for another dataset takes the intents of
+//! - Changes the log has no record for (attributes of a volume, a create, rename or
+//!   removal through a path rather than `posix`, an object freed other than at its last
+//!   close) mark their dataset `unlogged`, as does a directory with a change other than a
+//!   logged create, rename, link or removal (`LogChain::dir_changes` counts every insert
+//!   and removal, and the logged ones: `crate::intent_names`); a dataset change (create,
+//!   destroy, a property; not the unlinked set, which replay rebuilds) blocks every
+//!   dataset. A log commit for a blocked dataset syncs the txg instead. A commit for another dataset takes the intents of
 //!   every dataset that can log and leaves the blocked ones' for the sync (checked again
 //!   under the lock before the blocks are allocated), so each dataset replays to a state
 //!   it had: its last txg plus the writes logged before its first unrecorded change. (An
@@ -51,8 +52,8 @@
 //! - A replay overwrites nothing the committed root block or its chain needs before its
 //!   one sync commits: no sync runs part-way (`sync_allowed_midway`) and nothing is
 //!   allocated over the claimed chain, so an import cut short replays the same chain again.
-//! - A namespace intent (CREATE, RENAME, LINK) is appended under the store lock
-//!   (`note_namespace`), so a sync covers it exactly when it covers the change: replaying
+//! - A namespace intent (CREATE, RENAME, LINK, REMOVE; XATTR too) is appended under the
+//!   store lock (`note_namespace`), so a sync covers it exactly when it covers the change: replaying
 //!   chain C onto the root block that names C finds the state the change was made in (a
 //!   created node's id free: a freed id is used again only after the txg that freed it).
 //!   Replay repeats it with the same `posix` code (`crate::intent_names`).
@@ -288,6 +289,18 @@ impl StoreCore {
                     dir: *dir,
                     name: name.to_string(),
                 })),
+                IntentOp::Remove { dir, name, rmdir } => {
+                    batch.push(Planned::Inline(Record::Remove {
+                        object,
+                        dir: *dir,
+                        name: name.to_string(),
+                        rmdir: *rmdir,
+                    }))
+                }
+                IntentOp::Xattr(x) => batch.push(Planned::Inline(Record::Xattr {
+                    object,
+                    xattr: (**x).clone(),
+                })),
                 &IntentOp::Write { offset, len } => {
                     let mut data = vec![0u8; len as usize];
                     let target = Resolved {
@@ -295,7 +308,13 @@ impl StoreCore {
                         object,
                         kind: intent.kind,
                     };
-                    let n = self.read(&target, offset, &mut data)?;
+                    let n = match self.read(&target, offset, &mut data) {
+                        Ok(n) => n,
+                        // Freed since (its last name went, a REMOVE or RENAME record
+                        // follows): replay frees it too.
+                        Err(_) if self.live_dnode(object).is_none() => continue,
+                        Err(e) => return Err(e),
+                    };
                     data.truncate(n);
                     if data.is_empty() {
                         continue;
@@ -336,7 +355,7 @@ impl StoreCore {
         files.sort_unstable();
         files.dedup();
         for object in files {
-            let Ok(dn) = self.dnode(object) else {
+            let Some(dn) = self.live_dnode(object) else {
                 continue;
             };
             let attrs = LoggedAttrs {
@@ -750,6 +769,13 @@ impl StoreCore {
             Record::Create { object, create } => Some(self.replay_create(*object, create)),
             Record::Rename { object, rename } => Some(self.replay_rename(*object, rename)),
             Record::Link { object, dir, name } => Some(self.replay_link(*object, *dir, name)),
+            Record::Remove {
+                object,
+                dir,
+                name,
+                rmdir,
+            } => Some(self.replay_remove(*object, *dir, name, *rmdir)),
+            Record::Xattr { object, xattr } => Some(self.replay_xattr(*object, xattr)),
             _ => None,
         };
         if let Some(applied) = namespace {
@@ -758,7 +784,7 @@ impl StoreCore {
                 false => Applied::Skipped,
             });
         }
-        let Ok(dnode) = self.dnode(record.object()) else {
+        let Some(dnode) = self.live_dnode(record.object()) else {
             return Ok(Applied::Skipped);
         };
         let applies = match record {
@@ -799,9 +825,11 @@ impl StoreCore {
             Record::Attr { attrs, .. } => {
                 self.set_logged_attrs(record.object(), attrs)?;
             }
-            Record::Create { .. } | Record::Rename { .. } | Record::Link { .. } => {
-                unreachable!("replayed above")
-            }
+            Record::Create { .. }
+            | Record::Rename { .. }
+            | Record::Link { .. }
+            | Record::Remove { .. }
+            | Record::Xattr { .. } => unreachable!("replayed above"),
         }
         Ok(Applied::Yes)
     }

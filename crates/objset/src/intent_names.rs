@@ -1,15 +1,17 @@
 //! Namespace changes in the intent log (the log itself: `crate::intent_log`): the intents
-//! `posix::make_node`, `rename` and `link` keep (CREATE, RENAME and LINK records), and
-//! how replay applies those records.
+//! `posix::make_node`, `rename`, `link` and `remove_name` keep (CREATE, RENAME, LINK and
+//! REMOVE records; `xattr::set_xattr` keeps XATTR ones the same way), and how replay
+//! applies those records.
 //!
 //! ```text
-//!  make_node / rename / link, under the store lock:
+//!  make_node / rename / link / remove_name, under the store lock:
 //!    marks = dir_marks(dirs it may change)        each directory's change count now
 //!    the change itself (dir_insert/dir_remove count every change)
 //!    note_namespace(marks, intent)                the changes since the marks count as
 //!                                                 logged; the intent is appended
-//!  a directory with more changes than logged ones (a removal, an xattr, a failed
-//!  change part-way) blocks its dataset's log: `intent_log::unloggable_datasets`
+//!  a directory with more changes than logged ones (a change through a path rather than
+//!  `posix`, a failed change part-way) blocks its dataset's log:
+//!  `intent_log::unloggable_datasets`
 //! ```
 //! Invariants:
 //! - The intent is appended under the store lock, so a sync covers it exactly when it
@@ -19,7 +21,9 @@
 //!   change that failed part-way leaves its directory blocking, and a dataset that keeps
 //!   no intent (`sync=disabled`, the log not armed yet) is marked unlogged.
 //! - Replay runs the same `posix` code under the logged ids and names; an object a
-//!   replayed rename leaves without a name is freed (no one has it open at import).
+//!   replayed rename or removal leaves without a name is freed (no one has it open at
+//!   import), and later records of it are skipped (`live_dnode`). Live, such an object
+//!   is freed at its last close without blocking the log (`free_nameless_locked`).
 
 use std::sync::MutexGuard;
 
@@ -138,7 +142,30 @@ impl StoreCore {
             .rename_locked(&mut st, r.from_dir, &r.from, r.to_dir, &r.to, r.mode)
             .map_err(|e| not_replayed(id, "RENAME", &r.to, r.to_dir, e))?;
         if let Some(gone) = replaced.filter(|u| u.nlink == 0) {
-            self.free_object_locked(&mut st, gone.object)?;
+            self.free_nameless_locked(&mut st, gone.object)?;
+        }
+        Ok(true)
+    }
+
+    /// Log replay: removes the name a REMOVE record logged, which must name the record's
+    /// object; an object left without a name is freed (nothing has it open at import).
+    pub(crate) fn replay_remove(
+        &self,
+        id: u64,
+        dir: u64,
+        name: &str,
+        rmdir: bool,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        if self.entry_of(&mut st, dir, name) != Some(id) {
+            let e = StoreError::NotFound(format!("\"{name}\" naming object {id}"));
+            return Err(not_replayed(id, "REMOVE", name, dir, e));
+        }
+        let (left, _, _) = self
+            .remove_name_locked(&mut st, dir, name, rmdir)
+            .map_err(|e| not_replayed(id, "REMOVE", name, dir, e))?;
+        if left.nlink == 0 {
+            self.free_nameless_locked(&mut st, id)?;
         }
         Ok(true)
     }

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use cairn_pool::io::bp::Dva;
 
 use crate::dnode::ObjectKind;
-use crate::intent_format::{LogBlockAddr, LogHead, LoggedCreate, LoggedRename};
+use crate::intent_format::{LogBlockAddr, LogHead, LoggedCreate, LoggedRename, LoggedXattr};
 
 /// Whether the attributes of an object of this kind are logged (ATTR records): files,
 /// directories, symbolic links and special files. A volume's are not (it has none worth
@@ -74,6 +74,15 @@ pub(crate) enum IntentOp {
         dir: u64,
         name: Box<str>,
     },
+    /// The intent's object lost the name `name` in `dir` (`rmdir`: an empty directory).
+    Remove {
+        dir: u64,
+        name: Box<str>,
+        rmdir: bool,
+    },
+    /// An extended attribute of the intent's object was set or removed (the value as it
+    /// was then: a later change is an intent of its own).
+    Xattr(Box<LoggedXattr>),
 }
 
 impl IntentOp {
@@ -87,7 +96,7 @@ impl IntentOp {
                 v.extend(*other);
                 v
             }
-            IntentOp::Link { dir, .. } => vec![*dir],
+            IntentOp::Link { dir, .. } | IntentOp::Remove { dir, .. } => vec![*dir],
             _ => Vec::new(),
         }
     }

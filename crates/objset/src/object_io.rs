@@ -284,21 +284,46 @@ impl StoreCore {
     }
 
     /// Deletes an object (and the object holding its extended attributes): its blocks are
-    /// freed at sync and its id reused afterwards.
+    /// freed at sync and its id reused afterwards. Its dataset's log is blocked until the
+    /// next txg (a replay would not repeat the free).
     pub(crate) fn free_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let dataset = self.object_mut(st, id)?.dnode.dataset;
+        st.log.unlogged.insert(dataset);
+        self.free_nameless_locked(st, id)
+    }
+
+    /// `free_object_locked` without blocking the log: only for an object no name leads
+    /// to (nlink 0) whose last name went in a change a replay repeats (a REMOVE or RENAME
+    /// record, which frees it too) or in a committed txg (then it is in the unlinked set,
+    /// which the next open frees). A replay never touches it again after that: a freed id
+    /// is used again only after its txg commits.
+    pub(crate) fn free_nameless_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         let xattr = self.object_mut(st, id)?.dnode.xattr;
         if xattr != 0 && xattr != id {
             // (Only an Xattrs object, and not its own attributes: damage cannot make a loop.)
             if self.object_mut(st, xattr)?.dnode.kind == ObjectKind::Xattrs {
-                self.free_one_object_locked(st, xattr)?;
+                self.release_object_locked(st, xattr)?;
             }
         }
-        self.free_one_object_locked(st, id)
+        self.release_object_locked(st, id)
     }
 
+    /// An object's dnode, unless it is gone (free, or freed in the open txg).
+    pub(crate) fn live_dnode(&self, id: u64) -> Option<Dnode> {
+        let mut st = self.lock();
+        let o = self.object_mut(&mut st, id).ok()?;
+        (!o.freeing).then_some(o.dnode)
+    }
+
+    /// Frees one object (not its attributes' object); blocks its dataset's log.
     pub(crate) fn free_one_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
         let dataset = self.object_mut(st, id)?.dnode.dataset;
         st.log.unlogged.insert(dataset);
+        self.release_object_locked(st, id)
+    }
+
+    fn release_object_locked(&self, st: &mut State, id: u64) -> Result<(), StoreError> {
+        let dataset = self.object_mut(st, id)?.dnode.dataset;
         crate::unlinked::note_unlinked(st, dataset, id, false);
         forget_presynced(st, id, ..);
         st.dirs.forget(id);

@@ -281,34 +281,59 @@ impl StoreCore {
     }
 
     /// Removes the name `name` from `dir`: a non-directory (`rmdir` false) or an empty
-    /// directory (`rmdir` true).
+    /// directory (`rmdir` true). Logged (a REMOVE record).
     pub fn remove_name(&self, dir: u64, name: &str, rmdir: bool) -> Result<Unlinked, StoreError> {
         if name.len() > NAME_MAX {
             return Err(StoreError::NameTooLong(name.into()));
         }
         let mut st = self.lock();
-        self.writable_dir(&mut st, dir)?;
-        let e = self.entry_locked(&mut st, dir, name)?;
+        let marks = dir_marks(&st, &[dir]);
+        let (left, dataset, kind) = self.remove_name_locked(&mut st, dir, name, rmdir)?;
+        let intent = NamespaceIntent {
+            dataset,
+            object: left.object,
+            kind,
+            op: IntentOp::Remove {
+                dir,
+                name: name.into(),
+                rmdir,
+            },
+        };
+        self.log_namespace(st, marks, intent)?;
+        Ok(left)
+    }
+
+    /// `remove_name` under the lock; also returns the dataset and the kind of what lost
+    /// its name.
+    pub(crate) fn remove_name_locked(
+        &self,
+        st: &mut State,
+        dir: u64,
+        name: &str,
+        rmdir: bool,
+    ) -> Result<(Unlinked, u32, ObjectKind), StoreError> {
+        let dataset = self.writable_dir(st, dir)?;
+        let e = self.entry_locked(st, dir, name)?;
         match (e.kind == ObjectKind::Directory, rmdir) {
             (true, false) => return Err(StoreError::IsADirectory(name.into())),
             (false, true) => return Err(StoreError::NotADirectory(name.into())),
             (true, true) => {
-                if !self.dir_is_empty(&mut st, e.object)? {
+                if !self.dir_is_empty(st, e.object)? {
                     return Err(StoreError::NotEmpty(name.into()));
                 }
             }
             (false, false) => {}
         }
-        self.dir_remove(&mut st, dir, name)?;
-        self.touch_changed(&mut st, dir)?;
-        let left = self.drop_link(&mut st, e)?;
+        self.dir_remove(st, dir, name)?;
+        self.touch_changed(st, dir)?;
+        let left = self.drop_link(st, e)?;
         if e.kind == ObjectKind::Directory {
             // (Never below 2: directories made by `cairn mkdir` before it counted links
             // left their parent one short, and a directory with no links is a dead one.)
-            let p = self.object_mut(&mut st, dir)?;
+            let p = self.object_mut(st, dir)?;
             p.dnode.nlink = p.dnode.nlink.saturating_sub(1).max(2);
         }
-        Ok(left)
+        Ok((left, dataset, e.kind))
     }
 
     /// One name of `e.object` is gone: its link count goes down (a directory's to 0).
@@ -332,17 +357,18 @@ impl StoreCore {
         })
     }
 
-    /// Frees an object no name leads to any more (nlink 0); a no-op otherwise.
+    /// Frees an object no name leads to any more (nlink 0); a no-op otherwise. The free
+    /// does not block the log: a replay repeats it (`free_nameless_locked`).
     pub fn free_orphan(&self, obj: u64) -> Result<(), StoreError> {
         let mut st = self.lock();
-        let dn = match self.object_mut(&mut st, obj) {
-            Ok(o) => o.dnode,
+        let o = match self.object_mut(&mut st, obj) {
+            Ok(o) => o,
             Err(_) => return Ok(()),
         };
-        if dn.nlink != 0 || dn.kind == ObjectKind::Free {
+        if o.dnode.nlink != 0 || o.dnode.kind == ObjectKind::Free || o.freeing {
             return Ok(());
         }
-        self.free_object_locked(&mut st, obj)
+        self.free_nameless_locked(&mut st, obj)
     }
 
     /// Gives back the data of an object no name leads to (nlink 0) while its dnode waits

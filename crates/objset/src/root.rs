@@ -9,7 +9,8 @@
 //!                records of kind ATTR may be in the chain, 16 promoted snapshots: the
 //!                snapshot section is "SNP2", 32 ATTR records may name directories,
 //!                symbolic links and special files, 64 CREATE records may be in the
-//!                chain, 128 RENAME and LINK records may be); else 0
+//!                chain, 128 RENAME and LINK records may be, 256 REMOVE and XATTR
+//!                records may be); else 0
 //!      16     8  txg
 //!      24     8  next object id
 //!      32   256  object-table dnode (DNODE_SIZE)
@@ -92,9 +93,15 @@ const FLAG_LOG_ATTR_ANY: u32 = 32;
 const FLAG_LOG_CREATE: u32 = 64;
 /// The chain may hold RENAME and LINK records (as `FLAG_LOG_CREATE`).
 const FLAG_LOG_RENAME: u32 = 128;
+/// The chain may hold REMOVE and XATTR records (as `FLAG_LOG_CREATE`).
+const FLAG_LOG_REMOVE: u32 = 256;
 /// Every flag a log head is written with.
-const FLAGS_LOG: u32 =
-    FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE | FLAG_LOG_RENAME;
+const FLAGS_LOG: u32 = FLAG_LOG
+    | FLAG_LOG_ATTR
+    | FLAG_LOG_ATTR_ANY
+    | FLAG_LOG_CREATE
+    | FLAG_LOG_RENAME
+    | FLAG_LOG_REMOVE;
 /// Where the log head is: the end of the block.
 const LOG_HEAD_AT: usize = ROOT_BLOCK_SIZE - LOG_HEAD_SIZE;
 
@@ -295,7 +302,7 @@ mod tests {
         assert!(e.is_corrupt(), "{e}");
         let mut unknown_flag = bytes.clone();
         unknown_flag[8] = 4;
-        unknown_flag[13] = 1; // flag 256
+        unknown_flag[13] = 2; // flag 512
         assert!(RootBlock::decode(&unknown_flag).is_err());
     }
 
@@ -318,26 +325,32 @@ mod tests {
         let bytes = root.encode();
         assert_eq!(bytes.len(), ROOT_BLOCK_SIZE);
         assert_eq!(bytes[8], ROOT_VERSION_FLAGS as u8);
-        assert_eq!(bytes[12] as u32, FLAG_SNAPSHOTS | FLAGS_LOG);
-        assert_eq!(
-            FLAGS_LOG,
-            FLAG_LOG | FLAG_LOG_ATTR | FLAG_LOG_ATTR_ANY | FLAG_LOG_CREATE | FLAG_LOG_RENAME
-        );
+        let flags = |b: &[u8]| u32::from_le_bytes(b[12..16].try_into().unwrap());
+        assert_eq!(flags(&bytes), FLAG_SNAPSHOTS | FLAGS_LOG);
+        assert_eq!(FLAGS_LOG, 4 | 8 | 32 | 64 | 128 | 256);
         let back = RootBlock::decode(&bytes).unwrap();
         assert_eq!(back.log, root.log);
-        // A log head written before RENAME records (no flag 128), before CREATE records
-        // (no flag 64), before ATTR records of directories (no flag 32), or before ATTR
-        // records at all (no flag 8), still imports.
-        let mut before_rename = bytes.clone();
+        // A log head written before REMOVE records (no flag 256), before RENAME records
+        // (no flag 128), before CREATE records (no flag 64), before ATTR records of
+        // directories (no flag 32), or before ATTR records at all (no flag 8), still
+        // imports.
+        let mut before_remove = bytes.clone();
+        before_remove[13] = 0;
+        assert_eq!(
+            flags(&before_remove),
+            FLAG_SNAPSHOTS | FLAGS_LOG & !FLAG_LOG_REMOVE
+        );
+        assert_eq!(RootBlock::decode(&before_remove).unwrap().log, root.log);
+        let mut before_rename = before_remove.clone();
         before_rename[12] &= !(FLAG_LOG_RENAME as u8);
         assert_eq!(RootBlock::decode(&before_rename).unwrap().log, root.log);
-        let mut before_create = bytes.clone();
+        let mut before_create = before_remove.clone();
         before_create[12] &= !((FLAG_LOG_CREATE | FLAG_LOG_RENAME) as u8);
         assert_eq!(RootBlock::decode(&before_create).unwrap().log, root.log);
-        let mut files_only = bytes.clone();
+        let mut files_only = before_remove.clone();
         files_only[12] = (FLAG_SNAPSHOTS | FLAG_LOG | FLAG_LOG_ATTR) as u8;
         assert_eq!(RootBlock::decode(&files_only).unwrap().log, root.log);
-        let mut before_attr = bytes.clone();
+        let mut before_attr = before_remove.clone();
         before_attr[12] = (FLAG_SNAPSHOTS | FLAG_LOG) as u8;
         assert_eq!(RootBlock::decode(&before_attr).unwrap().log, root.log);
         assert!(back.snapshots && !back.clones);

@@ -260,7 +260,7 @@ impl TxgSync<'_> {
     }
 
     fn write_dataset_table(&mut self) -> Result<(), StoreError> {
-        if !self.st.datasets_dirty {
+        if !self.st.datasets_dirty && !self.st.unlinked_dirty {
             return Ok(());
         }
         let bytes = self.st.datasets.encode();
@@ -271,6 +271,7 @@ impl TxgSync<'_> {
         let props = BlockKind::Metadata.metadata_props(0, self.metadata_copies);
         self.write_object(DATASET_TABLE_OBJECT, props)?;
         self.st.datasets_dirty = false;
+        self.st.unlinked_dirty = false;
         Ok(())
     }
 

@@ -4,7 +4,9 @@
 //! leaving its space allocated for good.
 //!
 //! Kept per dataset in the internal property `cairn:unlinked` (object ids, space
-//! separated; docs/format.md), changed in the same txg as the unlink or the free.
+//! separated; docs/format.md), changed in the same txg as the unlink or the free. A change
+//! to the set does not stop the intent log: the unlink is a REMOVE (or RENAME) record, and
+//! replay frees what it leaves without a name, as the next open frees what is in the set.
 
 use crate::core::{State, StoreCore};
 use crate::dataset::UNLINKED_PROP;
@@ -36,7 +38,9 @@ pub(crate) fn note_unlinked(st: &mut State, dataset: u32, object: u64, add: bool
         let text: Vec<String> = ids.iter().map(u64::to_string).collect();
         ds.props.insert(UNLINKED_PROP.into(), text.join(" "));
     }
-    st.datasets_dirty = true;
+    // (Not `datasets_dirty`, which stops every dataset's log: a replay rebuilds this
+    // change from the REMOVE and RENAME records.)
+    st.unlinked_dirty = true;
 }
 
 impl StoreCore {

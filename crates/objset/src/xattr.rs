@@ -14,11 +14,13 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::core::{now_ns, State, StoreCore};
 use crate::dnode::ObjectKind;
 use crate::error::StoreError;
-use crate::object_io::load_object_bytes;
+use crate::intent_format::LoggedXattr;
+use crate::intent_names::{dir_marks, NamespaceIntent};
+use crate::intent_state::{attrs_logged, IntentOp};
+use crate::object_io::{install_object, load_object_bytes, take_object_id};
 
 const XATTR_MAGIC: u32 = 0x3154_4158; // "XAT1"
-pub const MAX_NAME: usize = 255;
-pub const MAX_VALUE: usize = 64 << 10;
+pub use crate::dir::{XATTR_NAME_MAX as MAX_NAME, XATTR_SIZE_MAX as MAX_VALUE};
 /// All names and values of one object, encoded.
 pub const MAX_TOTAL: usize = 1 << 20;
 
@@ -86,6 +88,8 @@ impl StoreCore {
     }
 
     /// Sets (`Some`) or removes (`None`) attribute `name`; the object's ctime changes.
+    /// Logged (an XATTR record) for the objects whose attributes are (files, directories,
+    /// symbolic links, special files); anything else's makes the next log commit a sync.
     pub fn set_xattr(
         &self,
         obj: u64,
@@ -98,9 +102,42 @@ impl StoreCore {
         }
         let mut st = self.lock();
         let dn = self.object_mut(&mut st, obj)?.dnode;
-        st.log.unlogged.insert(dn.dataset);
         self.check_writable_dataset(&st, dn.dataset)?;
-        let mut map = self.xattrs_locked(&mut st, obj)?;
+        if !attrs_logged(dn.kind) {
+            st.log.unlogged.insert(dn.dataset);
+        }
+        let marks = dir_marks(&st, &[]);
+        let holder = self.set_xattr_locked(&mut st, obj, name, (value, mode), None)?;
+        if !attrs_logged(dn.kind) {
+            return Ok(());
+        }
+        let xattr = LoggedXattr {
+            holder,
+            name: name.into(),
+            value: value.map(<[u8]>::to_vec),
+        };
+        let intent = NamespaceIntent {
+            dataset: dn.dataset,
+            object: obj,
+            kind: dn.kind,
+            op: IntentOp::Xattr(Box::new(xattr)),
+        };
+        self.log_namespace(st, marks, intent)
+    }
+
+    /// `set_xattr` under the lock; returns the object keeping `obj`'s attributes. A new
+    /// one gets the id `replay_holder` (log replay: the id it had when logged) or a new
+    /// id; space is checked only outside a replay (its txg cannot sync part-way).
+    fn set_xattr_locked(
+        &self,
+        st: &mut State,
+        obj: u64,
+        name: &str,
+        (value, mode): (Option<&[u8]>, SetMode),
+        replay_holder: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let dn = self.object_mut(st, obj)?.dnode;
+        let mut map = self.xattrs_locked(st, obj)?;
         let exists = map.contains_key(name);
         match (value, mode, exists) {
             (None, _, false) | (Some(_), SetMode::Replace, false) => {
@@ -121,18 +158,49 @@ impl StoreCore {
         if bytes.len() > MAX_TOTAL {
             return Err(StoreError::AttributesFull(MAX_TOTAL));
         }
-        self.reserve_space(&mut st, bytes.len() as u64)?;
-        let holder = match dn.xattr {
-            0 => self.create_object_locked(&mut st, ObjectKind::Xattrs, dn.dataset, 4096)?,
-            h => h,
+        if replay_holder.is_none() {
+            self.reserve_space(st, bytes.len() as u64)?;
+        }
+        let holder = match (dn.xattr, replay_holder) {
+            (0, Some(id)) => {
+                self.claim_object_id(st, id)?;
+                install_object(st, id, ObjectKind::Xattrs, dn.dataset, 4096);
+                id
+            }
+            (0, None) => {
+                let id = take_object_id(st);
+                install_object(st, id, ObjectKind::Xattrs, dn.dataset, 4096);
+                id
+            }
+            (h, _) => h,
         };
-        self.truncate_locked(&mut st, holder, 0)?;
-        self.write_locked(&mut st, holder, 0, &bytes)?;
-        let o = self.object_mut(&mut st, obj)?;
+        self.truncate_locked(st, holder, 0)?;
+        self.write_locked(st, holder, 0, &bytes)?;
+        let o = self.object_mut(st, obj)?;
         o.dnode.xattr = holder;
         o.dnode.ctime_ns = now_ns();
         o.dnode_dirty = true;
-        Ok(())
+        Ok(holder)
+    }
+
+    /// Log replay: sets or removes the attribute an XATTR record logged. False: the
+    /// object is gone (freed later in the chain's txg), or the attribute to remove is
+    /// not there.
+    pub(crate) fn replay_xattr(&self, id: u64, x: &LoggedXattr) -> Result<bool, StoreError> {
+        if self.live_dnode(id).is_none() {
+            return Ok(false);
+        }
+        let mut st = self.lock();
+        let change = (x.value.as_deref(), SetMode::Any);
+        match self.set_xattr_locked(&mut st, id, &x.name, change, Some(x.holder)) {
+            Ok(_) => Ok(true),
+            Err(StoreError::NoAttribute(_)) => Ok(false),
+            Err(e) => Err(StoreError::corrupt_object(
+                "intent log",
+                id,
+                format!("its XATTR record ({:?}) does not replay: {e}", x.name),
+            )),
+        }
     }
 }
 
