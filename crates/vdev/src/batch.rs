@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use cairn_geometry::{raidz_map, RaidzMap, VdevShape, LEAF_DATA_START};
 
 use crate::error::VdevError;
-use crate::top::{IoReport, TopVdev, PARALLEL_MIN_BYTES};
+use crate::top::{IoReport, TopVdev};
 
 /// Largest single coalesced request.
 const MAX_RUN_BYTES: u64 = 8 << 20;
@@ -248,7 +248,7 @@ impl TopVdev {
         let read_list = |(c, list): (usize, Vec<ReadJob<'_>>)| self.read_child_jobs(c, list);
         // A small batch (a random read of a block or two) reads its leaves one after the
         // other on this thread, as `read_block` does for a small block: no thread hand-off.
-        let failed: Vec<Vec<usize>> = if total < PARALLEL_MIN_BYTES {
+        let failed: Vec<Vec<usize>> = if !self.fans_out(total, lists.len()) {
             lists.into_iter().map(read_list).collect()
         } else {
             crate::threads::on_leaf_io(true, lists, |(c, _)| self.leaf_stats(*c), read_list)

@@ -31,6 +31,11 @@ use crate::latency_hist::zip_hist;
 
 pub use crate::latency_hist::{bucket_of, HIST_BUCKETS};
 
+/// Only requests this small (and flushes) move `IoStats::recent_ns`: a large one's time
+/// is mostly its transfer (a 1 MiB write into tmpfs takes ~200 µs), which says nothing of
+/// how long a small request waits for the device.
+const LATENCY_SAMPLE_MAX_BYTES: u64 = 64 << 10;
+
 pub(crate) const READ: usize = 0;
 pub(crate) const WRITE: usize = 1;
 
@@ -43,6 +48,12 @@ pub struct IoStats {
     queue_ns: [AtomicU64; 2],
     pub(crate) flushes: AtomicU64,
     pub(crate) in_flight: AtomicU64,
+    /// How long a small request (read or write of at most `LATENCY_SAMPLE_MAX_BYTES`, or a
+    /// flush) takes in this device lately: each one moves it an eighth of the way to its
+    /// own time (TCP's smoothed round-trip time,
+    /// RFC 6298). Not in `IoCounts`: it decides how requests are issued
+    /// (`TopVdev::fans_out`), it is not a statistic.
+    recent_ns: AtomicU64,
     hist: [[AtomicU64; HIST_BUCKETS]; 2],
     total_hist: [[AtomicU64; HIST_BUCKETS]; 2],
     pub(crate) classes: [ClassStats; CLASSES],
@@ -91,6 +102,7 @@ impl Default for IoStats {
             queue_ns: Default::default(),
             flushes: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
+            recent_ns: AtomicU64::new(0),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             total_hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             classes: Default::default(),
@@ -99,6 +111,20 @@ impl Default for IoStats {
 }
 
 impl IoStats {
+    /// A request took `ns` in the device: the recent time moves an eighth towards it.
+    /// (Two requests finishing at once may each apply their step to the same old value,
+    /// and one step is lost: an estimate, not a count.)
+    pub(crate) fn note_latency(&self, ns: u64) {
+        let old = self.recent_ns.load(Ordering::Relaxed);
+        let new = old - old / 8 + ns / 8;
+        self.recent_ns.store(new, Ordering::Relaxed);
+    }
+
+    /// How long a request takes in this device lately (0 before the first).
+    pub(crate) fn recent_latency_ns(&self) -> u64 {
+        self.recent_ns.load(Ordering::Relaxed)
+    }
+
     /// The counter of `class`'s jobs queued for this leaf (`threads::on_leaf_io`).
     pub(crate) fn pending_counter(&self, class: IoClass) -> &AtomicU64 {
         &self.classes[class.index()].pending
@@ -123,6 +149,9 @@ impl IoStats {
         self.ops[dir].fetch_add(1, Ordering::Relaxed);
         self.bytes[dir].fetch_add(bytes, Ordering::Relaxed);
         self.wait_ns[dir].fetch_add(ns, Ordering::Relaxed);
+        if bytes <= LATENCY_SAMPLE_MAX_BYTES {
+            self.note_latency(ns);
+        }
         self.hist[dir][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
         let queue_ns = queue_ns.unwrap_or(0);
         self.total_hist[dir][bucket_of(ns.saturating_add(queue_ns))]

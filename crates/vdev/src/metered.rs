@@ -86,9 +86,12 @@ impl Leaf for MeteredLeaf {
         self.timed(READ, n, || self.inner.read_vectored_at(bufs, offset))
     }
     fn flush(&self) -> io::Result<()> {
+        let started = Instant::now();
         let result = self.inner.flush();
         if result.is_ok() {
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+            let ns = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            self.stats.note_latency(ns);
         }
         result
     }

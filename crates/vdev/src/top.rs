@@ -475,6 +475,12 @@ pub type Verifier<'a> = &'a dyn Fn(&[u8]) -> bool;
 /// threads; smaller ones run on the caller: handing a few KiB to another thread costs
 /// more than reading them on fast leaves (a thread wake-up is 10–30 µs on a VM).
 pub(crate) const PARALLEL_MIN_BYTES: u64 = 64 << 10;
+/// Unless a child's requests take this long lately (`IoStats::recent_latency_ns`): then
+/// every request to more than one child goes out side by side, whatever its size (and
+/// flushes too), as a thread hand-off is small against the request it overlaps — a
+/// disk, an SSD's flush, a remote leaf. Below it (tmpfs, the page cache, a fast NVMe
+/// write) small requests stay on the caller.
+pub(crate) const SLOW_LEAF_NS: u64 = 100_000;
 
 /// A top-level vdev with its children.
 #[derive(Debug)]
@@ -569,6 +575,19 @@ impl TopVdev {
     pub(crate) fn leaf_stats(&self, c: usize) -> Option<&crate::iostat::IoStats> {
         let child: &Child = self.children.get(c)?;
         child.leaf.as_ref()?.io_stats().map(|s| &**s)
+    }
+
+    /// Whether requests of `bytes` in all to `jobs` children go out side by side
+    /// (`PARALLEL_MIN_BYTES`, `SLOW_LEAF_NS`).
+    pub(crate) fn fans_out(&self, bytes: u64, jobs: usize) -> bool {
+        jobs > 1 && (bytes >= PARALLEL_MIN_BYTES || self.has_slow_child())
+    }
+
+    fn has_slow_child(&self) -> bool {
+        (0..self.children.len()).any(|c| {
+            self.leaf_stats(c)
+                .is_some_and(|s| s.recent_latency_ns() >= SLOW_LEAF_NS)
+        })
     }
 
     /// Number of children reads cannot use (missing, offline, faulted or resilvering).
@@ -778,17 +797,26 @@ impl TopVdev {
     /// Flushes every usable child. A child whose flush fails missed this txg (its error
     /// is counted); the flush fails only when no child could flush.
     pub fn flush(&self) -> Result<(), VdevError> {
+        let flush_one = |c: usize| -> Option<Result<(), VdevError>> {
+            let child = &self.children[c];
+            let leaf = child.usable()?;
+            Some(leaf.flush().map_err(|e| {
+                child.note_error(&child.stats.write_errors, &e);
+                VdevError::io(&child.path, e)
+            }))
+        };
+        let children: Vec<usize> = (0..self.children.len()).collect();
+        let results = if self.fans_out(0, children.len()) {
+            crate::threads::on_io_threads(children, flush_one)
+        } else {
+            children.into_iter().map(flush_one).collect()
+        };
         let mut flushed = 0;
         let mut last_err = None;
-        for child in &self.children {
-            if let Some(leaf) = child.usable() {
-                match leaf.flush() {
-                    Ok(()) => flushed += 1,
-                    Err(e) => {
-                        child.note_error(&child.stats.write_errors, &e);
-                        last_err = Some(VdevError::io(&child.path, e));
-                    }
-                }
+        for r in results.into_iter().flatten() {
+            match r {
+                Ok(()) => flushed += 1,
+                Err(e) => last_err = Some(e),
             }
         }
         match last_err {
@@ -1437,7 +1465,7 @@ impl TopVdev {
                 },
             }
         };
-        let results: Vec<bool> = if block_bytes >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
+        let results: Vec<bool> = if self.fans_out(block_bytes, jobs.len()) {
             crate::threads::on_leaf_io(
                 false,
                 jobs.iter().collect(),
@@ -1470,7 +1498,7 @@ impl TopVdev {
                 },
             }
         };
-        if total as u64 >= PARALLEL_MIN_BYTES && jobs.len() > 1 {
+        if self.fans_out(total as u64, jobs.len()) {
             crate::threads::on_leaf_io(true, jobs, |j| self.leaf_stats(j.0), read_one)
         } else {
             jobs.into_iter().map(read_one).collect()
@@ -1517,7 +1545,122 @@ fn for_each_combination(n: usize, k: usize, f: &mut dyn FnMut(&[usize]) -> bool)
 
 #[cfg(test)]
 mod tests {
-    use super::for_each_combination;
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    /// A leaf in memory that takes `delay` per request (writes and flushes) and counts
+    /// how many of its requests and its sibling's are in flight at once.
+    #[derive(Debug)]
+    struct SlowLeaf {
+        delay: Duration,
+        in_flight: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+        data: Mutex<Vec<u8>>,
+    }
+
+    impl SlowLeaf {
+        fn request(&self) {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(self.delay);
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Leaf for SlowLeaf {
+        fn path(&self) -> &str {
+            "slow"
+        }
+        fn size(&self) -> u64 {
+            self.data.lock().unwrap().len() as u64
+        }
+        fn physical_sector_size(&self) -> u32 {
+            4096
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.request();
+            let d = self.data.lock().unwrap();
+            buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.request();
+            let mut d = self.data.lock().unwrap();
+            d[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.request();
+            Ok(())
+        }
+    }
+
+    /// A mirror of two `SlowLeaf`s sharing one in-flight count; returns it and the
+    /// highest count seen.
+    fn slow_mirror(delay: Duration) -> (TopVdev, Arc<AtomicUsize>) {
+        let (in_flight, most) = (Arc::default(), Arc::<AtomicUsize>::default());
+        let size = LEAF_DATA_START + (4 << 20);
+        let children: Vec<Child> = (0..2)
+            .map(|i| {
+                let leaf = SlowLeaf {
+                    delay,
+                    in_flight: Arc::clone(&in_flight),
+                    most: Arc::clone(&most),
+                    data: Mutex::new(vec![0; size as usize]),
+                };
+                Child::new(i + 1, format!("slow{i}"), Some(Arc::new(leaf)))
+            })
+            .collect();
+        let config = TopConfig {
+            shape: VdevShape::Mirror { children: 2 },
+            asize: 4 << 20,
+            leaves: (0..2)
+                .map(|i| crate::config::LeafConfig::new(i + 1, format!("slow{i}"), size))
+                .collect(),
+            ..TopConfig::hole(0, 12)
+        };
+        let config = TopConfig {
+            hole: false,
+            ..config
+        };
+        (TopVdev::new(config, children), most)
+    }
+
+    /// Small writes and flushes of a mirror go to its sides one after the other while its
+    /// leaves are fast, and side by side once a leaf's requests take `SLOW_LEAF_NS` or
+    /// more (a log commit on disks then costs one device round trip, not one per side).
+    #[test]
+    fn small_requests_go_out_side_by_side_only_to_slow_leaves() {
+        let (fast, most) = slow_mirror(Duration::ZERO);
+        for i in 0..20 {
+            fast.write_block(i * 4096, &[7u8; 4096]).unwrap();
+            fast.flush().unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1, "fast leaves: one at a time");
+        assert!(!fast.has_slow_child());
+
+        let (slow, most) = slow_mirror(Duration::from_millis(2));
+        slow.write_block(0, &[7u8; 4096]).unwrap(); // the first teaches the estimate
+        assert!(slow.has_slow_child());
+        most.store(0, Ordering::SeqCst);
+        slow.flush().unwrap();
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "a flush of both sides at once"
+        );
+        most.store(0, Ordering::SeqCst);
+        slow.write_block(4096, &[8u8; 4096]).unwrap();
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "a 4 KiB write to both sides at once"
+        );
+        let mut back = vec![0u8; 4096];
+        slow.read_block(4096, &mut back, None).unwrap();
+        assert_eq!(back, vec![8u8; 4096]);
+    }
 
     #[test]
     fn combinations_are_complete() {
