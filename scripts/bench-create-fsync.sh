@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Four workloads through a mount, N files each, for each target given, side by side,
+# Five workloads through a mount, N files each, for each target given, side by side,
 # ROUNDS times alternating:
 #   create   create, write 4 KiB, fsync, close, in one directory (a Samba client's "copy
 #            with flush", a database creating segment files)
@@ -11,8 +11,10 @@
 #   journal  a rollback journal's transaction (SQLite's default): create the journal,
 #            write 4 KiB, fsync it, write 4 KiB into the database file, fsync it, remove
 #            the journal, fsync the directory
-# What logging creates, renames and removals (CREATE, RENAME and REMOVE records) saves
-# against a txg sync per fsync.
+#   samba    create, set the extended attribute user.DOSATTRIB (as Samba does for every
+#            file it creates), write 4 KiB, fsync, close
+# What logging creates, renames, removals and xattrs (CREATE, RENAME, REMOVE and XATTR
+# records) saves against a txg sync per fsync.
 #
 # usage: scripts/bench-create-fsync.sh [-n N] [-o OUT.json] TARGET...
 #   TARGET  LABEL=CAIRN_BINARY  a cairn build: a raidz1 of three 1 GiB files in /dev/shm,
@@ -32,7 +34,7 @@ while [[ "${1:-}" == -* ]]; do
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
-[[ $# -gt 0 ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ $# -gt 0 ]] || { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ROUNDS="${ROUNDS:-2}"
 DELAY_MS="${DELAY_MS:-1}"
 work=$(mktemp -d /dev/shm/cairn-create-fsync.XXXXXX)
@@ -45,10 +47,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# workload DIR -> "create-files/s maildir-files/s save-files/s journal-transactions/s"
+# workload DIR -> "create-files/s maildir-files/s save-files/s journal-transactions/s
+#                  samba-files/s"
 workload() {
     python3 - "$1" "$n" <<'PY'
-import os, sys, time
+import errno, os, sys, time
 d, n = sys.argv[1], int(sys.argv[2])
 buf = os.urandom(4096)
 def create(path):
@@ -95,7 +98,23 @@ for i in range(n):
 rate_journal = n / (time.time() - t0)
 os.close(db)
 os.close(jd)
-print(f"{rate_create:.0f} {rate_maildir:.0f} {rate_save:.0f} {rate_journal:.0f}")
+os.makedirs(f"{d}/smb")
+t0 = time.time()
+rate_samba = "null"  # a file system without user xattrs (zfs-fuse refuses them)
+try:
+    for i in range(n):
+        fd = os.open(f"{d}/smb/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+        try:
+            os.setxattr(fd, "user.DOSATTRIB", b"0x20")
+            os.write(fd, buf)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    rate_samba = f"{n / (time.time() - t0):.0f}"
+except OSError as e:
+    if e.errno != errno.EOPNOTSUPP:
+        raise
+print(f"{rate_create:.0f} {rate_maildir:.0f} {rate_save:.0f} {rate_journal:.0f} {rate_samba}")
 PY
 }
 
@@ -134,11 +153,11 @@ run_zfs_fuse() {
     rm -rf "$z" "$work/zfs-fuse.pid"
 }
 
-record() { # LABEL MEDIUM ROUND "CREATE_RATE MAILDIR_RATE SAVE_RATE JOURNAL_RATE"
-    local c m s j
-    read -r c m s j <<< "$4"
-    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"create_files_per_s\": $c, \"maildir_files_per_s\": $m, \"save_files_per_s\": $s, \"journal_per_s\": $j}" >> "$rows"
-    printf '%-24s %-6s round %s: create %7s, maildir %7s, save %7s files/s; journal %7s/s\n' "$1" "$2" "$3" "$c" "$m" "$s" "$j"
+record() { # LABEL MEDIUM ROUND "CREATE_RATE MAILDIR_RATE SAVE_RATE JOURNAL_RATE SAMBA_RATE"
+    local c m s j x
+    read -r c m s j x <<< "$4"
+    echo "{\"target\": \"$1\", \"medium\": \"$2\", \"round\": $3, \"create_files_per_s\": $c, \"maildir_files_per_s\": $m, \"save_files_per_s\": $s, \"journal_per_s\": $j, \"samba_files_per_s\": $x}" >> "$rows"
+    printf '%-24s %-6s round %s: create %7s, maildir %7s, save %7s files/s; journal %7s/s; samba %7s files/s\n' "$1" "$2" "$3" "$c" "$m" "$s" "$j" "$x"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -166,7 +185,8 @@ json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timesp
                          "maildir": "the same in tmp/, rename into new/, fsync new/",
                          "save": "the same as f.tmp, rename over one of 100 files, fsync the directory",
                          "journal": "create journal, write 4 KiB, fsync; write 4 KiB into db, fsync; "
-                                    "unlink journal, fsync the directory"},
+                                    "unlink journal, fsync the directory",
+                         "samba": "create, setxattr user.DOSATTRIB, write 4 KiB, fsync, close"},
            "runs": [json.loads(l) for l in open(rows)]}, open(out, "w"), indent=2)
 print(f"JSON: {out}")
 PY
