@@ -18,6 +18,7 @@ command -v fio >/dev/null || { echo "bench-nbd-slow-leaves: fio not found (Debia
 RESULTS="$(mktemp)"
 work=""
 pid=""
+uri=""
 cleanup() {
     [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
     [[ -n "$work" ]] && rm -rf "$work"
@@ -26,28 +27,17 @@ cleanup() {
 trap cleanup EXIT
 
 one_run() { # LABEL BINARY ROUND
-    local label="$1" bin="$2" round="$3" uri qd
+    local label="$1" bin="$2" round="$3" qd
     work="$(mktemp -d /dev/shm/nbd-slow.XXXXXX)"
     export CAIRN_HOME="$work/home"
-    slow_mirror "$bin" "$work"
-    "$bin" volume create -V 256M -b 16K -o compression=off tank/vol >/dev/null
-    "$bin" serve --tunable cache_max=0 tank --nbd-socket "$work/s.sock" >/dev/null 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do [[ -S "$work/s.sock" ]] && break; sleep 0.1; done
-    uri="nbd+unix:///tank/vol?socket=$work/s.sock"
-    fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --size=256M \
-        --iodepth=8 >/dev/null
+    serve_slow_volume "$bin" "$work" --tunable cache_max=0
     for qd in 1 4 32; do
         fio --name=rr --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --size=256M \
             --iodepth="$qd" --time_based --runtime="$RUNTIME" --output-format=json \
             --output="$work/rr.json" >/dev/null
         record_read "$work/rr.json" "$label" "$round" "$qd"
     done
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-    rm -rf "$work"
-    work=""
+    stop_slow_volume
 }
 
 for round in $(seq "$ROUNDS"); do

@@ -22,6 +22,7 @@ command -v fio >/dev/null || { echo "bench-sync-slow-leaves: fio not found (Debi
 RESULTS="$(mktemp)"
 work=""
 pid=""
+uri=""
 cleanup() {
     [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
     [[ -n "$work" ]] && rm -rf "$work"
@@ -35,17 +36,10 @@ record() {
 }
 
 one_run() { # LABEL BINARY ROUND
-    local label="$1" bin="$2" round="$3" uri iops
+    local label="$1" bin="$2" round="$3" iops
     work="$(mktemp -d /dev/shm/sync-slow.XXXXXX)"
     export CAIRN_HOME="$work/home"
-    slow_mirror "$bin" "$work"
-    "$bin" volume create -V 256M -b 16K -o compression=off tank/vol >/dev/null
-    "$bin" serve tank --nbd-socket "$work/s.sock" >/dev/null 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do [[ -S "$work/s.sock" ]] && break; sleep 0.1; done
-    uri="nbd+unix:///tank/vol?socket=$work/s.sock"
-    fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --size=256M \
-        --iodepth=8 >/dev/null
+    serve_slow_volume "$bin" "$work"
     fio --name=fsync --ioengine=nbd --uri="$uri" --rw=randwrite --bs=4k --size=256M \
         --iodepth=1 --fsync=1 --time_based --runtime="$RUNTIME" --output-format=json \
         --output="$work/fsync.json" >/dev/null
@@ -55,11 +49,7 @@ one_run() { # LABEL BINARY ROUND
         "$label=$uri" > "$work/fua.json"
     iops=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))[0]["iops"]))' "$work/fua.json")
     record "$label" "$round" fua "$iops"
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-    rm -rf "$work"
-    work=""
+    stop_slow_volume
 }
 
 for round in $(seq "$ROUNDS"); do

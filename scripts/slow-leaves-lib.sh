@@ -1,5 +1,6 @@
-# Shared by scripts/bench-nbd-slow-leaves.sh and scripts/bench-fuse-slow-leaves.sh (sourced):
-# the pool on leaves with latency, one fio result as a JSON row, and the summary table.
+# Shared by scripts/bench-nbd-slow-leaves.sh, bench-fuse-slow-leaves.sh and
+# bench-sync-slow-leaves.sh (sourced): the pool on leaves with latency, a volume served
+# from it, one fio result as a JSON row, and the summary table.
 # The sourcing script sets DELAY_MS and RESULTS.
 
 # slow_mirror BINARY DIR: pool `tank`, a mirror of two `fault:` leaves over 1 GiB files in
@@ -8,6 +9,31 @@ slow_mirror() {
     truncate -s 1G "$2/d0" "$2/d1"
     "$1" create tank mirror "fault:$2/d0?delay_ms=$DELAY_MS" \
         "fault:$2/d1?delay_ms=$DELAY_MS" >/dev/null
+}
+
+# serve_slow_volume BINARY DIR [SERVE-OPTION...]: a 256 MiB volume tank/vol (16 KiB
+# blocks, no compression) on `slow_mirror`, served over DIR/s.sock by `cairn serve` and
+# filled with 1 MiB writes; sets `pid` (the server) and `uri`.
+serve_slow_volume() {
+    local bin="$1" dir="$2"
+    shift 2
+    slow_mirror "$bin" "$dir"
+    "$bin" volume create -V 256M -b 16K -o compression=off tank/vol >/dev/null
+    "$bin" serve "$@" tank --nbd-socket "$dir/s.sock" >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do [[ -S "$dir/s.sock" ]] && break; sleep 0.1; done
+    uri="nbd+unix:///tank/vol?socket=$dir/s.sock"
+    fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --size=256M \
+        --iodepth=8 >/dev/null
+}
+
+# stop_slow_volume: stops the server `serve_slow_volume` started and removes `work`.
+stop_slow_volume() {
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+    rm -rf "$work"
+    work=""
 }
 
 # record_read FIO_JSON LABEL ROUND QD: appends the run's read IOPS and mean latency to
