@@ -16,15 +16,7 @@ DELAY_MS="${DELAY_MS:-2}" ROUNDS="${ROUNDS:-2}" RUNTIME="${RUNTIME:-5}"
 JSON="${JSON:-bench-nbd-slow-leaves.json}"
 command -v fio >/dev/null || { echo "bench-nbd-slow-leaves: fio not found (Debian: fio)" >&2; exit 1; }
 RESULTS="$(mktemp)"
-work=""
-pid=""
-uri=""
-cleanup() {
-    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
-    [[ -n "$work" ]] && rm -rf "$work"
-    rm -f "$RESULTS"
-}
-trap cleanup EXIT
+trap 'stop_slow_volume; rm -f "$RESULTS"' EXIT
 
 one_run() { # LABEL BINARY ROUND
     local label="$1" bin="$2" round="$3" qd

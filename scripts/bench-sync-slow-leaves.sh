@@ -20,15 +20,7 @@ CLIENT="${CLIENT:-$(dirname "$0")/../target/release/cairn}"
 command -v fio >/dev/null || { echo "bench-sync-slow-leaves: fio not found (Debian: fio)" >&2; exit 1; }
 [[ -x "$CLIENT" ]] || { echo "bench-sync-slow-leaves: no cairn at $CLIENT for the FUA client (set CLIENT)" >&2; exit 1; }
 RESULTS="$(mktemp)"
-work=""
-pid=""
-uri=""
-cleanup() {
-    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
-    [[ -n "$work" ]] && rm -rf "$work"
-    rm -f "$RESULTS"
-}
-trap cleanup EXIT
+trap 'stop_slow_volume; rm -f "$RESULTS"' EXIT
 
 # record LABEL ROUND WORKLOAD IOPS: appends a row to RESULTS and prints it.
 record() {

@@ -11,6 +11,11 @@ slow_mirror() {
         "fault:$2/d1?delay_ms=$DELAY_MS" >/dev/null
 }
 
+# The server and work directory of `serve_slow_volume` (none yet).
+pid=""
+work=""
+uri=""
+
 # serve_slow_volume BINARY DIR [SERVE-OPTION...]: a 256 MiB volume tank/vol (16 KiB
 # blocks, no compression) on `slow_mirror`, served over DIR/s.sock by `cairn serve` and
 # filled with 1 MiB writes; sets `pid` (the server) and `uri`.
@@ -27,12 +32,15 @@ serve_slow_volume() {
         --iodepth=8 >/dev/null
 }
 
-# stop_slow_volume: stops the server `serve_slow_volume` started and removes `work`.
+# stop_slow_volume: stops the server `serve_slow_volume` started and removes `work`
+# (each if there is one; also the scripts' exit trap).
 stop_slow_volume() {
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    if [[ -n "$pid" ]]; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
     pid=""
-    rm -rf "$work"
+    [[ -n "$work" ]] && rm -rf "$work"
     work=""
 }
 
