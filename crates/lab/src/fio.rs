@@ -165,10 +165,26 @@ struct Sim<'a> {
     next_id: u64,
     wake: Vec<(f64, usize)>,
     held: Vec<std::collections::VecDeque<Cmd>>,
+    /// Per disk, the offset of the last command the host dispatched from `held`.
+    elevator: Vec<u64>,
     cursors: Vec<(u64, u64)>,
     resync: Option<ResyncRun>,
     res: JobResult,
     last_done: f64,
+}
+
+/// Which waiting command a host elevator dispatches next: the lowest offset at or above
+/// `head` (the last one dispatched), else the lowest — a one-way C-SCAN, as Linux's
+/// mq-deadline and FreeBSD's bioq_disksort order a disk's waiting requests.
+fn elevator_pick(held: &std::collections::VecDeque<Cmd>, head: u64) -> Option<usize> {
+    let lowest = |ahead_only: bool| {
+        held.iter()
+            .enumerate()
+            .filter(|(_, c)| !ahead_only || c.offset >= head)
+            .min_by_key(|(_, c)| c.offset)
+            .map(|(i, _)| i)
+    };
+    lowest(true).or_else(|| lowest(false))
 }
 
 /// Runs `job` over `disks` combined as a mirror with read policy `policy`.
@@ -187,6 +203,7 @@ pub fn run(disks: Vec<Box<dyn Device>>, policy: Policy, job: &Job, seed: u64) ->
         next_id: 0,
         wake: Vec::new(),
         held: Vec::new(),
+        elevator: vec![0; n],
         cursors: Vec::new(),
         resync: None,
         res: JobResult::default(),
@@ -290,11 +307,20 @@ impl Sim<'_> {
     fn dispatch_held(&mut self, now: f64, disk: usize) {
         let limit = self.job.host_queue;
         while self.disks[disk].outstanding() < limit.max(1) {
-            match self.held[disk].pop_front() {
-                Some(c) => self.disks[disk].submit(now, c),
+            match self.next_held(disk) {
+                Some(c) => {
+                    self.elevator[disk] = c.offset;
+                    self.disks[disk].submit(now, c)
+                }
                 None => break,
             }
         }
+    }
+
+    /// The held command the host's elevator dispatches next to `disk`.
+    fn next_held(&mut self, disk: usize) -> Option<Cmd> {
+        let pick = elevator_pick(&self.held[disk], self.elevator[disk])?;
+        self.held[disk].remove(pick)
     }
 
     fn new_user(&mut self, owner: Owner, op: Op, offset: u64, len: u64, remaining: usize) -> u64 {
@@ -414,6 +440,26 @@ impl Sim<'_> {
 mod tests {
     use super::*;
     use crate::hdd::{Hdd, HddParams};
+
+    #[test]
+    fn the_host_elevator_sweeps_up_then_wraps_to_the_lowest() {
+        let mut held: std::collections::VecDeque<Cmd> = [50, 10, 70, 30]
+            .into_iter()
+            .map(|offset| Cmd {
+                id: offset,
+                op: Op::Read,
+                offset,
+                len: 1,
+            })
+            .collect();
+        let mut head = 40;
+        let mut order = Vec::new();
+        while let Some(i) = elevator_pick(&held, head) {
+            head = held[i].offset;
+            order.push(held.remove(i).unwrap().offset);
+        }
+        assert_eq!(order, [50, 70, 10, 30]);
+    }
 
     #[test]
     fn worked_example_of_the_module_comment() {
