@@ -48,6 +48,14 @@ pub struct LayoutsArgs {
     /// Also draw the lab's figures beside the published ones to this .svg or .png file.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Real devices (or files) instead of simulated disks: each layout that fits on them
+    /// is made as a pool over the first devices it needs (destroying what they hold: needs
+    /// --yes), written and read with dd, and destroyed; larger layouts are left out.
+    #[arg(long = "real", value_name = "DEV", num_args = 1.., conflicts_with = "host_write_mbs")]
+    pub real: Vec<String>,
+    /// Yes, destroy what the --real devices hold.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -337,15 +345,21 @@ fn engine_dd(
     r
 }
 
+/// A `--real` run destroys what the devices hold: only with `--yes`.
+fn refuse_without_yes(yes: bool, devices: &[String]) -> Result<(), String> {
+    if yes {
+        return Ok(());
+    }
+    Err(format!(
+        "--real makes a pool over {} and destroys what they hold; add --yes to go on",
+        devices.join(", ")
+    ))
+}
+
 /// `bench lab dd --real DEV… --yes`: the same dd on real devices (`cairn_bench::real_dd`).
 fn real_dd_cmd(a: &DdArgs) -> Result<(), String> {
     use cairn_lab::spec;
-    if !a.yes {
-        return Err(format!(
-            "--real makes a pool over {} and destroys what they hold; add --yes to go on",
-            a.real.join(", ")
-        ));
-    }
+    refuse_without_yes(a.yes, &a.real)?;
     let layout = spec::parse_layout(&a.layout, a.real.len()).map_err(|e| e.to_string())?;
     let bs = spec::parse_bytes("--bs", &a.bs).map_err(|e| e.to_string())?;
     let size = spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
@@ -385,6 +399,45 @@ fn real_dd_cmd(a: &DdArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `bench lab layouts --real DEV… --yes`: every layout of the study that fits on the
+/// devices, dd'd through a pool over the first devices it needs (`cairn_bench::real_dd`).
+fn real_layouts(
+    a: &LayoutsArgs,
+    study: cairn_lab::layouts::Study,
+    size: u64,
+) -> Result<cairn_lab::layouts::LayoutsReport, String> {
+    use cairn_lab::spec::LabError;
+    refuse_without_yes(a.yes, &a.real)?;
+    let scratch = std::env::temp_dir().join(format!("cairn-lab-layouts-{}", std::process::id()));
+    let measure = |n: usize, spec: &cairn_lab::spec::LayoutSpec, name: &str| {
+        let Some(devices) = a.real.get(..n) else {
+            eprintln!(
+                "{name} of {n} disks: left out ({} devices given)",
+                a.real.len()
+            );
+            return Ok(None);
+        };
+        let job = cairn_bench::real_dd::DdJob {
+            ashift: 12,
+            bs: 1 << 20,
+            size,
+        };
+        let tokens = spec.vdev_tokens(devices);
+        let clock = cairn_bench::real_dd::PhaseClock::Wall;
+        let r = cairn_bench::real_dd::run(&scratch, &tokens, job, clock)
+            .map_err(|e| LabError::Real(format!("{name} over {}: {e}", devices.join(" "))))?;
+        eprintln!(
+            "{name} of {n} disks: write {:.1} MB/s, read {:.1} MB/s (page cache: {})",
+            r.write_mbs, r.read_mbs, r.page_cache
+        );
+        Ok::<_, LabError>(Some((r.write_mbs, r.read_mbs)))
+    };
+    let mut report = cairn_lab::layouts::run_with(study, measure).map_err(|e| e.to_string())?;
+    report.size = size;
+    report.real_devices = true;
+    Ok(report)
+}
+
 fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
     let size = cairn_lab::spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
     if size > 1 << 40 {
@@ -395,9 +448,13 @@ fn layouts_cmd(a: &LayoutsArgs) -> Result<(), String> {
     } else {
         cairn_lab::layouts::Study::Hdd
     };
-    let cap = host_cap(a.host_write_mbs.unwrap_or(study.host_write_mbs()))?;
     let format = plot_format(&a.plot)?;
-    let r = cairn_lab::layouts::run(study, size, cap).map_err(|e| e.to_string())?;
+    let r = if a.real.is_empty() {
+        let cap = host_cap(a.host_write_mbs.unwrap_or(study.host_write_mbs()))?;
+        cairn_lab::layouts::run(study, size, cap).map_err(|e| e.to_string())?
+    } else {
+        real_layouts(a, study, size)?
+    };
     write_plot(&a.plot, format, &cairn_lab::charts::layouts_chart(&r))?;
     if a.json {
         println!(

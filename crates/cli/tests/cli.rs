@@ -502,6 +502,51 @@ fn bench_lab_dd_runs_on_real_devices_only_with_yes() {
     ));
 }
 
+/// `bench lab layouts --real`: the 24-disk study's layouts that fit on the devices given
+/// (files here: four, so the layouts of 1–4 disks), each a pool made, dd'd and destroyed;
+/// without --yes nothing is touched. The rows left out are the ones needing more disks.
+#[test]
+fn bench_lab_layouts_runs_the_layouts_that_fit_on_real_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 4, 128 * MIB);
+    let mut args = vec!["bench", "lab", "layouts", "--size", "8M", "--real"];
+    args.extend(d.iter().map(String::as_str));
+    let e = fails(&cairn(&home, &args));
+    assert!(e.contains("add --yes"), "{e}");
+    assert!(std::fs::read(&d[0]).unwrap().iter().all(|&b| b == 0));
+    args.extend(["--yes", "--json"]);
+    let out = ok(&cairn(&home, &args));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["real_devices"], true, "{out}");
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["lab_layout"].as_str().unwrap())
+        .collect();
+    // the study's rows of 1 to 4 disks, in its order
+    let fit = [
+        "stripe",
+        "mirror-2",
+        "stripe",
+        "mirror-3",
+        "stripe",
+        "raidz1",
+        "2xmirror-2",
+    ];
+    assert_eq!(names, [&fit[..], &["raidz2"]].concat(), "{out}");
+    for r in rows {
+        assert!(r["disks"].as_u64().unwrap() <= 4, "{r}");
+        assert!(r["write_mbs"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["read_mbs"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // every pool is gone: the devices make a new one without -f
+    ok(&cairn(
+        &home,
+        &["create", "again", "raidz2", &d[0], &d[1], &d[2], &d[3]],
+    ));
+}
+
 /// `bench lab dd --engine`: the same dd through cairn's own pool over `sim:` leaves. Timed
 /// by the disks' busy time, the MacZFS study's finding (ashift 9 on 512e disks writes at a
 /// fraction of ashift 12) must come out of the engine too, and the engine's writes stay

@@ -79,11 +79,12 @@ pub fn raid1_chart(report: &Report) -> BarChart {
 
 /// 24-disk study: per layout, published and lab write and read MB/s.
 pub fn layouts_chart(report: &LayoutsReport) -> BarChart {
+    let ours = if report.real_devices { "real" } else { "lab" };
     let series = vec![
         ("published write".to_string(), Rgb(158, 202, 225)),
-        ("lab write".to_string(), PALETTE[0]),
+        (format!("{ours} write"), PALETTE[0]),
         ("published read".to_string(), Rgb(252, 174, 145)),
-        ("lab read".to_string(), PALETTE[1]),
+        (format!("{ours} read"), PALETTE[1]),
     ];
     let groups = report
         .rows
@@ -99,9 +100,14 @@ pub fn layouts_chart(report: &LayoutsReport) -> BarChart {
         })
         .collect();
     BarChart {
-        title: match report.study {
-            crate::layouts::Study::Hdd => "bench lab layouts: 24-disk study, simulated 4 TB HDDs",
-            crate::layouts::Study::Ssd => "bench lab layouts --ssd: 24-disk study, simulated 256 GB SSDs",
+        title: match (report.study, report.real_devices) {
+            (_, true) => "bench lab layouts --real: 24-disk study's layouts on the devices given",
+            (crate::layouts::Study::Hdd, false) => {
+                "bench lab layouts: 24-disk study, simulated 4 TB HDDs"
+            }
+            (crate::layouts::Study::Ssd, false) => {
+                "bench lab layouts --ssd: 24-disk study, simulated 256 GB SSDs"
+            }
         }
         .into(),
         subtitle: format!(

@@ -18,7 +18,7 @@
 use crate::dd::{self, DdJob, DdResult};
 use crate::hdd::HddParams;
 use crate::raid1::csv_rows;
-use crate::spec::{parse_layout, DiskModel, LabError};
+use crate::spec::{parse_layout, DiskModel, LabError, LayoutSpec};
 use crate::ssd::SsdParams;
 
 const HDD_CSV: &str = include_str!("../data/hdd_24x4tb_layouts.csv");
@@ -87,6 +87,8 @@ pub struct LayoutsReport {
     pub study: Study,
     pub size: u64,
     pub host_write_mbs: Option<f64>,
+    /// Measured on real devices (`--real`) rather than simulated disks.
+    pub real_devices: bool,
     pub rows: Vec<LayoutRow>,
     pub spearman_write: f64,
     pub spearman_read: f64,
@@ -103,6 +105,35 @@ pub fn run(
     host_write_mbs: Option<f64>,
 ) -> Result<LayoutsReport, LabError> {
     let disk = study.disk();
+    let job = DdJob {
+        ashift: 12,
+        bs: 1 << 20,
+        size,
+        host_write_mbs,
+        host_read_mbs: study.host_read_mbs(),
+    };
+    let measure = |n: usize, spec: &LayoutSpec, lab: &str| {
+        let DdResult {
+            write_mbs,
+            read_mbs,
+            ..
+        } = dd::run(&vec![disk.clone(); n], spec, lab, job);
+        Ok::<_, LabError>(Some((write_mbs, read_mbs)))
+    };
+    let mut report = run_with(study, measure)?;
+    report.size = size;
+    report.host_write_mbs = host_write_mbs;
+    Ok(report)
+}
+
+/// Runs the layouts of one of the study's tables with `measure(disks, layout, its
+/// name)`, which gives (write MB/s, read MB/s), or `None` to leave the layout out (e.g.
+/// more disks than a real run has). The report's `size` and `host_write_mbs` are left at
+/// 0 and `None`, and `real_devices` false, for the caller to fill in.
+pub fn run_with<E: From<LabError>>(
+    study: Study,
+    mut measure: impl FnMut(usize, &LayoutSpec, &str) -> Result<Option<(f64, f64)>, E>,
+) -> Result<LayoutsReport, E> {
     let mut rows = Vec::new();
     for r in csv_rows(study.table(), "disks,") {
         let (Some(n), Some(w), Some(rd), Some(lab)) = (
@@ -114,23 +145,9 @@ pub fn run(
             continue;
         };
         let spec = parse_layout(lab, n)?;
-        let disks = vec![disk.clone(); n];
-        let DdResult {
-            write_mbs,
-            read_mbs,
-            ..
-        } = dd::run(
-            &disks,
-            &spec,
-            lab,
-            DdJob {
-                ashift: 12,
-                bs: 1 << 20,
-                size,
-                host_write_mbs,
-                host_read_mbs: study.host_read_mbs(),
-            },
-        );
+        let Some((write_mbs, read_mbs)) = measure(n, &spec, lab)? else {
+            continue;
+        };
         rows.push(LayoutRow {
             disks: n,
             layout: r[1].clone(),
@@ -146,8 +163,9 @@ pub fn run(
     let spearman_read = spearman(&col(|r| r.published_read_mbs), &col(|r| r.read_mbs));
     Ok(LayoutsReport {
         study,
-        size,
-        host_write_mbs,
+        size: 0,
+        host_write_mbs: None,
+        real_devices: false,
         rows,
         spearman_write,
         spearman_read,
@@ -196,8 +214,11 @@ impl LayoutsReport {
     /// The side-by-side table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:>5}  {:<32} {:<12} | published write  read | lab write   read\n",
-            "disks", "layout", "lab layout"
+            "{:>5}  {:<32} {:<12} | published write  read | {:>4} write   read\n",
+            "disks",
+            "layout",
+            "lab layout",
+            if self.real_devices { "real" } else { "lab" }
         );
         for r in &self.rows {
             out += &format!(

@@ -34,6 +34,9 @@ pub enum LabError {
         spec: String,
         reason: String,
     },
+    /// A run on real devices failed (the pool's own message, with its advice).
+    #[error("{0}")]
+    Real(String),
 }
 
 /// One simulated disk.
