@@ -4,6 +4,7 @@
 pub mod io;
 pub mod parity;
 pub mod real_dd;
+pub mod real_mirror;
 pub mod send;
 pub mod snapshots;
 pub mod sync_writes;

@@ -61,10 +61,10 @@ impl PhaseClock<'_> {
 }
 
 /// The run's pool name (and its dataset and file).
-const POOL: &str = "cairnlab";
+pub(crate) const POOL: &str = "cairnlab";
 const FILE: &str = "cairnlab/dd";
 
-fn text(e: impl std::fmt::Display) -> String {
+pub(crate) fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
@@ -135,7 +135,7 @@ fn run_in(
 }
 
 /// Creates the pool, with O_DIRECT leaves when the devices take them; whether they did.
-fn create(home: &Home, tokens: &[String], ashift: u32) -> Result<bool, String> {
+pub(crate) fn create(home: &Home, tokens: &[String], ashift: u32) -> Result<bool, String> {
     let options = |direct| CreateOptions {
         ashift: Some(ashift),
         direct,
@@ -183,7 +183,7 @@ fn read_back(
 }
 
 /// `bs` incompressible bytes.
-fn pattern(bs: u64) -> Vec<u8> {
+pub(crate) fn pattern(bs: u64) -> Vec<u8> {
     use rand::{RngCore, SeedableRng};
     let mut block = vec![0u8; bs as usize];
     rand::rngs::StdRng::seed_from_u64(bs).fill_bytes(&mut block);
@@ -191,7 +191,7 @@ fn pattern(bs: u64) -> Vec<u8> {
 }
 
 /// Drops the kernel's page cache (needs root); whether it could.
-fn drop_page_cache() -> bool {
+pub(crate) fn drop_page_cache() -> bool {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()

@@ -83,6 +83,18 @@ pub struct Raid1Args {
     /// or .png file.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Two real devices (or files) instead of simulated disks: per policy a mirror is made
+    /// over them (destroying what they hold: needs --yes), a file of --size written, and
+    /// the jobs run for --runtime wall seconds each; the resync jobs are left out.
+    #[arg(long = "real", value_name = "DEV", num_args = 2)]
+    pub real: Vec<String>,
+    /// Yes, destroy what the --real devices hold.
+    #[arg(long, requires = "real")]
+    pub yes: bool,
+    /// With --real: the file the jobs read and write (the study's offsets, on a 4 TB disk,
+    /// are scaled onto it).
+    #[arg(long, default_value = "4G", requires = "real")]
+    pub size: String,
 }
 
 /// Checks a `--plot` file name before a run (not after minutes of it).
@@ -137,6 +149,9 @@ fn parse_policies(names: &[String]) -> Result<Vec<Policy>, String> {
         .collect()
 }
 
+/// cairn's block cache during `bench lab raid1 --real`.
+const REAL_STUDY_CACHE_BYTES: u64 = 64 << 20;
+
 fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
     let policies = parse_policies(&a.policies)?;
     if !(a.runtime.is_finite() && a.runtime > 0.0 && a.runtime <= 86_400.0) {
@@ -149,7 +164,20 @@ fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
         return Err(format!("--job {j}: the RAID1 study has jobs 1 to 29"));
     }
     let format = plot_format(&a.plot)?;
-    let report = raid1::run(a.seed, a.runtime, &policies, &a.jobs);
+    let report = match a.real.as_slice() {
+        [] => raid1::run(a.seed, a.runtime, &policies, &a.jobs),
+        devices => {
+            refuse_without_yes(a.yes, devices)?;
+            // the study read a 3 TiB span no cache could hold: keep cairn's block cache to
+            // what read-ahead needs, so the reads measure the devices
+            cairn_pool::io::cache::set_default_capacity(REAL_STUDY_CACHE_BYTES);
+            let size =
+                cairn_lab::spec::parse_bytes("--size", &a.size).map_err(|e| e.to_string())?;
+            let scratch =
+                std::env::temp_dir().join(format!("cairn-lab-raid1-{}", std::process::id()));
+            cairn_bench::real_mirror::study(&scratch, devices, size, a.runtime, &policies, &a.jobs)?
+        }
+    };
     write_plot(&a.plot, format, &cairn_lab::charts::raid1_chart(&report))?;
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     if let Some(path) = &a.out {
@@ -159,10 +187,18 @@ fn raid1_cmd(a: &Raid1Args) -> Result<(), String> {
     if a.json {
         println!("{json}");
     } else {
-        println!(
-            "RAID1 study on 2 simulated WD 4 TB disks, seed {}, {} virtual s per job",
-            a.seed, a.runtime
-        );
+        match a.real.as_slice() {
+            [] => println!(
+                "RAID1 study on 2 simulated WD 4 TB disks, seed {}, {} virtual s per job",
+                a.seed, a.runtime
+            ),
+            devices => println!(
+                "RAID1 study on a real mirror of {}, {} wall s per job, a {} file",
+                devices.join(" and "),
+                a.runtime,
+                a.size
+            ),
+        }
         print!("{}", report.table());
     }
     Ok(())

@@ -547,6 +547,58 @@ fn bench_lab_layouts_runs_the_layouts_that_fit_on_real_devices() {
     ));
 }
 
+/// `bench lab raid1 --real`: the RAID1 study's jobs on a real mirror (two files here), a
+/// pool per policy; without --yes nothing is touched; the resync jobs are left out; the
+/// devices are free again after.
+#[test]
+fn bench_lab_raid1_runs_on_a_real_mirror_only_with_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let d = files(dir.path(), 2, 256 * MIB);
+    let mut args = vec![
+        "bench", "lab", "raid1", "--real", &d[0], &d[1], "--size", "64M",
+    ];
+    args.extend([
+        "--runtime",
+        "0.3",
+        "--policy",
+        "auto",
+        "md",
+        "--job",
+        "6",
+        "16",
+        "17",
+        "21",
+    ]);
+    let e = fails(&cairn(&home, &args));
+    assert!(e.contains("add --yes"), "{e}");
+    assert!(std::fs::read(&d[0]).unwrap().iter().all(|&b| b == 0));
+    args.extend(["--yes", "--json"]);
+    let out = ok(&cairn(&home, &args));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["real_devices"], true, "{out}");
+    let rows = v["results"].as_array().unwrap();
+    let mut seen: Vec<(u64, String, String)> = rows
+        .iter()
+        .map(|r| {
+            assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
+            let part = r["part"].as_str().unwrap_or("").to_string();
+            (
+                r["job"].as_u64().unwrap(),
+                part,
+                r["policy"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let want: Vec<(u64, String, String)> = [(6, ""), (16, "r"), (16, "w"), (17, "")]
+        .iter()
+        .flat_map(|&(j, part)| ["auto", "md"].map(|p| (j, part.to_string(), p.to_string())))
+        .collect();
+    assert_eq!(seen, want, "{out}");
+    ok(&cairn(&home, &["create", "again", "mirror", &d[0], &d[1]]));
+}
+
 /// `bench lab dd --engine`: the same dd through cairn's own pool over `sim:` leaves. Timed
 /// by the disks' busy time, the MacZFS study's finding (ashift 9 on 512e disks writes at a
 /// fraction of ashift 12) must come out of the engine too, and the engine's writes stay

@@ -95,6 +95,9 @@ pub struct Report {
     pub study: &'static str,
     pub seed: u64,
     pub runtime_s: f64,
+    /// Measured on real devices (`--real`): wall-clock seconds, not virtual ones.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub real_devices: bool,
     pub results: Vec<LabResult>,
     pub published: Vec<Published>,
 }
@@ -360,34 +363,44 @@ pub fn run(seed: u64, runtime_s: f64, policies: &[Policy], only: &[u32]) -> Repo
         .filter(|j| only.is_empty() || only.contains(&j.job))
     {
         for &p in policies {
-            let r = run_job(job, p, seed);
-            let mut row = |part, iops, kbs| {
-                results.push(LabResult {
-                    job: job.job,
-                    part,
-                    policy: p,
-                    iops,
-                    kbs,
-                });
-            };
-            if job.kind == Kind::Mixed {
-                row(Some("r"), r.read_iops(), r.read_kbs());
-                row(Some("w"), r.write_iops(), r.write_kbs());
-            } else {
-                row(None, r.iops(), r.kbs());
-            }
+            push_result(&mut results, job, p, &run_job(job, p, seed));
         }
     }
-    Report {
-        study: "raid1",
-        seed,
-        runtime_s,
-        results,
-        published: published(),
+    Report::new(seed, runtime_s, results)
+}
+
+/// Adds what `job` did under `policy` to `results` (a mixed job as a read and a write row).
+pub fn push_result(results: &mut Vec<LabResult>, job: &StudyJob, policy: Policy, r: &JobResult) {
+    let mut row = |part, iops, kbs| {
+        results.push(LabResult {
+            job: job.job,
+            part,
+            policy,
+            iops,
+            kbs,
+        });
+    };
+    if job.kind == Kind::Mixed {
+        row(Some("r"), r.read_iops(), r.read_kbs());
+        row(Some("w"), r.write_iops(), r.write_kbs());
+    } else {
+        row(None, r.iops(), r.kbs());
     }
 }
 
 impl Report {
+    /// The report of `results` beside the published figures (simulated disks).
+    pub fn new(seed: u64, runtime_s: f64, results: Vec<LabResult>) -> Report {
+        Report {
+            study: "raid1",
+            seed,
+            runtime_s,
+            real_devices: false,
+            results,
+            published: published(),
+        }
+    }
+
     /// A lab figure.
     pub fn lab(&self, job: u32, part: Option<&str>, policy: Policy) -> Option<&LabResult> {
         self.results
@@ -408,7 +421,8 @@ impl Report {
             .into_iter()
             .filter(|p| self.results.iter().any(|r| r.policy == *p))
             .collect();
-        let mut out = String::from("job  unit  | published: md  gflash gmirror    zfs | lab:");
+        let mut out = String::from("job  unit  | published: md  gflash gmirror    zfs | ");
+        out += if self.real_devices { "real:" } else { "lab:" };
         for p in &policies {
             out += &format!(" {:>11}", p.name());
         }

@@ -1,0 +1,319 @@
+//! `cairn bench lab raid1 --real DEV0 DEV1 --yes`: the RAID1 study's fio jobs on a real
+//! two-way mirror, once per read policy.
+//!
+//! ```text
+//! per policy:  create mirror DEV0 DEV1 (readpolicy=P) ─ file of SIZE bytes, 4 KiB records,
+//!              written 1 MiB a call and synced ─ pool reopened (cold caches) ─ jobs, each:
+//!
+//!   client 0 ─ read/write ─ read/write ─ …   (a thread per fio client: qd clients for a
+//!   client 1 ─ read/write ─ …                 random job, one per stream; each keeps one
+//!   …                                         request in flight, as fio's psync does)
+//!   ├──────────── runtime (wall clock) ────────────┤ + the closing sync of any writes
+//! ```
+//!
+//! The study's offsets are on a 4 TB disk; here they are scaled onto the file (`scale`:
+//! a random job over [10 MiB, 3 TiB) reads over the same fraction of the file, a stream at
+//! 3,040 GiB starts at the same fraction of it and runs to the end of the file, then starts
+//! over). Writes go through the pool's transaction groups, so a job with writes ends with a
+//! sync, and its time counts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cairn_lab::fio::{Job, JobResult, Pattern};
+use cairn_lab::raid1::{self, Kind, Report, StudyJob};
+use cairn_lab::Policy;
+use cairn_objset::{Resolved, Store};
+use cairn_pool::{Home, Pool};
+use rand::{Rng, SeedableRng};
+
+use crate::real_dd::{create, drop_page_cache, pattern, text, POOL};
+
+/// The mirror's file.
+const FILE: &str = "cairnlab/raid1";
+/// The study's disks: the jobs' offsets are fractions of this.
+pub const STUDY_DISK_BYTES: u64 = 4_000_787_030_016;
+
+/// What a fio client does: random offsets in a byte range, or one sequential stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Client {
+    Random { lo: u64, hi: u64 },
+    Stream { offset: u64, len: u64 },
+}
+
+/// One job on the real mirror (offsets already scaled onto the file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RealJob {
+    pub bs: u64,
+    /// Percent of requests that read (sequential jobs: 100 or 0).
+    pub read_pct: u32,
+    pub clients: Vec<Client>,
+    pub runtime: Duration,
+}
+
+/// What one job did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RealJobResult {
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub elapsed_s: f64,
+}
+
+/// Makes the mirror over `devices` with `readpolicy`, fills a file of `size` bytes, and
+/// runs `jobs` on it in turn; the pool is destroyed after. `scratch` holds the pool's
+/// state (made, and removed after).
+pub fn run(
+    scratch: &std::path::Path,
+    devices: &[String],
+    readpolicy: &str,
+    size: u64,
+    jobs: &[RealJob],
+) -> Result<Vec<RealJobResult>, String> {
+    let home = Home::at(scratch);
+    let result = run_in(&home, devices, readpolicy, size, jobs);
+    if let Ok(pool) = Pool::open(&home, POOL) {
+        let _ = pool.destroy();
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    result
+}
+
+fn run_in(
+    home: &Home,
+    devices: &[String],
+    readpolicy: &str,
+    size: u64,
+    jobs: &[RealJob],
+) -> Result<Vec<RealJobResult>, String> {
+    let mut tokens = vec!["mirror".to_string()];
+    tokens.extend(devices.iter().cloned());
+    create(home, &tokens, 12)?;
+    let pool = Pool::open(home, POOL).map_err(text)?;
+    pool.set_property("readpolicy", readpolicy).map_err(text)?;
+    drop(pool);
+    fill(home, size)?;
+    drop_page_cache();
+    let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
+    let file = store.resolve(FILE).map_err(text)?;
+    let mut results = Vec::new();
+    for (k, job) in jobs.iter().enumerate() {
+        results.push(run_job(&store, &file, job, k as u64)?);
+    }
+    store.close().map_err(text)?;
+    Ok(results)
+}
+
+/// Writes the file whole (4 KiB records, as the study's 4 KiB requests) and syncs.
+fn fill(home: &Home, size: u64) -> Result<(), String> {
+    let store = Store::open(Pool::open(home, POOL).map_err(text)?).map_err(text)?;
+    for (key, value) in [("compression", "off"), ("recordsize", "4K")] {
+        store.set_property(POOL, key, value).map_err(text)?;
+    }
+    store.create_file(FILE, true).map_err(text)?;
+    let file = store.resolve(FILE).map_err(text)?;
+    let block = pattern(1 << 20);
+    let mut off = 0;
+    while off < size {
+        let len = (block.len() as u64).min(size - off) as usize;
+        store.write(&file, off, &block[..len]).map_err(text)?;
+        off += len as u64;
+    }
+    store.close().map_err(text)?.save_record().map_err(text)
+}
+
+/// Counters the clients add to.
+#[derive(Default)]
+struct Tally {
+    read_ios: AtomicU64,
+    write_ios: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// Runs one job: a thread per client until the runtime is up, then a sync if it wrote.
+fn run_job(
+    store: &Store,
+    file: &Resolved,
+    job: &RealJob,
+    seed: u64,
+) -> Result<RealJobResult, String> {
+    let tally = Tally::default();
+    let began = Instant::now();
+    let deadline = began + job.runtime;
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = job
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(c, client)| {
+                let tally = &tally;
+                s.spawn(move || {
+                    let rng = rand::rngs::StdRng::seed_from_u64(seed << 16 | c as u64);
+                    run_client(store, file, job, *client, rng, deadline, tally)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a client panicked".into()))
+                    .err()
+            })
+            .collect()
+    });
+    if let Some(e) = failures.into_iter().next() {
+        return Err(e);
+    }
+    if tally.write_ios.load(Ordering::Relaxed) > 0 {
+        store.sync().map_err(text)?;
+    }
+    Ok(RealJobResult {
+        read_ios: tally.read_ios.into_inner(),
+        write_ios: tally.write_ios.into_inner(),
+        read_bytes: tally.read_bytes.into_inner(),
+        write_bytes: tally.write_bytes.into_inner(),
+        elapsed_s: began.elapsed().as_secs_f64(),
+    })
+}
+
+/// One client: one request in flight until `deadline` (a stream also ends at its end).
+fn run_client(
+    store: &Store,
+    file: &Resolved,
+    job: &RealJob,
+    client: Client,
+    mut rng: rand::rngs::StdRng,
+    deadline: Instant,
+    tally: &Tally,
+) -> Result<(), String> {
+    let bs = job.bs;
+    let data = pattern(bs);
+    let mut buf = vec![0u8; bs as usize];
+    let mut next = match client {
+        Client::Stream { offset, .. } => offset,
+        Client::Random { .. } => 0,
+    };
+    while Instant::now() < deadline {
+        let offset = match client {
+            Client::Random { lo, hi } => lo + rng.gen_range(0..((hi - lo) / bs).max(1)) * bs,
+            Client::Stream { offset, len } => {
+                if next + bs > offset + len {
+                    next = offset; // a stream scaled onto the file starts over
+                }
+                next += bs;
+                next - bs
+            }
+        };
+        if rng.gen_range(0..100) < job.read_pct {
+            let n = store.read(file, offset, &mut buf).map_err(text)?;
+            tally.read_ios.fetch_add(1, Ordering::Relaxed);
+            tally.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        } else {
+            store.write(file, offset, &data).map_err(text)?;
+            tally.write_ios.fetch_add(1, Ordering::Relaxed);
+            tally.write_bytes.fetch_add(bs, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// The RAID1 study on a real mirror of the two `devices`: per policy its own pool and
+/// file of `size` bytes, then the jobs (all when `only` is empty) of `runtime_s` wall
+/// seconds each. The resync jobs (21–29) are left out, each named on stderr: they read
+/// at set points of a resync, and a real resilver cannot be held at one.
+pub fn study(
+    scratch: &std::path::Path,
+    devices: &[String],
+    size: u64,
+    runtime_s: f64,
+    policies: &[Policy],
+    only: &[u32],
+) -> Result<Report, String> {
+    let jobs: Vec<StudyJob> = raid1::jobs(runtime_s)
+        .into_iter()
+        .filter(|j| only.is_empty() || only.contains(&j.job))
+        .filter(|j| {
+            let resync = j.kind == Kind::Resync;
+            if resync {
+                eprintln!("job {}: left out (a resync at a set point)", j.job);
+            }
+            !resync
+        })
+        .collect();
+    let runs: Vec<RealJob> = jobs
+        .iter()
+        .flat_map(|j| j.runs.iter().map(|r| real_job(r, size)))
+        .collect();
+    let mut results = Vec::new();
+    for &policy in policies {
+        let done = run(scratch, devices, policy.name(), size, &runs)?;
+        let mut done = done.into_iter();
+        for job in &jobs {
+            let parts: Vec<JobResult> =
+                done.by_ref().take(job.runs.len()).map(lab_result).collect();
+            let r = JobResult::combine(&parts);
+            eprintln!(
+                "{} job {}: {:.0} IOPS, {:.1} MB/s",
+                policy.name(),
+                job.job,
+                r.iops(),
+                r.mbs()
+            );
+            raid1::push_result(&mut results, job, policy, &r);
+        }
+    }
+    let mut report = Report::new(0, runtime_s, results);
+    report.real_devices = true;
+    Ok(report)
+}
+
+/// A lab job with its offsets scaled from the study's 4 TB disk onto a file of `size`.
+fn real_job(job: &Job, size: u64) -> RealJob {
+    let bs = job.bs;
+    let scale =
+        |x: u64| (u128::from(x) * u128::from(size) / u128::from(STUDY_DISK_BYTES)) as u64 / bs * bs;
+    let (read_pct, clients) = match &job.pattern {
+        Pattern::Random {
+            lo,
+            hi,
+            read_pct,
+            qd,
+        } => {
+            let (lo, hi) = (scale(*lo), scale(*hi).max(scale(*lo) + bs));
+            (*read_pct, vec![Client::Random { lo, hi }; *qd])
+        }
+        Pattern::Sequential { streams, read } => {
+            let clients = streams
+                .iter()
+                .map(|&(offset, _)| {
+                    // to the end of the file: a stream scaled down whole would be read
+                    // again from the block cache within the runtime
+                    let offset = scale(offset).min(size.saturating_sub(bs) / bs * bs);
+                    let len = (size - offset).max(bs);
+                    Client::Stream { offset, len }
+                })
+                .collect();
+            (if *read { 100 } else { 0 }, clients)
+        }
+    };
+    RealJob {
+        bs,
+        read_pct,
+        clients,
+        runtime: Duration::from_secs_f64(job.runtime_ms / 1000.0),
+    }
+}
+
+fn lab_result(r: RealJobResult) -> JobResult {
+    JobResult {
+        read_ios: r.read_ios,
+        write_ios: r.write_ios,
+        read_bytes: r.read_bytes,
+        write_bytes: r.write_bytes,
+        elapsed_ms: r.elapsed_s * 1000.0,
+        watermark: None,
+    }
+}
