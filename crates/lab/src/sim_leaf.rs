@@ -16,20 +16,25 @@
 //! reports the model's physical sector (512e and 4Kn: 4 KiB) and whether it rotates. PATH
 //! is made (sparse) when missing or empty.
 //!
-//! Timing: requests to one leaf are taken one at a time (queue depth 1 per leaf: the
-//! pool's threads still overlap different leaves), each submitted when the previous one
-//! completed, so the clock is the leaf's busy time. Opening builds a fresh device (cold
-//! cache, heads parked), as after a power cycle. Busy time adds up per PATH for the whole
-//! process (`busy_ms`), across reopens: a run's virtual time is the busiest leaf's share.
-//! With `pace=real` each request also takes its model time in real time (the clock then
-//! also moves while the leaf is idle), so fio or iostat on such a pool see the disk's
-//! latencies.
+//! Timing, virtual (the default): requests to one leaf are taken one at a time (queue
+//! depth 1 per leaf: the pool's threads still overlap different leaves), each submitted
+//! when the previous one completed, so the clock is the leaf's busy time. Opening builds a
+//! fresh device (cold cache, heads parked), as after a power cycle. Busy time adds up per
+//! PATH for the whole process (`busy_ms`), across reopens: a run's virtual time is the
+//! busiest leaf's share.
+//!
+//! With `pace=real` the model's clock is the wall clock since the leaf opened: each
+//! request is submitted at the time it arrives, the requests of all the threads using the
+//! leaf wait in the model's queue together (so NCQ reorders them, as the lab's fio runs
+//! do), and each caller returns when its request completes in real time; fio or iostat on
+//! such a pool see the disk's latencies and queueing. Busy time then counts overlapping
+//! requests once (approximately: in the order their completions are seen).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cairn_vdev::{FileLeaf, Leaf, LeafOptions, VdevError};
@@ -125,6 +130,10 @@ struct Clocked {
     clock: f64,
     next_id: u64,
     done: Vec<Done>,
+    /// `pace=real`: the latest completion counted in the busy time (commands overlap).
+    busy_until: f64,
+    /// The most commands the device has held at once.
+    deepest_queue: usize,
 }
 
 /// A leaf whose bytes live in a sparse file and whose time comes from a disk model.
@@ -134,6 +143,8 @@ pub struct SimLeaf {
     data: FileLeaf,
     settings: SimSettings,
     clocked: Mutex<Clocked>,
+    /// Signalled when the model completes commands (`pace=real`: callers wait on it).
+    completed: Condvar,
     /// Real time of virtual 0 (`pace=real`).
     opened: Instant,
 }
@@ -164,7 +175,10 @@ impl SimLeaf {
                 clock: 0.0,
                 next_id: 0,
                 done: Vec::new(),
+                busy_until: 0.0,
+                deepest_queue: 0,
             }),
+            completed: Condvar::new(),
             settings,
             opened: Instant::now(),
         })
@@ -172,38 +186,107 @@ impl SimLeaf {
 
     /// Runs one command through the model; with `pace=real`, waits out its time.
     fn time(&self, op: Op, offset: u64, len: u64) -> io::Result<()> {
+        if self.settings.pace {
+            return self.time_paced(op, offset, len);
+        }
         let mut c = self.clocked.lock().unwrap_or_else(|p| p.into_inner());
-        let now = match self.settings.pace {
-            true => c.clock.max(self.opened.elapsed().as_secs_f64() * 1e3),
-            false => c.clock,
-        };
-        let id = c.next_id;
-        c.next_id += 1;
-        c.device.submit(
-            now,
-            Cmd {
-                id,
-                op,
-                offset,
-                len,
-            },
-        );
-        let end = run_until_done(&mut c, id).ok_or_else(|| {
-            io::Error::other(format!(
-                "{}: the disk model did not complete a request",
-                self.spec
-            ))
-        })?;
+        let now = c.clock;
+        let id = c.submit(now, op, offset, len);
+        let end = run_until_done(&mut c, id).ok_or_else(|| self.stuck())?;
         c.clock = end;
         drop(c);
-        let mut table = busy_table().lock().unwrap_or_else(|p| p.into_inner());
-        *table.entry(self.backing.clone()).or_default() += end - now;
-        drop(table);
-        if self.settings.pace {
-            let due = self.opened + Duration::from_secs_f64(end / 1e3);
-            std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        }
+        self.add_busy(end - now);
         Ok(())
+    }
+
+    /// `pace=real`: the commands of every thread using the leaf are queued in the model
+    /// together, submitted at the wall clock's time, so the drive's NCQ reorders them as a
+    /// real one would. Whichever caller holds the lock moves the model to the wall clock,
+    /// event by event, waking the others; each returns once its own command completed.
+    fn time_paced(&self, op: Op, offset: u64, len: u64) -> io::Result<()> {
+        let mut c = self.clocked.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.wall_ms();
+        advance_to(&mut c, now);
+        let id = c.submit(now, op, offset, len);
+        for _ in 0..MAX_EVENTS_PER_REQUEST {
+            if let Some(at) = c.done.iter().position(|d| d.id == id) {
+                let end = c.done.swap_remove(at).time;
+                let busy = end - now.max(c.busy_until);
+                c.busy_until = c.busy_until.max(end);
+                drop(c);
+                self.add_busy(busy.max(0.0));
+                return Ok(());
+            }
+            let next = c.device.next_event().ok_or_else(|| self.stuck())?;
+            let wall = self.wall_ms();
+            if next <= wall {
+                let Clocked { device, done, .. } = &mut *c;
+                device.advance(next, done);
+                self.completed.notify_all();
+                continue;
+            }
+            let wait = Duration::from_secs_f64((next - wall) / 1e3);
+            c = match self.completed.wait_timeout(c, wait) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        Err(self.stuck())
+    }
+
+    /// The most commands the disk model held at once since the leaf opened (above 1 only
+    /// with `pace=real` and several threads).
+    pub fn deepest_queue(&self) -> usize {
+        let c = self.clocked.lock().unwrap_or_else(|p| p.into_inner());
+        c.deepest_queue
+    }
+
+    /// Real milliseconds since the leaf opened (virtual time under `pace=real`).
+    fn wall_ms(&self) -> f64 {
+        self.opened.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn stuck(&self) -> io::Error {
+        io::Error::other(format!(
+            "{}: the disk model did not complete a request",
+            self.spec
+        ))
+    }
+
+    /// Adds `ms` to the backing file's busy time.
+    fn add_busy(&self, ms: f64) {
+        let mut table = busy_table().lock().unwrap_or_else(|p| p.into_inner());
+        *table.entry(self.backing.clone()).or_default() += ms;
+    }
+}
+
+impl Clocked {
+    /// Submits a command at `now`; its id.
+    fn submit(&mut self, now: f64, op: Op, offset: u64, len: u64) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let cmd = Cmd {
+            id,
+            op,
+            offset,
+            len,
+        };
+        self.device.submit(now, cmd);
+        self.deepest_queue = self.deepest_queue.max(self.device.outstanding());
+        id
+    }
+}
+
+/// Moves the device through its events up to `now` (their completions into `done`).
+fn advance_to(c: &mut Clocked, now: f64) {
+    for _ in 0..MAX_EVENTS_PER_REQUEST {
+        match c.device.next_event() {
+            Some(t) if t <= now => {
+                let Clocked { device, done, .. } = c;
+                device.advance(t, done);
+            }
+            _ => return,
+        }
     }
 }
 
@@ -309,6 +392,31 @@ mod tests {
 
     fn spec_in(dir: &Path, name: &str, disk: &str) -> String {
         format!("sim:{}?disk={disk}", dir.join(name).display())
+    }
+
+    /// `pace=real`: requests of several threads wait in the model's queue together (where
+    /// NCQ reorders them), and each still completes with its own data.
+    #[test]
+    fn paced_requests_of_several_threads_queue_in_the_model_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = format!("{}&pace=real", spec_in(dir.path(), "d0", "2TB"));
+        let leaf = SimLeaf::open(&spec, LeafOptions::default()).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let leaf = &leaf;
+                s.spawn(move || {
+                    for k in 0..4u64 {
+                        let offset = ((t * 4 + k) * 37 % 32) * (60 << 30);
+                        let block = vec![(t * 4 + k) as u8; 4096];
+                        leaf.write_at(&block, offset).unwrap();
+                        let mut back = vec![0u8; 4096];
+                        leaf.read_at(&mut back, offset).unwrap();
+                        assert_eq!(back, block);
+                    }
+                });
+            }
+        });
+        assert!(leaf.deepest_queue() > 1, "{}", leaf.deepest_queue());
     }
 
     #[test]
