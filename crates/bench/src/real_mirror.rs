@@ -179,7 +179,8 @@ fn run_job(
     })
 }
 
-/// One client: one request in flight until `deadline` (a stream also ends at its end).
+/// One client: one request in flight until `deadline` (a stream that reaches its end
+/// starts over).
 fn run_client(
     store: &Store,
     file: &Resolved,

@@ -15,6 +15,15 @@ const PUBLISHED_GREYS: [Rgb; 4] = [
     Rgb(200, 200, 200),
 ];
 
+/// What our bars are called: the lab's figures or ones measured on real devices.
+fn ours(real_devices: bool) -> &'static str {
+    if real_devices {
+        "real"
+    } else {
+        "lab"
+    }
+}
+
 /// RAID1 study: per job, every published implementation and every lab policy as a fraction
 /// of the best published figure of that job (random jobs in IOPS, sequential in KB/s: one
 /// axis for both). Jobs without a published figure are left out.
@@ -32,7 +41,7 @@ pub fn raid1_chart(report: &Report) -> BarChart {
         policies
             .iter()
             .zip(PALETTE.iter().cycle())
-            .map(|(p, c)| (format!("lab {}", p.name()), *c)),
+            .map(|(p, c)| (format!("{} {}", ours(report.real_devices), p.name()), *c)),
     );
     let mut keys: Vec<(u32, Option<&'static str>)> =
         report.results.iter().map(|r| (r.job, r.part)).collect();
@@ -65,11 +74,21 @@ pub fn raid1_chart(report: &Report) -> BarChart {
         })
         .collect();
     BarChart {
-        title: "bench lab raid1: RAID1 study, 2 simulated WD 4 TB disks".into(),
-        subtitle: format!(
-            "seed {}, {} virtual s per job; bar = figure / best published figure of the job",
-            report.seed, report.runtime_s
-        ),
+        title: match report.real_devices {
+            true => "bench lab raid1 --real: RAID1 study, a mirror of the devices given",
+            false => "bench lab raid1: RAID1 study, 2 simulated WD 4 TB disks",
+        }
+        .into(),
+        subtitle: match report.real_devices {
+            true => format!(
+                "{} wall s per job; bar = figure / best published figure of the job",
+                report.runtime_s
+            ),
+            false => format!(
+                "seed {}, {} virtual s per job; bar = figure / best published figure of the job",
+                report.seed, report.runtime_s
+            ),
+        },
         unit: "fraction of the best published figure".into(),
         log: false,
         series,
@@ -79,7 +98,7 @@ pub fn raid1_chart(report: &Report) -> BarChart {
 
 /// 24-disk study: per layout, published and lab write and read MB/s.
 pub fn layouts_chart(report: &LayoutsReport) -> BarChart {
-    let ours = if report.real_devices { "real" } else { "lab" };
+    let ours = ours(report.real_devices);
     let series = vec![
         ("published write".to_string(), Rgb(158, 202, 225)),
         (format!("{ours} write"), PALETTE[0]),
