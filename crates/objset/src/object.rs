@@ -107,8 +107,21 @@ impl ObjectState {
 /// Decoded indirect blocks, shared between lookups: (object, level, index) → pointers.
 pub type IndirectCache = HashMap<(u64, u8, u64), Arc<Vec<BlockPointer>>>;
 
-/// Entries kept before the cache is dropped (bounds memory: ~16 KiB each).
+/// Entries kept (bounds memory: ~16 KiB each); a new one beyond evicts one.
 const INDIRECT_CACHE_MAX: usize = 8192;
+
+/// Makes room for one more entry in a full cache by evicting one: the first the map's
+/// (hash-ordered, so arbitrary) iteration gives. A random-read workload over a map larger
+/// than the cache then keeps most of it, where dropping the whole cache made the next
+/// 8,192 lookups each read their indirect block again.
+fn make_room(cache: &mut IndirectCache) {
+    while cache.len() >= INDIRECT_CACHE_MAX {
+        let Some(key) = cache.keys().next().copied() else {
+            return;
+        };
+        cache.remove(&key);
+    }
+}
 
 pub fn decode_indirect(buf: &[u8]) -> Result<Vec<BlockPointer>, StoreError> {
     if buf.len() != BPS_PER_INDIRECT * BP_SIZE {
@@ -152,9 +165,7 @@ pub fn load_indirect(
         }
         Arc::new(decode_indirect(&pool.read_bp(bp)?)?)
     };
-    if cache.len() >= INDIRECT_CACHE_MAX {
-        cache.clear();
-    }
+    make_room(cache);
     cache.insert(key, v.clone());
     Ok(v)
 }
@@ -829,5 +840,25 @@ pub fn block_for_update(
 impl From<PoolError> for StoreError {
     fn from(e: PoolError) -> Self {
         StoreError::Pool(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_indirect_cache_evicts_one_entry_not_all() {
+        let mut cache = IndirectCache::new();
+        let entry = Arc::new(Vec::new());
+        for index in 0..INDIRECT_CACHE_MAX as u64 {
+            make_room(&mut cache);
+            cache.insert((1, 1, index), entry.clone());
+        }
+        assert_eq!(cache.len(), INDIRECT_CACHE_MAX);
+        make_room(&mut cache);
+        cache.insert((1, 1, u64::MAX), entry);
+        assert_eq!(cache.len(), INDIRECT_CACHE_MAX);
+        assert!(cache.contains_key(&(1, 1, u64::MAX)));
     }
 }
