@@ -124,7 +124,9 @@ impl StoreCore {
             blocks: before.blocks,
             elapsed_secs: before.elapsed_secs,
         };
-        let mut last_report = Instant::now();
+        // The first report comes after the first slice, so a request to pause or stop (and
+        // a rate) is honoured even by a scrub that would finish within `every`.
+        let mut last_report = start.checked_sub(every).unwrap_or(start);
         if resume_from == 0 {
             let mut st = self.lock();
             let mut roots = vec![st.root_bp];
