@@ -300,7 +300,15 @@ impl TopVdev {
 
     pub(crate) fn read_child_jobs(&self, c: usize, mut list: Vec<ReadJob<'_>>) -> Vec<usize> {
         let child = &self.children[c];
-        let Some(leaf) = child.readable() else {
+        // A side being resilvered serves the jobs only if it already holds every one.
+        let holds_all = || {
+            list.iter()
+                .all(|j| child.readable_for(j.0, j.1.len() as u64).is_some())
+        };
+        let Some(leaf) = child
+            .readable()
+            .or_else(|| holds_all().then(|| child.usable()).flatten())
+        else {
             return list.iter().map(|j| j.2).collect();
         };
         list.sort_unstable_by_key(|j| j.0);

@@ -1028,9 +1028,11 @@ impl TopVdev {
     }
 
     /// The side a batched read of `len` bytes (a run of adjacent blocks) of a mirror (or
-    /// disk) goes to: the pool's read policy's choice among the sides that hold
-    /// everything, recorded as issued (the caller records the completion). A stale side is left out: a block this fast path
-    /// cannot read goes through `read_block`, which may use it where it was resilvered.
+    /// disk) goes to: the pool's read policy's choice among the sides that hold the whole
+    /// run — a side being resilvered too where the resilver already wrote all of it
+    /// (`Child::readable_for`, as for single blocks) — recorded as issued (the caller
+    /// records the completion). A block this fast path cannot read goes through
+    /// `read_block`.
     pub(crate) fn batch_side(&self, leaf_offset: u64, len: u64) -> Option<usize> {
         if self.children.len() == 1 {
             return self.children[0].is_readable().then_some(0);
@@ -1038,7 +1040,7 @@ impl TopVdev {
         let c = self
             .read_order(leaf_offset, len)
             .into_iter()
-            .find(|&c| self.children[c].is_readable())?;
+            .find(|&c| self.children[c].readable_for(leaf_offset, len).is_some())?;
         self.mirror.state().issued(c, leaf_offset, len, true);
         Some(c)
     }
