@@ -12,6 +12,10 @@
 //!   ├──────────── runtime (wall clock) ────────────┤ + the closing sync of any writes
 //! ```
 //!
+//! The resync jobs (21–29) come last: side 1 is detached and attached again, and before
+//! each the pool's own resilver copies until the job's share of the file is on side 1, then
+//! pauses while the job reads (policies that read from a resyncing side use what it holds).
+//!
 //! The study's offsets are on a 4 TB disk; here they are scaled onto the file (`scale`:
 //! a random job over [10 MiB, 3 TiB) reads over the same fraction of the file, a stream at
 //! 3,040 GiB starts at the same fraction of it and runs to the end of the file, then starts
@@ -24,6 +28,8 @@ use std::time::{Duration, Instant};
 use cairn_lab::fio::{Job, JobResult, Pattern};
 use cairn_lab::raid1::{self, Kind, Report, StudyJob};
 use cairn_lab::Policy;
+use cairn_objset::resilver::{ResilverEnd, ResilverOptions, ResilverProgress};
+use cairn_objset::scrub::ScrubControl;
 use cairn_objset::{Resolved, Store};
 use cairn_pool::{Home, Pool};
 use rand::{Rng, SeedableRng};
@@ -62,18 +68,26 @@ pub struct RealJobResult {
     pub elapsed_s: f64,
 }
 
+/// A job read while side 1 resyncs: `pct` % of the file already copied to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResyncJob {
+    pub job: RealJob,
+    pub pct: f64,
+}
+
 /// Makes the mirror over `devices` with `readpolicy`, fills a file of `size` bytes, and
-/// runs `jobs` on it in turn; the pool is destroyed after. `scratch` holds the pool's
-/// state (made, and removed after).
+/// runs `jobs` on it in turn, then `resync` (`run_resync`); the pool is destroyed after.
+/// `scratch` holds the pool's state (made, and removed after). Results in that order.
 pub fn run(
     scratch: &std::path::Path,
     devices: &[String],
     readpolicy: &str,
     size: u64,
     jobs: &[RealJob],
+    resync: &[ResyncJob],
 ) -> Result<Vec<RealJobResult>, String> {
     let home = Home::at(scratch);
-    let result = run_in(&home, devices, readpolicy, size, jobs);
+    let result = run_in(&home, devices, readpolicy, size, jobs, resync);
     if let Ok(pool) = Pool::open(&home, POOL) {
         let _ = pool.destroy();
     }
@@ -87,6 +101,7 @@ fn run_in(
     readpolicy: &str,
     size: u64,
     jobs: &[RealJob],
+    resync: &[ResyncJob],
 ) -> Result<Vec<RealJobResult>, String> {
     let mut tokens = vec!["mirror".to_string()];
     tokens.extend(devices.iter().cloned());
@@ -103,9 +118,75 @@ fn run_in(
     for (k, job) in jobs.iter().enumerate() {
         results.push(run_job(&store, &file, job, k as u64)?);
     }
+    if !resync.is_empty() {
+        results.extend(run_resync(
+            &store,
+            &file,
+            devices,
+            size,
+            resync,
+            jobs.len(),
+        )?);
+    }
     store.close().map_err(text)?;
     Ok(results)
 }
+
+/// The resync jobs: side 1 is detached and attached again (stale whole), and before each
+/// job the pool's resilver copies until `pct` % of the file is on side 1, then pauses while
+/// the job reads (the study's md resynced at 1 MB/s while it read: a minute of that moves
+/// the watermark by 0.002 % of its disk). Jobs in increasing `pct`.
+fn run_resync(
+    store: &Store,
+    file: &Resolved,
+    devices: &[String],
+    size: u64,
+    jobs: &[ResyncJob],
+    seed: usize,
+) -> Result<Vec<RealJobResult>, String> {
+    store.detach_in_use(&devices[1]).map_err(text)?;
+    store
+        .attach_in_use(&devices[0], &devices[1], true)
+        .map_err(text)?;
+    let mut results = Vec::new();
+    for (k, job) in jobs.iter().enumerate() {
+        let target = (size as f64 * job.pct / 100.0) as u64;
+        match resilver_until(store, target)? {
+            Some(copied) => eprintln!(
+                "resync: {:.1} % of the file copied to side 1 (the study: {} %)",
+                copied as f64 * 100.0 / size.max(1) as f64,
+                job.pct
+            ),
+            None => eprintln!("resync: done (the study: {} %)", job.pct),
+        }
+        results.push(run_job(store, file, &job.job, (seed + k) as u64)?);
+    }
+    Ok(results)
+}
+
+/// Runs the pool's resilver until it has written `target` bytes to the stale side (or is
+/// done); it pauses there, keeping what it copied readable from that side. Returns the
+/// bytes copied so far (small batches: it overshoots by at most one), `None` once done.
+fn resilver_until(store: &Store, target: u64) -> Result<Option<u64>, String> {
+    let opts = ResilverOptions {
+        checkpoint_every: Duration::from_millis(5),
+        batch_bytes: RESYNC_BATCH_BYTES,
+        ..ResilverOptions::default()
+    };
+    let mut copied = 0;
+    let mut report = |p: &ResilverProgress| {
+        copied = p.repaired_bytes;
+        match p.repaired_bytes >= target {
+            true => ScrubControl::Pause,
+            false => ScrubControl::Continue,
+        }
+    };
+    let (p, end) = store.resilver(opts, &mut report).map_err(text)?;
+    Ok((end == ResilverEnd::Paused).then(|| copied.max(p.repaired_bytes)))
+}
+
+/// Bytes the resync jobs' resilver copies between checks of its progress.
+const RESYNC_BATCH_BYTES: u64 = 4 << 20;
 
 /// Writes the file whole (16 KiB records, the default volblocksize of ZFS and cairn
 /// volumes) and syncs.
@@ -245,8 +326,8 @@ fn run_client(
 
 /// The RAID1 study on a real mirror of the two `devices`: per policy its own pool and
 /// file of `size` bytes, then the jobs (all when `only` is empty) of `runtime_s` wall
-/// seconds each. The resync jobs (21–29) are left out, each named on stderr: they read
-/// at set points of a resync, and a real resilver cannot be held at one.
+/// seconds each, the resync jobs (21–29) last, on a real resilver of side 1 held at each
+/// job's progress (`run_resync`).
 pub fn study(
     scratch: &std::path::Path,
     devices: &[String],
@@ -255,26 +336,20 @@ pub fn study(
     policies: &[Policy],
     only: &[u32],
 ) -> Result<Report, String> {
-    let jobs: Vec<StudyJob> = raid1::jobs(runtime_s)
+    let (resyncs, jobs): (Vec<StudyJob>, Vec<StudyJob>) = raid1::jobs(runtime_s)
         .into_iter()
         .filter(|j| only.is_empty() || only.contains(&j.job))
-        .filter(|j| {
-            let resync = j.kind == Kind::Resync;
-            if resync {
-                eprintln!("job {}: left out (a resync at a set point)", j.job);
-            }
-            !resync
-        })
-        .collect();
+        .partition(|j| j.kind == Kind::Resync);
     let runs: Vec<RealJob> = jobs
         .iter()
         .flat_map(|j| j.runs.iter().map(|r| real_job(r, size)))
         .collect();
     let mut results = Vec::new();
     for &policy in policies {
-        let done = run(scratch, devices, policy.name(), size, &runs)?;
+        let resync = resync_runs(&resyncs, policy, size);
+        let done = run(scratch, devices, policy.name(), size, &runs, &resync)?;
         let mut done = done.into_iter();
-        for job in &jobs {
+        for job in jobs.iter().chain(&resyncs) {
             let parts: Vec<JobResult> =
                 done.by_ref().take(job.runs.len()).map(lab_result).collect();
             let r = JobResult::combine(&parts);
@@ -291,6 +366,21 @@ pub fn study(
     let mut report = Report::new(0, runtime_s, results);
     report.real_devices = true;
     Ok(report)
+}
+
+/// The resync jobs' runs under `policy`, each at the progress the study measured for the
+/// implementation the policy imitates (md's for the others), as the lab runs them.
+fn resync_runs(resyncs: &[StudyJob], policy: Policy, size: u64) -> Vec<ResyncJob> {
+    resyncs
+        .iter()
+        .flat_map(|j| {
+            let pct = raid1::sync_pct(j.job, policy).unwrap_or(100.0);
+            j.runs.iter().map(move |r| ResyncJob {
+                job: real_job(r, size),
+                pct,
+            })
+        })
+        .collect()
 }
 
 /// A lab job with its offsets scaled from the study's 4 TB disk onto a file of `size`.

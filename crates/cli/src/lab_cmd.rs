@@ -85,7 +85,8 @@ pub struct Raid1Args {
     pub plot: Option<PathBuf>,
     /// Two real devices (or files) instead of simulated disks: per policy a mirror is made
     /// over them (destroying what they hold: needs --yes), a file of --size written, and
-    /// the jobs run for --runtime wall seconds each; the resync jobs are left out.
+    /// the jobs run for --runtime wall seconds each; the resync jobs read while the pool's
+    /// resilver of the second device is held at the study's progress.
     #[arg(long = "real", value_name = "DEV", num_args = 2)]
     pub real: Vec<String>,
     /// Yes, destroy what the --real devices hold.

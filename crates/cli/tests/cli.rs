@@ -548,8 +548,8 @@ fn bench_lab_layouts_runs_the_layouts_that_fit_on_real_devices() {
 }
 
 /// `bench lab raid1 --real`: the RAID1 study's jobs on a real mirror (two files here), a
-/// pool per policy; without --yes nothing is touched; the resync jobs are left out; the
-/// devices are free again after.
+/// pool per policy; without --yes nothing is touched; the resync jobs run on a real
+/// resilver held at their progress; the devices are free again after.
 #[test]
 fn bench_lab_raid1_runs_on_a_real_mirror_only_with_yes() {
     let dir = tempfile::tempdir().unwrap();
@@ -569,6 +569,8 @@ fn bench_lab_raid1_runs_on_a_real_mirror_only_with_yes() {
         "16",
         "17",
         "21",
+        "24",
+        "29",
     ]);
     let e = fails(&cairn(&home, &args));
     assert!(e.contains("add --yes"), "{e}");
@@ -591,7 +593,16 @@ fn bench_lab_raid1_runs_on_a_real_mirror_only_with_yes() {
         })
         .collect();
     seen.sort();
-    let want: Vec<(u64, String, String)> = [(6, ""), (16, "r"), (16, "w"), (17, "")]
+    let jobs = [
+        (6, ""),
+        (16, "r"),
+        (16, "w"),
+        (17, ""),
+        (21, ""),
+        (24, ""),
+        (29, ""),
+    ];
+    let want: Vec<(u64, String, String)> = jobs
         .iter()
         .flat_map(|&(j, part)| ["auto", "md"].map(|p| (j, part.to_string(), p.to_string())))
         .collect();
