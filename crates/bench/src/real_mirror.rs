@@ -149,12 +149,21 @@ fn run_resync(
         .attach_in_use(&devices[0], &devices[1], true)
         .map_err(text)?;
     let mut results = Vec::new();
+    // bytes on side 1 so far (each resumed resilver counts from 0); None once done
+    let mut copied = Some(0);
     for (k, job) in jobs.iter().enumerate() {
-        let target = (size as f64 * job.pct / 100.0) as u64;
-        match resilver_until(store, target)? {
-            Some(copied) => eprintln!(
+        // at 100 % the resilver finishes (the pool's metadata is copied too)
+        let target = match job.pct >= 100.0 {
+            true => u64::MAX,
+            false => (size as f64 * job.pct / 100.0) as u64,
+        };
+        if let Some(before) = copied.filter(|&c| c < target) {
+            copied = resilver_until(store, target - before)?.map(|more| before + more);
+        }
+        match copied {
+            Some(c) => eprintln!(
                 "resync: {:.1} % of the file copied to side 1 (the study: {} %)",
-                copied as f64 * 100.0 / size.max(1) as f64,
+                c as f64 * 100.0 / size.max(1) as f64,
                 job.pct
             ),
             None => eprintln!("resync: done (the study: {} %)", job.pct),
@@ -164,9 +173,10 @@ fn run_resync(
     Ok(results)
 }
 
-/// Runs the pool's resilver until it has written `target` bytes to the stale side (or is
-/// done); it pauses there, keeping what it copied readable from that side. Returns the
-/// bytes copied so far (small batches: it overshoots by at most one), `None` once done.
+/// Runs (or resumes) the pool's resilver until this run has written `target` bytes to the
+/// stale side (or it is done); it pauses there, keeping what it copied readable from that
+/// side. Returns the bytes this run copied (small batches: it overshoots by at most one),
+/// `None` once done.
 fn resilver_until(store: &Store, target: u64) -> Result<Option<u64>, String> {
     let opts = ResilverOptions {
         checkpoint_every: Duration::from_millis(5),
