@@ -76,8 +76,18 @@ pub fn run(
     job: DdJob,
     clock: PhaseClock,
 ) -> Result<RealDdResult, String> {
+    in_scratch_pool(scratch, |home| run_in(home, tokens, job, &clock))
+}
+
+/// Runs `body` with a state directory at `scratch`; afterwards the pool `POOL` it made
+/// there is destroyed (its devices free again, whatever `body` returned) and `scratch`
+/// removed.
+pub(crate) fn in_scratch_pool<T>(
+    scratch: &std::path::Path,
+    body: impl FnOnce(&Home) -> Result<T, String>,
+) -> Result<T, String> {
     let home = Home::at(scratch);
-    let result = run_in(&home, tokens, job, &clock);
+    let result = body(&home);
     if let Ok(pool) = Pool::open(&home, POOL) {
         let _ = pool.destroy();
     }

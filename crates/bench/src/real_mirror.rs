@@ -34,7 +34,7 @@ use cairn_objset::{Resolved, Store};
 use cairn_pool::{Home, Pool};
 use rand::{Rng, SeedableRng};
 
-use crate::real_dd::{create, drop_page_cache, pattern, text, POOL};
+use crate::real_dd::{create, drop_page_cache, in_scratch_pool, pattern, text, POOL};
 
 /// The mirror's file.
 const FILE: &str = "cairnlab/raid1";
@@ -86,13 +86,9 @@ pub fn run(
     jobs: &[RealJob],
     resync: &[ResyncJob],
 ) -> Result<Vec<RealJobResult>, String> {
-    let home = Home::at(scratch);
-    let result = run_in(&home, devices, readpolicy, size, jobs, resync);
-    if let Ok(pool) = Pool::open(&home, POOL) {
-        let _ = pool.destroy();
-    }
-    let _ = std::fs::remove_dir_all(scratch);
-    result
+    in_scratch_pool(scratch, |home| {
+        run_in(home, devices, readpolicy, size, jobs, resync)
+    })
 }
 
 fn run_in(

@@ -502,6 +502,23 @@ fn bench_lab_dd_runs_on_real_devices_only_with_yes() {
     ));
 }
 
+/// A `bench lab … --real` run: refused without --yes, the first device `device0` left
+/// untouched; then run with --yes --json, its JSON marked as measured on real devices.
+fn real_run_json(
+    home: &std::path::Path,
+    args: &mut Vec<&str>,
+    device0: &str,
+) -> (serde_json::Value, String) {
+    let e = fails(&cairn(home, args));
+    assert!(e.contains("add --yes"), "{e}");
+    assert!(std::fs::read(device0).unwrap().iter().all(|&b| b == 0));
+    args.extend(["--yes", "--json"]);
+    let out = ok(&cairn(home, args));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["real_devices"], true, "{out}");
+    (v, out)
+}
+
 /// `bench lab layouts --real`: the 24-disk study's layouts that fit on the devices given
 /// (files here: four, so the layouts of 1–4 disks), each a pool made, dd'd and destroyed;
 /// without --yes nothing is touched. The rows left out are the ones needing more disks.
@@ -512,13 +529,7 @@ fn bench_lab_layouts_runs_the_layouts_that_fit_on_real_devices() {
     let d = files(dir.path(), 4, 128 * MIB);
     let mut args = vec!["bench", "lab", "layouts", "--size", "8M", "--real"];
     args.extend(d.iter().map(String::as_str));
-    let e = fails(&cairn(&home, &args));
-    assert!(e.contains("add --yes"), "{e}");
-    assert!(std::fs::read(&d[0]).unwrap().iter().all(|&b| b == 0));
-    args.extend(["--yes", "--json"]);
-    let out = ok(&cairn(&home, &args));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["real_devices"], true, "{out}");
+    let (v, out) = real_run_json(&home, &mut args, &d[0]);
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()
@@ -572,13 +583,7 @@ fn bench_lab_raid1_runs_on_a_real_mirror_only_with_yes() {
         "24",
         "29",
     ]);
-    let e = fails(&cairn(&home, &args));
-    assert!(e.contains("add --yes"), "{e}");
-    assert!(std::fs::read(&d[0]).unwrap().iter().all(|&b| b == 0));
-    args.extend(["--yes", "--json"]);
-    let out = ok(&cairn(&home, &args));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["real_devices"], true, "{out}");
+    let (v, out) = real_run_json(&home, &mut args, &d[0]);
     let rows = v["results"].as_array().unwrap();
     let mut seen: Vec<(u64, String, String)> = rows
         .iter()
